@@ -1,0 +1,1 @@
+"""Figures from records: per phase, per cell, and across repetitions."""

@@ -1,0 +1,225 @@
+"""Phase figures, computed the way IOR and mdtest define them.
+
+* Aggregate bandwidth = sum of bytes of all clients / (latest end - earliest
+  start), start and end taken just inside the barriers (IOR). Workloads whose
+  rate includes the closing barrier (mdtest) use the barrier exit instead of
+  the end.
+* Stonewall bandwidth = bytes moved by all clients until the first client
+  finished / (that moment - earliest start); each client's bytes at that
+  moment are interpolated within its per-second timeline.
+* Per-client rates are reported as mean ± stderr beside the aggregate, never
+  instead of it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.records import NS, PhaseRecord
+from ..histogram import Histogram
+from ..store import CellRow, RunData
+from .stats import Summary, mean_stderr, summarize
+
+MiB = float(1 << 20)
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
+
+
+@dataclass
+class ClientStat:
+    rank: int
+    host: str
+    bytes: int
+    ops: int
+    seconds: float
+    cpu_seconds: float
+    MiBps: float | None
+    ops_per_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "host": self.host, "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
+                "cpu_seconds": self.cpu_seconds, "MiBps": self.MiBps, "ops_per_s": self.ops_per_s}
+
+
+@dataclass
+class PhaseFigures:
+    phase: str
+    status: str  # ok | skipped | failed | not-run
+    reason: str | None
+    clients: int
+    bytes: int = 0
+    ops: int = 0
+    seconds: float | None = None
+    bandwidth_MiBps: float | None = None
+    stonewall_MiBps: float | None = None
+    ops_per_s: float | None = None
+    latency_us: dict[str, float | None] = field(default_factory=dict)
+    client_stats: list[ClientStat] = field(default_factory=list)
+    client_MiBps: tuple[float | None, float | None] = (None, None)
+    client_ops_per_s: tuple[float | None, float | None] = (None, None)
+    cpu_seconds: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    hist: Histogram | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase, "status": self.status, **({"reason": self.reason} if self.reason else {}),
+            "clients": self.clients, "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
+            "bandwidth_MiBps": self.bandwidth_MiBps, "stonewall_MiBps": self.stonewall_MiBps,
+            "ops_per_s": self.ops_per_s, "latency_us": self.latency_us,
+            "client_MiBps": {"mean": self.client_MiBps[0], "stderr": self.client_MiBps[1]},
+            "client_ops_per_s": {"mean": self.client_ops_per_s[0], "stderr": self.client_ops_per_s[1]},
+            "cpu_seconds": self.cpu_seconds, "errors": self.errors, "warnings": self.warnings,
+            "client_stats": [c.as_dict() for c in self.client_stats],
+        }
+
+
+def bytes_until(rec: PhaseRecord, t_ns: int) -> float:
+    """Bytes ``rec``'s client had moved at time ``t_ns``, interpolated within its 1-second timeline bins."""
+    if t_ns >= rec.end_ns:
+        return float(rec.bytes)
+    if t_ns <= rec.start_ns:
+        return 0.0
+    done = 0.0
+    for s, nbytes in enumerate(rec.tl_bytes):
+        lo = rec.start_ns + s * NS
+        hi = min(lo + NS, rec.end_ns)
+        if t_ns >= hi:
+            done += nbytes
+            continue
+        if hi > lo:
+            done += nbytes * (t_ns - lo) / (hi - lo)
+        break
+    return done
+
+
+def phase_figures(phase: str, status: str, reason: str | None, records: list[PhaseRecord], nclients: int,
+                  include_barrier: bool = False) -> PhaseFigures:
+    fig = PhaseFigures(phase=phase, status=status, reason=reason, clients=nclients)
+    for r in records:
+        for kind, count in r.errors.items():
+            fig.errors[kind] = fig.errors.get(kind, 0) + count
+        for w in r.extra.get("warnings", []):
+            if w not in fig.warnings:
+                fig.warnings.append(w)
+    if status != "ok" or not records:
+        fig.bytes = sum(r.bytes for r in records)
+        fig.ops = sum(r.ops for r in records)
+        return fig
+    start = min(r.start_ns for r in records)
+    end = max((r.barrier_ns if include_barrier and r.barrier_ns else r.end_ns) for r in records)
+    seconds = max(end - start, 1) / NS
+    fig.bytes = sum(r.bytes for r in records)
+    fig.ops = sum(r.ops for r in records)
+    fig.seconds = seconds
+    fig.cpu_seconds = sum(r.cpu_seconds for r in records)
+    fig.bandwidth_MiBps = fig.bytes / MiB / seconds
+    fig.ops_per_s = fig.ops / seconds
+    first_end = min(r.end_ns for r in records)
+    if first_end > start:
+        fig.stonewall_MiBps = sum(bytes_until(r, first_end) for r in records) / MiB / ((first_end - start) / NS)
+    hist = Histogram.merged(r.hist for r in records)
+    fig.hist = hist
+    values = hist.percentiles([q for _, q in PERCENTILES])
+    fig.latency_us = {name: (v / 1e3 if v is not None else None) for (name, _), v in zip(PERCENTILES, values)}
+    fig.latency_us["max"] = hist.max / 1e3 if hist.max is not None else None
+    fig.latency_us["mean"] = hist.mean / 1e3 if hist.mean is not None else None
+    for r in sorted(records, key=lambda r: r.rank):
+        secs = max(r.end_ns - r.start_ns, 1) / NS
+        fig.client_stats.append(ClientStat(rank=r.rank, host=r.host, bytes=r.bytes, ops=r.ops, seconds=secs,
+                                           cpu_seconds=r.cpu_seconds, MiBps=r.bytes / MiB / secs, ops_per_s=r.ops / secs))
+    fig.client_MiBps = mean_stderr([c.MiBps for c in fig.client_stats])
+    fig.client_ops_per_s = mean_stderr([c.ops_per_s for c in fig.client_stats])
+    return fig
+
+
+@dataclass
+class CellFigures:
+    cell: CellRow
+    phases: list[PhaseFigures]
+
+
+def cell_figures(cell: CellRow) -> CellFigures:
+    from ..workloads import WORKLOADS
+
+    include_barrier = getattr(WORKLOADS.get(cell.kind), "rate_includes_barrier", False)
+    by_phase: dict[str, list[PhaseRecord]] = defaultdict(list)
+    for r in cell.records:
+        by_phase[r.phase].append(r)
+    phases = [phase_figures(ph, status, reason, by_phase.get(ph, []), cell.clients, include_barrier)
+              for ph, status, reason in cell.phases]
+    return CellFigures(cell=cell, phases=phases)
+
+
+@dataclass
+class ConfigSummary:
+    """One configuration (target x workload x factors) summarised across its repetitions."""
+
+    target: str
+    workload: str
+    kind: str
+    factors: dict[str, Any]
+    params: dict[str, Any]
+    clients: int
+    phase: str
+    repetitions: int
+    statuses: list[str]
+    bandwidth: Summary | None
+    ops_per_s: Summary | None
+    stonewall: Summary | None
+    latency_p50_us: Summary | None
+    latency_p99_us: Summary | None
+    reason: str | None
+    warnings: list[dict[str, str]]
+    errors: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        def s(x: Summary | None) -> dict | None:
+            return x.as_dict() if x else None
+
+        return {"target": self.target, "workload": self.workload, "kind": self.kind, "factors": self.factors,
+                "phase": self.phase, "repetitions": self.repetitions, "statuses": self.statuses,
+                "bandwidth_MiBps": s(self.bandwidth), "stonewall_MiBps": s(self.stonewall),
+                "ops_per_s": s(self.ops_per_s), "latency_p50_us": s(self.latency_p50_us),
+                "latency_p99_us": s(self.latency_p99_us), **({"reason": self.reason} if self.reason else {}),
+                "warnings": self.warnings, "errors": self.errors}
+
+
+def summarize_run(cells: list[CellFigures]) -> list[ConfigSummary]:
+    groups: dict[tuple[int, str], list[tuple[CellRow, PhaseFigures]]] = defaultdict(list)
+    order: list[tuple[int, str]] = []
+    for cf in cells:
+        for ph in cf.phases:
+            key = (cf.cell.config, ph.phase)
+            if key not in groups:
+                order.append(key)
+            groups[key].append((cf.cell, ph))
+    out = []
+    for key in order:
+        items = groups[key]
+        cell0 = items[0][0]
+        ok = [ph for _, ph in items if ph.status == "ok"]
+        warnings: list[dict[str, str]] = []
+        errors: dict[str, int] = {}
+        for _, ph in items:
+            warnings += [w for w in ph.warnings if w not in warnings]
+            for k, v in ph.errors.items():
+                errors[k] = errors.get(k, 0) + v
+        out.append(ConfigSummary(
+            target=cell0.target, workload=cell0.workload, kind=cell0.kind, factors=cell0.factors,
+            params=cell0.params, clients=cell0.clients, phase=key[1], repetitions=len(items),
+            statuses=[ph.status for _, ph in items],
+            bandwidth=summarize([ph.bandwidth_MiBps for ph in ok]),
+            ops_per_s=summarize([ph.ops_per_s for ph in ok]),
+            stonewall=summarize([ph.stonewall_MiBps for ph in ok if ph.stonewall_MiBps is not None]),
+            latency_p50_us=summarize([ph.latency_us.get("p50") for ph in ok if ph.latency_us.get("p50") is not None]),
+            latency_p99_us=summarize([ph.latency_us.get("p99") for ph in ok if ph.latency_us.get("p99") is not None]),
+            reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors))
+    return out
+
+
+def analyze(run: RunData) -> tuple[list[CellFigures], list[ConfigSummary]]:
+    cells = [cell_figures(c) for c in run.cells]
+    return cells, summarize_run(cells)

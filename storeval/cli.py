@@ -1,0 +1,188 @@
+"""Command line: ``storeval run`` (the main job), ``storeval report``, ``storeval workloads``.
+
+Every error the user can fix is printed as one line (``error: ...``) with exit
+code 2 for bad input, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from . import __version__
+from .errors import InputError, StorevalError
+
+from typer.exceptions import TyperException
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
+                       "honest numbers, one report.")
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"storeval {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print the version and exit.")) -> None:
+    """storeval — evaluate storage systems for data-intensive science."""
+
+
+def _console() -> Console:
+    """Tables on stdout; wide enough to stay readable when written to a file or a pipe."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def _check_json_path(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InputError(f"--json {path}: is a directory (give a file name)")
+    if not os.path.isdir(directory):
+        raise InputError(f"--json {path}: directory {directory} does not exist (create it or choose another path)")
+    if not os.access(directory, os.W_OK):
+        raise InputError(f"--json {path}: directory {directory} is not writable (choose another path)")
+
+
+@app.command()
+def run(
+    study: Optional[str] = typer.Argument(None, help="Study YAML file. Without one: the default quick study on the "
+                                                     "file system of the current directory."),
+    target: Optional[list[str]] = typer.Option(None, "--target", help="Target URL (file:///path, null://) or the name of "
+                                                                      "a study target; repeat for several."),
+    workload: Optional[list[str]] = typer.Option(None, "--workload", help="Workload kind (bandwidth, ...) with default "
+                                                                          "parameters, or the name of a study workload."),
+    clients: Optional[str] = typer.Option(None, "--clients", help="Client counts to sweep, e.g. 1,2,4."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE for every selected workload; a comma list "
+                                                                 "sweeps (--set transfer_size=64KiB,1MiB)."),
+    repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions of every configuration."),
+    results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the run as a JSON document to this file."),
+    phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", help="Stop a cell whose phase runs longer "
+                                                                              "than this (e.g. 30m); default 1h."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no tables."),
+) -> None:
+    """Run a study (or the default quick study) and report the results."""
+    from .analysis.figures import analyze
+    from .plan import plan
+    from .report.document import run_document, write_json_atomic
+    from .report.progress import ProgressUI, QuietUI
+    from .report.terminal import print_summary
+    from .runner import Runner
+    from .spec import load_study
+    from .store import Store
+
+    spec = load_study(study, targets=target, workloads=workload, sets=set_, clients=clients,
+                      repetitions=repetitions, phase_timeout=phase_timeout)
+    if json_out:
+        _check_json_path(json_out)
+    Store.check_location(results)
+    cells = plan(spec)
+    out = _console()
+    err = Console(stderr=True)
+    store = Store(results)
+    ui = QuietUI() if quiet else ProgressUI(err)
+    command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
+        else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
+    result = Runner(spec, cells, store, command_line=command_line, ui=ui).run()
+    data = store.load_run(result.run_id)
+    cell_figs, summary = analyze(data)
+    if json_out:
+        write_json_atomic(json_out, run_document(data, cell_figs, summary))
+    if not quiet:
+        print_summary(summary, out)
+        failed = f", {result.failed} failed" if result.failed else ""
+        out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {store.dir}"
+                  + (f", JSON in {json_out}" if json_out else ""))
+    for cf in cell_figs:
+        if cf.cell.status == "failed":
+            err.print(f"[red]cell {cf.cell.cell_id} ({cf.cell.target} · {cf.cell.workload} · {cf.cell.clients} clients) "
+                      f"failed:[/] {cf.cell.error}", highlight=False)
+    if result.status == "interrupted":
+        err.print("[yellow]interrupted: the running cell was stopped, its files removed and it is stored as interrupted[/]")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    raise typer.Exit(EXIT_FAILED if result.status == "failed" else EXIT_OK)
+
+
+@app.command()
+def report(
+    results: str = typer.Argument("storeval-results", help="Results directory."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file."),
+) -> None:
+    """Print the summary of a stored run."""
+    from .analysis.figures import analyze
+    from .report.document import run_document, write_json_atomic
+    from .report.terminal import print_summary
+    from .store import Store
+
+    if not os.path.isdir(results):
+        raise InputError(f"{results} is not a results directory (run storeval run first, or pass the directory)")
+    if json_out:
+        _check_json_path(json_out)
+    store = Store(results, create=False)
+    data = store.load_run(store.resolve_run(run_id))
+    cells, summary = analyze(data)
+    print_summary(summary, _console())
+    if json_out:
+        write_json_atomic(json_out, run_document(data, cells, summary))
+
+
+@app.command()
+def workloads() -> None:
+    """List workload kinds, their phases and their parameters with defaults."""
+    from rich.table import Table
+
+    from .spec import is_size_param
+    from .units import format_size_compact
+    from .workloads import WORKLOADS
+
+    console = Console()
+    for kind, cls in WORKLOADS.items():
+        table = Table(title=f"{kind}: {cls.summary}", caption=f"phases: {', '.join(cls.PHASES)}", caption_justify="left")
+        table.add_column("parameter")
+        table.add_column("default")
+        for name, info in cls.Params.model_fields.items():
+            default = info.default
+            if is_size_param(cls.Params, name) and isinstance(default, int):
+                default = format_size_compact(default)
+            table.add_row(name, str(default))
+        console.print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    command = typer.main.get_command(app)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        code = command.main(args=argv, prog_name="storeval", standalone_mode=False)
+    except TyperException as e:  # usage errors: unknown option, bad option value, missing argument
+        if type(e).__name__ == "NoArgsIsHelpError":
+            print(e.format_message() if hasattr(e, "format_message") else str(e))
+            code = EXIT_OK
+        else:
+            message = e.format_message() if hasattr(e, "format_message") else str(e)
+            err.print(f"error: {' '.join(message.split())} (see storeval --help)", markup=False)
+            code = EXIT_INPUT
+    except typer.Abort:
+        code = EXIT_INTERRUPTED
+    except StorevalError as e:
+        err.print(f"error: {e}", markup=False)
+        code = e.exit_code
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except Exception as e:  # a bug: say so in one line; STOREVAL_DEBUG=1 shows the traceback
+        if os.environ.get("STOREVAL_DEBUG"):
+            raise
+        err.print(f"internal error (a bug in storeval, please report it): {type(e).__name__}: {e} "
+                  "(rerun with STOREVAL_DEBUG=1 for the traceback)", markup=False)
+        code = EXIT_FAILED
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,145 @@
+"""POSIX driver: local and mounted file systems (ext4, XFS, Lustre, GPFS, BeeGFS, NFS, CephFS …).
+
+Data moves with ``os.preadv``/``os.pwritev`` on plain descriptors; O_DIRECT
+needs page-aligned buffers (the workloads allocate them with mmap) and
+transfer sizes that are multiples of the device block size.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import stat as stat_mod
+from urllib.parse import unquote, urlsplit
+
+from ..errors import DirectIOUnsupported, InputError
+from .base import Capabilities, Driver, DriverOptions, Handle, IOFunc, StatResult
+
+
+def url_path(url: str) -> str:
+    """The local path of a ``file://`` URL."""
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise InputError(f"target {url}: file:// URLs name a local path (write file:///path, three slashes)")
+    return unquote(parts.path) or "/"
+
+
+class PosixHandle(Handle):
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str, mode: str, fd: int, direct: bool) -> None:
+        super().__init__(path, mode, direct)
+        self.fd = fd
+
+
+_MODES = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT, "rw": os.O_RDWR | os.O_CREAT}
+
+
+class PosixDriver(Driver):
+    scheme = "file"
+    Options = DriverOptions
+    caps = Capabilities(random_write=True, direct_io=hasattr(os, "O_DIRECT"), vector_read=False,
+                        directories=True, append_only=False, fsync=True, shared_write=True)
+
+    def __init__(self, url: str, options: DriverOptions | None = None, *, client: int = -1) -> None:
+        super().__init__(url, options, client=client)
+        self.root = url_path(url)
+
+    @classmethod
+    def check_url(cls, url: str, options: DriverOptions) -> None:
+        root = url_path(url)
+        if not os.path.exists(root):
+            raise InputError(f"target {url}: directory {root} does not exist (create it, or point --target at an existing directory)")
+        if not os.path.isdir(root):
+            raise InputError(f"target {url}: {root} is not a directory (point --target at a directory)")
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise InputError(f"target {url}: directory {root} is not writable (choose a directory you can write to)")
+
+    def _p(self, path: str) -> str:
+        return os.path.join(self.root, path) if path else self.root
+
+    def describe(self) -> dict:
+        st = os.statvfs(self.root)
+        return {"url": self.url, "driver": self.scheme, "path": self.root,
+                "fs_block_size": st.f_bsize, "fs_bytes_total": st.f_blocks * st.f_frsize,
+                "fs_bytes_free": st.f_bavail * st.f_frsize}
+
+    # -- data ---------------------------------------------------------------------------------
+    def open(self, path: str, mode: str, *, direct: bool = False) -> PosixHandle:
+        flags = _MODES[mode] | os.O_CLOEXEC
+        if direct:
+            flags |= os.O_DIRECT
+        full = self._p(path)
+        try:
+            fd = os.open(full, flags, 0o644)
+        except OSError as e:
+            if direct and e.errno == errno.EINVAL:
+                raise DirectIOUnsupported(f"the file system of {self.root} refuses O_DIRECT") from e
+            raise
+        return PosixHandle(path, mode, fd, direct)
+
+    def pread(self, h: Handle, buf, offset: int) -> int:
+        return os.preadv(h.fd, [buf], offset)
+
+    def pwrite(self, h: Handle, buf, offset: int) -> int:
+        return os.pwritev(h.fd, [buf], offset)
+
+    def preadv(self, h: Handle, ranges):
+        fd = h.fd
+        return [os.pread(fd, length, offset) for offset, length in ranges]
+
+    def fsync(self, h: Handle) -> None:
+        os.fsync(h.fd)
+
+    def close(self, h: Handle) -> None:
+        os.close(h.fd)
+
+    def reader(self, h: Handle) -> IOFunc:
+        return functools.partial(os.preadv, h.fd)
+
+    def writer(self, h: Handle) -> IOFunc:
+        return functools.partial(os.pwritev, h.fd)
+
+    # -- whole files ------------------------------------------------------------------------------
+    def put(self, path: str, data) -> None:
+        fd = os.open(self._p(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view, done = memoryview(data), 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+        finally:
+            os.close(fd)
+
+    def get_into(self, path: str, buf) -> int:
+        fd = os.open(self._p(path), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            view, total = memoryview(buf), 0
+            while total < len(view):
+                n = os.readv(fd, [view[total:]])
+                if n == 0:
+                    break
+                total += n
+            return total
+        finally:
+            os.close(fd)
+
+    # -- metadata --------------------------------------------------------------------------------
+    def stat(self, path: str) -> StatResult:
+        st = os.stat(self._p(path))
+        return StatResult(size=st.st_size, is_dir=stat_mod.S_ISDIR(st.st_mode), mtime=st.st_mtime)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(self._p(path))
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(self._p(path))
+
+    def remove(self, path: str) -> None:
+        os.unlink(self._p(path))
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(self._p(path))
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(self._p(path))

@@ -1,0 +1,1 @@
+"""Engines run the clients of a cell: local processes (default) or MPI ranks."""

@@ -1,0 +1,89 @@
+"""The per-client loop, the same for local processes and MPI ranks.
+
+Given a job (target, workload, cell directory, phases) and a Comm, a client
+connects, prepares (untimed), then for every phase waits at a barrier, runs
+its share timed, waits at the closing barrier and sends its record. Whatever
+happens, it removes what it created. Messages go out through ``send``:
+
+``("record", rank, wire)``   one finished phase
+``("partial", rank, wire)``  the record of a phase that failed part-way
+``("error", rank, phase, message, kind)``
+``("stopped", rank, phase)`` the engine stopped this client
+``("done", rank)``
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..drivers import make_driver
+from ..errors import error_kind, one_line
+from ..workloads import make_workload
+from ..workloads.base import ClientContext, Comm
+from .records import PROGRESS_SLOTS, ClientStopped, PhaseRecorder
+
+Send = Callable[[tuple], None]
+
+
+def make_job(*, url: str, options: dict, kind: str, params: dict, cell_dir: str, phases: list[str],
+             seed: int) -> dict[str, Any]:
+    """The picklable description of a cell that every client receives."""
+    return {"url": url, "options": options, "kind": kind, "params": params, "cell_dir": cell_dir,
+            "phases": list(phases), "seed": seed}
+
+
+def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None) -> None:
+    rank = comm.rank
+    phase = "connect"
+    driver = wl = ctx = None
+    cleaned = False
+    try:
+        driver = make_driver(job["url"], job["options"], client=rank)
+        driver.connect()
+        wl = make_workload(job["kind"], job["params"])
+        ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job["cell_dir"],
+                            seed=job["seed"], comm=comm)
+        phase = "prepare"
+        wl.prepare(ctx)
+        comm.barrier()
+        for seq, phase in enumerate(job["phases"]):
+            rec = PhaseRecorder(rank, phase, progress)
+            comm.barrier()
+            rec.begin()
+            try:
+                wl.run_phase(ctx, phase, rec)
+            except BaseException:
+                rec.finish()
+                send(("partial", rank, rec.record(0).to_wire()))
+                raise
+            rec.finish()
+            if progress is not None:
+                progress[PROGRESS_SLOTS * rank + 2] = seq + 1
+            comm.barrier()
+            send(("record", rank, rec.record(time.perf_counter_ns()).to_wire()))
+        phase = "cleanup"
+        cleaned = True
+        wl.cleanup(ctx)
+        send(("done", rank))
+    except (ClientStopped, threading.BrokenBarrierError):
+        send(("stopped", rank, phase))
+    except BaseException as e:  # noqa: BLE001 - every failure is reported, then the peers are released
+        send(("error", rank, phase, one_line(e), error_kind(e)))
+        try:
+            comm.abort()
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        if wl is not None and ctx is not None and not cleaned:
+            try:
+                wl.cleanup(ctx)
+            except Exception:  # noqa: BLE001 - the coordinator cleans up again after the cell
+                pass
+        if driver is not None:
+            try:
+                driver.shutdown()
+            except Exception:  # noqa: BLE001
+                pass

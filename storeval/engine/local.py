@@ -1,0 +1,265 @@
+"""Local engine: the clients of a cell are processes on this machine.
+
+Processes come from a fork server (started once, with numpy and the workloads
+already imported), so a cell starts in tens of milliseconds and no client
+inherits the coordinator's threads, database handle or network sessions. The
+clients synchronise on a ``multiprocessing.Barrier``; this process only
+watches: it collects records, updates progress, and when a client fails, dies
+or hangs past the phase timeout it breaks the barrier, stops the others
+(SIGTERM, then SIGKILL after a grace period) and reports the cell failed with
+that client's reason. Ctrl-C stops the clients the same way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .records import PROGRESS_SLOTS, STOP, ClientStopped, PhaseRecord
+
+GRACE_SECONDS = 10.0
+POLL_SECONDS = 0.1
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class CellOutcome:
+    status: str  # ok | failed | interrupted
+    error: str | None = None
+    failed_phase: str | None = None
+    records: list[PhaseRecord] = field(default_factory=list)
+    complete_phases: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class LocalComm:
+    """Comm over a multiprocessing barrier and a shared array (for all-reduce)."""
+
+    def __init__(self, rank: int, size: int, barrier: Any, shared: Any) -> None:
+        self.rank, self.size = rank, size
+        self._barrier, self._shared = barrier, shared
+
+    def barrier(self) -> None:
+        self._barrier.wait()
+
+    def allreduce_max(self, value: int) -> int:
+        self._shared[self.rank] = value
+        self._barrier.wait()
+        out = max(self._shared[: self.size])
+        self._barrier.wait()
+        return out
+
+    def abort(self) -> None:
+        self._barrier.abort()
+
+
+def _client_entry(job: dict, rank: int, size: int, barrier: Any, shared: Any, out: Any, progress: Any) -> None:
+    """Entry point of a client process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+
+    def stop(signum: int, frame: Any) -> None:
+        if not STOP.is_set():
+            STOP.set()
+            raise ClientStopped("stopped by the engine")
+
+    signal.signal(signal.SIGTERM, stop)
+    from .clients import run_client
+
+    try:
+        run_client(job, LocalComm(rank, size, barrier, shared), out.put, progress)
+    except ClientStopped:
+        out.put(("stopped", rank, "?"))
+    finally:
+        out.close()
+        out.join_thread()
+
+
+def _context() -> Any:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["storeval.engine.clients"])
+    return ctx
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class LocalEngine:
+    """Runs cells with local client processes."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.ctx = _context()
+
+    def run_cell(self, job: dict, nclients: int, phases: list[str], timeout: float,
+                 on_progress: ProgressFn | None = None) -> CellOutcome:
+        ctx = self.ctx
+        barrier = ctx.Barrier(nclients)
+        shared = ctx.RawArray("q", nclients)
+        progress = ctx.RawArray("q", PROGRESS_SLOTS * nclients)
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_client_entry, args=(job, r, nclients, barrier, shared, out, progress),
+                             name=f"storeval-client-{r}", daemon=True) for r in range(nclients)]
+        watch = _Watch(procs, phases, nclients, progress, timeout)
+        try:
+            for p in procs:
+                p.start()
+            watch.loop(out, on_progress)
+        except KeyboardInterrupt:
+            watch.fail("interrupted", None, None, "interrupted by the user (Ctrl-C)")
+        finally:
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping and cleaning up first
+            try:
+                if watch.status == "ok":
+                    for p in procs:
+                        p.join(timeout=GRACE_SECONDS)
+                if watch.status != "ok" or any(p.is_alive() for p in procs):
+                    watch.stop_all(barrier, out)
+                for p in procs:
+                    p.join(timeout=1)
+                out.close()
+            finally:
+                signal.signal(signal.SIGINT, old)
+        return watch.outcome()
+
+
+class _Watch:
+    """The coordinator's view of one running cell."""
+
+    def __init__(self, procs: list, phases: list[str], n: int, progress: Any, timeout: float) -> None:
+        self.procs, self.phases, self.n, self.progress, self.timeout = procs, phases, n, progress, timeout
+        self.records: dict[str, dict[int, PhaseRecord]] = {ph: {} for ph in phases}
+        self.partials: list[PhaseRecord] = []
+        self.finished: set[int] = set()
+        self.reported: set[int] = set()  # ranks that sent done/error/stopped
+        self.status = "ok"
+        self.error: str | None = None
+        self.failed_phase: str | None = None
+        self.events: list[dict[str, Any]] = []
+        self.phase_started = time.monotonic()
+        self.current = 0  # index of the phase in progress (len(phases) once all are done)
+
+    # -- message handling ---------------------------------------------------------------------------
+    def handle(self, msg: tuple) -> None:
+        kind, rank = msg[0], msg[1]
+        if kind == "record":
+            rec = PhaseRecord.from_wire(msg[2])
+            self.records[rec.phase][rank] = rec
+            while self.current < len(self.phases) and len(self.records[self.phases[self.current]]) == self.n:
+                self.current += 1
+                self.phase_started = time.monotonic()
+        elif kind == "partial":
+            self.partials.append(PhaseRecord.from_wire(msg[2]))
+        elif kind == "error":
+            _, _, phase, message, err_kind = msg
+            self.reported.add(rank)
+            self.events.append({"kind": "error", "rank": rank, "phase": phase, "message": message, "error_kind": err_kind})
+            self.fail("failed", rank, phase, f"client {rank} failed in {phase}: {message}")
+        elif kind == "stopped":
+            self.reported.add(rank)
+        elif kind == "done":
+            self.reported.add(rank)
+            self.finished.add(rank)
+
+    def fail(self, status: str, rank: int | None, phase: str | None, message: str) -> None:
+        if self.status == "ok":
+            self.status, self.error, self.failed_phase = status, message, phase
+            if status == "interrupted":
+                self.events.append({"kind": "interrupted", "rank": None, "phase": phase, "message": message})
+
+    def phase_name(self) -> str:
+        return self.phases[self.current] if self.current < len(self.phases) else "cleanup"
+
+    # -- the watch loop -------------------------------------------------------------------------------
+    def loop(self, out: Any, on_progress: ProgressFn | None) -> None:
+        while self.status == "ok" and len(self.finished) < self.n:
+            try:
+                self.handle(out.get(timeout=POLL_SECONDS))
+                while True:
+                    self.handle(out.get_nowait())
+            except queue_mod.Empty:
+                pass
+            if on_progress is not None and self.current < len(self.phases):
+                slots = range(0, PROGRESS_SLOTS * self.n, PROGRESS_SLOTS)
+                on_progress(self.phases[self.current], sum(self.progress[s] for s in slots),
+                            sum(self.progress[s + 1] for s in slots))
+            self._check_exits(out)
+            if self.status == "ok" and time.monotonic() - self.phase_started > self.timeout:
+                done = [self.progress[PROGRESS_SLOTS * r + 2] for r in range(self.n)]
+                late = [r for r in range(self.n) if done[r] <= self.current and r not in self.records.get(self.phase_name(), {})]
+                who = ", ".join(str(r) for r in late) or "?"
+                self.events.append({"kind": "timeout", "rank": late[0] if late else None, "phase": self.phase_name(),
+                                    "message": f"phase timeout {self.timeout:g} s"})
+                self.fail("failed", late[0] if late else None, self.phase_name(),
+                          f"client {who} hung in {self.phase_name()} (no end after the phase timeout of "
+                          f"{self.timeout:g} s); all clients stopped")
+
+    def _check_exits(self, out: Any) -> None:
+        for rank, p in enumerate(self.procs):
+            if p.exitcode is None or rank in self.reported:
+                continue
+            deadline = time.monotonic() + 1.0  # its last message may still be in the pipe
+            while rank not in self.reported and time.monotonic() < deadline:
+                try:
+                    self.handle(out.get(timeout=POLL_SECONDS))
+                except queue_mod.Empty:
+                    pass
+            if rank not in self.reported:
+                self.reported.add(rank)
+                phase = self.phase_name()
+                self.events.append({"kind": "died", "rank": rank, "phase": phase, "message": _exit_reason(p.exitcode)})
+                self.fail("failed", rank, phase, f"client {rank} {_exit_reason(p.exitcode)} during {phase}")
+
+    def stop_all(self, barrier: Any, out: Any) -> None:
+        """Break the barrier, SIGTERM the live clients, wait for them to clean up, SIGKILL stragglers."""
+        try:
+            barrier.abort()
+        except Exception:  # noqa: BLE001
+            pass
+        for p in self.procs:
+            if p.is_alive() and p.pid:
+                try:
+                    os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + GRACE_SECONDS
+        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+            try:
+                self.handle(out.get(timeout=POLL_SECONDS))
+            except queue_mod.Empty:
+                pass
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+        try:
+            while True:
+                self.handle(out.get_nowait())
+        except (queue_mod.Empty, OSError, ValueError):
+            pass
+
+    def outcome(self) -> CellOutcome:
+        complete = [ph for ph in self.phases if len(self.records[ph]) == self.n]
+        records = [rec for ph in self.phases for rec in sorted(self.records[ph].values(), key=lambda r: r.rank)]
+        for rec in self.partials:
+            if rec.rank not in self.records[rec.phase]:
+                rec.extra["partial"] = True
+                records.append(rec)
+        if self.status == "ok" and len(complete) != len(self.phases):
+            self.status, self.error = "failed", "clients ended without finishing every phase"
+        return CellOutcome(status=self.status, error=self.error, failed_phase=self.failed_phase, records=records,
+                           complete_phases=complete, events=self.events)

@@ -1,0 +1,204 @@
+"""What one client did in one phase, and the lean buffers hot loops record into.
+
+A hot loop writes each operation's end time and latency into preallocated
+``array('q')`` buffers (one C store each, no allocation) and calls
+:meth:`OpLog.fold` every ``cap`` operations; folding turns the batch into
+histogram counts and per-second byte/op counts with numpy. Memory is constant
+per thread, whatever the number of operations.
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..histogram import Histogram
+
+NS = 1_000_000_000
+# Per client in the shared progress array: bytes and ops of the running phase, phases finished.
+PROGRESS_SLOTS = 3
+
+# Set when the engine asks this client to stop; hot loops look at it when they fold.
+STOP = threading.Event()
+
+
+class ClientStopped(Exception):
+    """The engine stopped this client (another client failed, a timeout, or Ctrl-C)."""
+
+
+def fold_cap(op_bytes: int) -> int:
+    """Operations per fold: about every 16 MiB of data, between 16 and 4096 operations."""
+    return int(min(4096, max(16, (16 << 20) // max(1, op_bytes))))
+
+
+class OpLog:
+    """Per-thread latency/end-time buffers folded into a histogram and a per-second timeline."""
+
+    __slots__ = ("ends", "lats", "sizes", "cap", "hist", "tl_bytes", "tl_ops", "t0", "bytes", "ops",
+                 "progress", "slot", "ops_pending")
+
+    def __init__(self, t0: int, cap: int = 4096, progress: Any = None, slot: int = 0) -> None:
+        self.cap = cap
+        self.ends = array("q", bytes(8 * cap))
+        self.lats = array("q", bytes(8 * cap))
+        self.sizes = array("q", bytes(8 * cap))
+        self.hist = Histogram()
+        self.tl_bytes = np.zeros(16, dtype=np.int64)
+        self.tl_ops = np.zeros(16, dtype=np.int64)
+        self.t0 = t0
+        self.bytes = 0
+        self.ops = 0
+        self.progress = progress
+        self.slot = slot
+        self.ops_pending = 0  # operations buffered by add() and not folded yet
+
+    def fold(self, n: int, size: int | None = None) -> None:
+        """Fold the first ``n`` buffered operations; ``size`` is their common size, else ``sizes`` holds them."""
+        if n:
+            ends = np.frombuffer(self.ends, dtype=np.int64, count=n)
+            self.hist.record_many(np.frombuffer(self.lats, dtype=np.int64, count=n))
+            secs = np.maximum((ends - self.t0) // NS, 0)
+            top = int(secs.max()) + 1
+            if top > len(self.tl_ops):
+                grow = max(top, 2 * len(self.tl_ops))
+                self.tl_ops = np.concatenate([self.tl_ops, np.zeros(grow - len(self.tl_ops), np.int64)])
+                self.tl_bytes = np.concatenate([self.tl_bytes, np.zeros(grow - len(self.tl_bytes), np.int64)])
+            ops = np.bincount(secs, minlength=top)
+            if size is None:
+                sizes = np.frombuffer(self.sizes, dtype=np.int64, count=n)
+                nbytes = np.bincount(secs, weights=sizes, minlength=top).astype(np.int64)
+                total = int(sizes.sum())
+            else:
+                nbytes = ops * size
+                total = n * size
+            self.tl_ops[:top] += ops
+            self.tl_bytes[:top] += nbytes
+            self.ops += n
+            self.bytes += total
+            if self.progress is not None:
+                self.progress[self.slot] += total
+                self.progress[self.slot + 1] += n
+        if STOP.is_set():
+            raise ClientStopped("stopped by the engine")
+
+    def add(self, t_start: int, t_end: int, nbytes: int = 0) -> None:
+        """Record one operation (slow path for metadata-sized loops); folds when the buffer is full."""
+        i = self.ops_pending
+        self.ends[i] = t_end
+        self.lats[i] = t_end - t_start
+        self.sizes[i] = nbytes
+        i += 1
+        if i == self.cap:
+            self.fold(i)
+            i = 0
+        self.ops_pending = i
+
+    def flush(self) -> None:
+        """Fold whatever :meth:`add` left in the buffers."""
+        self.fold(self.ops_pending)
+        self.ops_pending = 0
+
+
+@dataclass
+class PhaseRecord:
+    """One client's account of one phase: the unit stored in the ``records`` table."""
+
+    rank: int
+    host: str
+    phase: str
+    bytes: int = 0
+    ops: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    start_ns: int = 0
+    end_ns: int = 0
+    barrier_ns: int = 0
+    cpu_user: float = 0.0
+    cpu_sys: float = 0.0
+    hist: Histogram = field(default_factory=Histogram)
+    tl_bytes: list[int] = field(default_factory=list)
+    tl_ops: list[int] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_user + self.cpu_sys
+
+    def to_wire(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("rank", "host", "phase", "bytes", "ops", "errors", "start_ns", "end_ns",
+                                             "barrier_ns", "cpu_user", "cpu_sys", "tl_bytes", "tl_ops", "extra")}
+        d["hist"] = self.hist.to_dict()
+        return d
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> PhaseRecord:
+        d = dict(d)
+        d["hist"] = Histogram.from_dict(d["hist"])
+        return cls(**d)
+
+
+HOST = socket.gethostname()
+
+
+class PhaseRecorder:
+    """Times one client's phase and merges the OpLogs of its threads into a PhaseRecord."""
+
+    def __init__(self, rank: int, phase: str, progress: Any = None) -> None:
+        self.rank = rank
+        self.phase = phase
+        self.progress = progress
+        self.logs: list[OpLog] = []
+        self.errors: dict[str, int] = {}
+        self.extra: dict[str, Any] = {}
+        self.start_ns = 0
+        self.end_ns = 0
+        self._ru0: Any = None
+
+    def begin(self) -> None:
+        if self.progress is not None:
+            slot = PROGRESS_SLOTS * self.rank
+            self.progress[slot] = self.progress[slot + 1] = 0
+        self._ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        self.start_ns = time.perf_counter_ns()
+        for log in self.logs:
+            log.t0 = self.start_ns
+
+    def oplog(self, cap: int = 4096) -> OpLog:
+        """A fresh OpLog for one thread of this phase (create them before the timed region)."""
+        log = OpLog(self.start_ns, cap, self.progress, PROGRESS_SLOTS * self.rank)
+        self.logs.append(log)
+        return log
+
+    def error(self, kind: str, count: int = 1) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + count
+
+    def finish(self) -> None:
+        self.end_ns = time.perf_counter_ns()
+        self._ru1 = resource.getrusage(resource.RUSAGE_SELF)
+
+    def record(self, barrier_ns: int) -> PhaseRecord:
+        hist = Histogram.merged(log.hist for log in self.logs)
+        length = max((len(log.tl_ops) for log in self.logs), default=0)
+        tl_ops = np.zeros(length, np.int64)
+        tl_bytes = np.zeros(length, np.int64)
+        for log in self.logs:
+            tl_ops[: len(log.tl_ops)] += log.tl_ops
+            tl_bytes[: len(log.tl_bytes)] += log.tl_bytes
+        seconds = max(1, -(-(self.end_ns - self.start_ns) // NS))
+        ru0, ru1 = self._ru0, self._ru1
+        return PhaseRecord(
+            rank=self.rank, host=HOST, phase=self.phase,
+            bytes=sum(log.bytes for log in self.logs), ops=sum(log.ops for log in self.logs),
+            errors=dict(self.errors), start_ns=self.start_ns, end_ns=self.end_ns, barrier_ns=barrier_ns,
+            cpu_user=ru1.ru_utime - ru0.ru_utime, cpu_sys=ru1.ru_stime - ru0.ru_stime, hist=hist,
+            tl_bytes=tl_bytes[:seconds].tolist(), tl_ops=tl_ops[:seconds].tolist(), extra=dict(self.extra))

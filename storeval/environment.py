@@ -1,0 +1,111 @@
+"""The environment record stored with every run: the machine, the software, the targets.
+
+Numbers without their context cannot be compared; this is the context. Only
+facts are recorded, never credentials: targets are described by URL (without
+any user:password part) and driver options hold names of environment
+variables, not their values.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psutil
+
+from . import __version__
+
+LIBRARIES = ("numpy", "duckdb", "pydantic", "typer", "rich", "psutil", "obstore", "hdfs-native", "xrootd", "uproot",
+             "awkward", "mpi4py", "mpich", "plotly")
+
+
+def redact_url(url: str) -> str:
+    """A URL without user name or password."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def mount_of(path: str) -> dict[str, str]:
+    """File system type, source, mount point and options of the mount holding ``path``."""
+    if shutil.which("findmnt"):
+        try:
+            out = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE,TARGET,OPTIONS", "--target", path],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.split()
+            if len(out) >= 4:
+                return {"fstype": out[0], "source": out[1], "mountpoint": out[2], "options": out[3]}
+        except (subprocess.SubprocessError, OSError):
+            pass
+    best: dict[str, str] = {}
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            for line in f:
+                src, mnt, fstype, opts = line.split()[:4]
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best.get("mountpoint", "")):
+                    best = {"fstype": fstype, "source": src, "mountpoint": mnt, "options": opts}
+    except OSError:
+        pass
+    return best
+
+
+def library_versions() -> dict[str, str]:
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
+    """Facts about this machine, the software and the targets of ``study``."""
+    from .drivers.posix import url_path
+
+    targets: dict[str, Any] = {}
+    for name, t in study.targets.items():
+        info: dict[str, Any] = {"url": redact_url(t.url)}
+        if t.url.startswith("file://"):
+            info["mount"] = mount_of(url_path(t.url))
+        targets[name] = info
+    vm = psutil.virtual_memory()
+    uname = platform.uname()
+    return {
+        "host": socket.gethostname(),
+        "kernel": f"{uname.system} {uname.release} {uname.version}",
+        "os": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "ram_bytes": vm.total,
+        "python": sys.version.split()[0],
+        "storeval_version": __version__,
+        "libraries": library_versions(),
+        "command_line": command_line,
+        "start_time": datetime.now(timezone.utc).isoformat(),
+        "study_hash": study.hash(),
+        "targets": targets,
+    }

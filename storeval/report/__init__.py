@@ -1,0 +1,1 @@
+"""Ways to show results: terminal tables, JSON documents, progress bars."""

@@ -1,0 +1,57 @@
+"""The JSON document of a run (``--json FILE``): stable field names, only ever extended."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from ..analysis.figures import CellFigures, ConfigSummary
+from ..store import RunData
+
+
+def _iso(t: Any) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary]) -> dict[str, Any]:
+    return {
+        "storeval_version": run.storeval_version,
+        "run_id": run.run_id,
+        "status": run.status,
+        "started": _iso(run.started),
+        "finished": _iso(run.finished),
+        "command_line": run.command_line,
+        "engine": run.engine,
+        "study": run.study,
+        "study_hash": run.study_hash,
+        "environment": run.environment,
+        "cells": [{
+            "cell": cf.cell.cell_id, "target": cf.cell.target, "target_url": cf.cell.target_url,
+            "workload": cf.cell.workload, "kind": cf.cell.kind, "factors": cf.cell.factors,
+            "params": cf.cell.params, "clients": cf.cell.clients, "repetition": cf.cell.repetition,
+            "status": cf.cell.status, "error": cf.cell.error,
+            "phases": [ph.as_dict() for ph in cf.phases],
+        } for cf in cells],
+        "summary": [s.as_dict() for s in summary],
+        "events": [{**ev, "t": _iso(ev.get("t"))} for ev in run.events],
+    }
+
+
+def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` through a temporary file, so a reader never sees half a document."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".storeval-", suffix=".json", dir=directory)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,61 @@
+"""Progress bars: one per cell, showing target, workload, clients and the phase running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+
+class CellBar:
+    """The bar of one cell; the engine calls :meth:`update` a few times a second."""
+
+    def __init__(self, ui: ProgressUI | None, label: str, expected: Any) -> None:
+        self.ui, self.label, self.expected = ui, label, expected
+        self.task = ui.progress.add_task(label, total=None) if ui else None
+        self.phase: str | None = None
+
+    def update(self, phase: str, nbytes: int, ops: int) -> None:
+        if self.ui is None:
+            return
+        total_bytes, total_ops = self.expected(phase)
+        total, done = (total_bytes, nbytes) if total_bytes else (total_ops or None, ops)
+        if phase != self.phase:
+            self.phase = phase
+            self.ui.progress.reset(self.task, total=total, description=f"{self.label} · {phase}")
+        self.ui.progress.update(self.task, completed=min(done, total) if total else done)
+
+    def done(self, status: str) -> None:
+        if self.ui is None:
+            return
+        mark = {"ok": "[green]✓[/]", "failed": "[red]✗ failed[/]", "interrupted": "[yellow]interrupted[/]"}.get(status, status)
+        task = self.ui.progress.tasks[[t.id for t in self.ui.progress.tasks].index(self.task)]
+        self.ui.progress.update(self.task, description=f"{self.label} {mark}", completed=task.total or task.completed)
+
+
+class ProgressUI:
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                                 TimeElapsedColumn(), console=console, transient=False)
+
+    def __enter__(self) -> ProgressUI:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def cell(self, label: str, expected: Any) -> CellBar:
+        return CellBar(self, label, expected)
+
+
+class QuietUI:
+    def __enter__(self) -> QuietUI:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def cell(self, label: str, expected: Any) -> CellBar:
+        return CellBar(None, label, expected)

@@ -1,0 +1,114 @@
+"""Terminal tables of a run (rich), with a note under each on how its figures were measured."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis.figures import ConfigSummary
+from ..analysis.stats import Summary
+from ..spec import is_size_param
+from ..units import format_duration_ns, format_size_compact, sig
+from ..workloads import WORKLOADS
+
+HOW_MEASURED = {
+    "bandwidth": ("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
+                  "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished. "
+                  "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
+}
+
+
+def fmt_summary(s: Summary | None, scale: float = 1.0) -> str:
+    if s is None:
+        return "–"
+    if s.n > 1 and s.stderr is not None:
+        return f"{sig(s.mean * scale)} ± {sig(s.stderr * scale, 2)}"
+    return sig(s.mean * scale)
+
+
+def fmt_latency(s: Summary | None) -> str:
+    return format_duration_ns(s.mean * 1e3) if s else "–"
+
+
+def fmt_factors(kind: str, factors: dict[str, Any]) -> str:
+    model = WORKLOADS[kind].Params if kind in WORKLOADS else None
+    parts = []
+    for k, v in factors.items():
+        if k == "clients":
+            continue
+        if model is not None and k in model.model_fields and is_size_param(model, k) and isinstance(v, int):
+            v = format_size_compact(v)
+        elif isinstance(v, list):
+            v = "+".join(map(str, v))
+        parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> str:
+    """How the data moved, in words: the settings a reader must know to trust a figure."""
+    if kind != "bandwidth":
+        return ""
+    p = {k: v for k, v in params.items() if k not in exclude}
+    words = []
+    if "transfer_size" in p:
+        words.append(f"{format_size_compact(p['transfer_size'])} transfers")
+    if "file_size" in p:
+        words.append(f"{format_size_compact(p['file_size'])} per client")
+    if "direct" in p:
+        words.append("O_DIRECT" if p["direct"] else "buffered I/O (page cache)")
+    if "fsync" in p:
+        words.append("fsync before close" if p["fsync"] else "no fsync")
+    if "layout" in p:
+        words.append(p["layout"].replace("-", " "))
+    if p.get("reorder"):
+        words.append("reads of rank+1's data")
+    if p.get("iodepth", 1) > 1:
+        words.append(f"{p['iodepth']} I/Os in flight per client")
+    return ", ".join(words)
+
+
+def notes_for(s: ConfigSummary) -> str:
+    notes = []
+    failed = [st for st in s.statuses if st not in ("ok", "skipped")]
+    if s.reason:
+        notes.append(f"skipped: {s.reason}")
+    if failed:
+        notes.append(f"{len(failed)}/{len(s.statuses)} {'/'.join(sorted(set(failed)))}")
+    if s.errors:
+        notes.append("errors " + ", ".join(f"{k}×{v}" for k, v in s.errors.items()))
+    for w in s.warnings:
+        notes.append(f"⚠ {w['code']}")
+    return "; ".join(notes)
+
+
+def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
+    console = console or Console()
+    by_kind: dict[str, list[ConfigSummary]] = defaultdict(list)
+    for s in summary:
+        by_kind[s.kind].append(s)
+    for kind, rows in by_kind.items():
+        reps = max(r.repetitions for r in rows)
+        settings: dict[str, str] = {}
+        for r in rows:
+            text = describe_settings(kind, r.params, set(r.factors))
+            if text and r.workload not in settings:
+                settings[r.workload] = text
+        caption = [f"{name}: {text}." for name, text in settings.items()]
+        caption.append(HOW_MEASURED.get(kind, ""))
+        if reps > 1:
+            caption.append(f"a ± b = mean ± stderr over {reps} repetitions.")
+        table = Table(title=f"{kind} — {WORKLOADS[kind].summary}" if kind in WORKLOADS else kind,
+                      caption="\n".join(c for c in caption if c), caption_justify="left")
+        for col, justify in (("target", "left"), ("workload", "left"), ("clients", "right"), ("phase", "left"),
+                             ("MiB/s", "right"), ("stonewall", "right"), ("ops/s", "right"), ("p50", "right"),
+                             ("p99", "right"), ("notes", "left")):
+            table.add_column(col, justify=justify, overflow="fold")
+        for r in rows:
+            factors = fmt_factors(r.kind, r.factors)
+            table.add_row(r.target, r.workload + (f" {factors}" if factors else ""), str(r.clients), r.phase,
+                          fmt_summary(r.bandwidth), fmt_summary(r.stonewall), fmt_summary(r.ops_per_s),
+                          fmt_latency(r.latency_p50_us), fmt_latency(r.latency_p99_us), notes_for(r))
+        console.print(table)

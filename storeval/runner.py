@@ -1,0 +1,158 @@
+"""Runs a planned study: cell by cell, through an engine, into the results store.
+
+The coordinator owns the scratch space: ``storeval-<run id>/`` under each
+target's path, one ``cell-NNNN/`` directory per cell. After every cell —
+finished, failed or interrupted — it asks the workload to remove whatever the
+cell may have left and removes the cell directory; at the end it removes the
+run directory. It removes nothing it did not create: names are storeval's own,
+and directories are removed only when empty.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from . import __version__
+from .drivers import Driver, join, make_driver
+from .engine.clients import make_job
+from .engine.local import CellOutcome, LocalEngine
+from .environment import collect_environment
+from .errors import StorevalError, one_line
+from .plan import Cell
+from .spec import Study
+from .store import Store, now
+from .workloads import make_workload
+
+
+def new_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str  # ok | failed | interrupted
+    cells: int
+    failed: int
+
+
+class Runner:
+    def __init__(self, study: Study, cells: list[Cell], store: Store, *, command_line: str, ui: Any,
+                 engine: Any = None, run_id: str | None = None) -> None:
+        self.study, self.cells, self.store, self.ui = study, cells, store, ui
+        self.command_line = command_line
+        self.engine = engine or LocalEngine()
+        self.run_id = run_id or new_run_id()
+        self.scratch = f"storeval-{self.run_id}"
+        self.drivers: dict[str, Driver] = {}
+        self.connect_errors: dict[str, str] = {}
+        self.events: list[dict[str, Any]] = []
+
+    # -- targets ---------------------------------------------------------------------------------------
+    def _driver(self, cell: Cell) -> Driver:
+        name = cell.target.name
+        if name in self.connect_errors:
+            raise StorevalError(self.connect_errors[name])
+        if name not in self.drivers:
+            driver = make_driver(cell.target.url, cell.target.options)
+            try:
+                driver.connect()
+                driver.ensure_dir(self.scratch)
+            except Exception as e:  # noqa: BLE001 - a target that is down fails its cells, not the run
+                self.connect_errors[name] = f"target {name} ({cell.target.url}): {one_line(e)}"
+                raise StorevalError(self.connect_errors[name]) from e
+            self.drivers[name] = driver
+        return self.drivers[name]
+
+    def _release_targets(self) -> None:
+        for name, driver in self.drivers.items():
+            if not driver.rmdir_quietly(self.scratch):
+                self.events.append({"kind": "warning", "message": f"could not remove {self.scratch} on {name}: not empty"})
+            try:
+                driver.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -- one cell ----------------------------------------------------------------------------------------
+    def run_cell(self, cell: Cell) -> CellOutcome:
+        started = now()
+        wl = make_workload(cell.kind, cell.params)
+        planned = wl.phases()
+        bar = self.ui.cell(cell.label, lambda ph: wl.expected(ph, cell.clients))
+        skips: dict[str, str] = {}
+        cell_dir = join(self.scratch, f"cell-{cell.index:04d}")
+        driver: Driver | None = None
+        try:
+            driver = self._driver(cell)
+            skips = wl.skipped(driver.caps)
+            to_run = [ph for ph in planned if ph not in skips]
+            if to_run:
+                driver.ensure_dir(cell_dir)
+                job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
+                               cell_dir=cell_dir, phases=to_run, seed=cell.index)
+                outcome = self.engine.run_cell(job, cell.clients, to_run, cell.phase_timeout, bar.update)
+            else:
+                outcome = CellOutcome(status="ok")
+        except KeyboardInterrupt:
+            outcome = CellOutcome(status="interrupted", error="interrupted by the user (Ctrl-C)")
+        except Exception as e:  # noqa: BLE001 - one cell's failure must not stop the others
+            outcome = CellOutcome(status="failed", error=one_line(e))
+        finally:
+            if driver is not None:
+                self._clean_cell(wl, driver, cell, cell_dir)
+        phases = []
+        for ph in planned:
+            if ph in skips:
+                phases.append((ph, "skipped", skips[ph]))
+            elif ph in outcome.complete_phases:
+                phases.append((ph, "ok", None))
+            elif ph == outcome.failed_phase:
+                phases.append((ph, outcome.status, outcome.error))
+            else:
+                phases.append((ph, "not-run", None))
+        events = outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
+                                   if outcome.status == "failed" and not outcome.events else [])
+        self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,
+                              phases=phases, records=outcome.records, events=events)
+        bar.done(outcome.status)
+        return outcome
+
+    def _clean_cell(self, wl: Any, driver: Driver, cell: Cell, cell_dir: str) -> None:
+        try:
+            wl.cell_cleanup(driver, cell_dir, cell.clients)
+            if not driver.rmdir_quietly(cell_dir) and driver.exists(cell_dir):
+                self.events.append({"kind": "warning", "cell": cell.index,
+                                    "message": f"could not remove {cell_dir} on {cell.target.name}: not empty"})
+        except Exception as e:  # noqa: BLE001
+            self.events.append({"kind": "warning", "cell": cell.index,
+                                "message": f"cleanup of {cell_dir} on {cell.target.name} failed: {one_line(e)}"})
+
+    # -- the run ---------------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        env = collect_environment(self.study, self.command_line)
+        self.store.begin_run(self.run_id, study=self.study.resolved(), study_hash=self.study.hash(),
+                             version=__version__, command_line=self.command_line, source=self.study.source,
+                             engine=self.engine.name, environment=env)
+        status, failed = "ok", 0
+        try:
+            with self.ui:
+                for cell in self.cells:
+                    outcome = self.run_cell(cell)
+                    if outcome.status == "failed":
+                        failed += 1
+                    if outcome.status == "interrupted":
+                        status = "interrupted"
+                        break
+        except KeyboardInterrupt:
+            status = "interrupted"
+        finally:
+            self._release_targets()
+            if self.events:
+                self.store.add_events(self.run_id, self.events)
+            if status == "ok" and failed:
+                status = "failed"
+            self.store.end_run(self.run_id, status)
+        return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed)

@@ -1,0 +1,427 @@
+"""Study specification: YAML (plus command-line overrides) to a validated :class:`Study`.
+
+A study names targets (name -> URL + driver options), workloads (name -> kind
+-> parameters), the number of clients, and repetitions. Any workload
+parameter may be a list, which makes it a factor to sweep (a list-valued
+parameter such as ``phases`` sweeps when given a list of lists). Every mistake
+becomes one :class:`InputError` line naming the YAML path, the bad value and
+what is expected; unknown keys are errors so typos cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import os
+import typing
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from .drivers import driver_class, normalize_url
+from .errors import InputError
+from .units import UnitError, parse_duration
+from .workloads import WORKLOADS
+from .workloads.base import Params
+
+TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description")
+TARGET_KEYS = ("url", "description")
+DEFAULT_PHASE_TIMEOUT = 3600.0
+
+# The study `storeval run` runs when given nothing: quick, honest (O_DIRECT where the file system allows it).
+DEFAULT_WORKLOADS: dict[str, dict[str, dict[str, Any]]] = {
+    "bandwidth": {"bandwidth": {"file_size": "256MiB", "transfer_size": "1MiB",
+                                "phases": ["write", "read", "randread"], "direct": True}},
+}
+DEFAULT_CLIENTS = [1, 2]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One workload with its fixed parameters and the values of each swept parameter."""
+
+    name: str
+    kind: str
+    fixed: dict[str, Any]
+    sweeps: dict[str, list[Any]]
+    combos: list[dict[str, Any]]  # every validated parameter set, in sweep order
+
+    def as_dict(self) -> dict[str, Any]:
+        return {self.kind: {**self.fixed, **self.sweeps}}
+
+
+@dataclass(frozen=True)
+class Study:
+    targets: dict[str, TargetSpec]
+    workloads: dict[str, WorkloadSpec]
+    clients: list[int]
+    repetitions: int
+    phase_timeout: float
+    source: str | None = None
+    description: str | None = None
+
+    def resolved(self) -> dict[str, Any]:
+        """The fully resolved study, JSON-able (stored with every run, hashed for identity)."""
+        return {
+            "targets": {n: {"url": t.url, **t.options} for n, t in self.targets.items()},
+            "workloads": {n: w.as_dict() for n, w in self.workloads.items()},
+            "clients": list(self.clients),
+            "repetitions": self.repetitions,
+            "phase_timeout": self.phase_timeout,
+            **({"description": self.description} if self.description else {}),
+        }
+
+    def hash(self) -> str:
+        blob = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# -- error messages -----------------------------------------------------------------------------
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _suggest(word: str, choices: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(choices))}"
+
+
+def _where(prefix: str, loc: tuple) -> str:
+    out = prefix
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _reason(err: dict[str, Any]) -> str:
+    kind, msg, ctx = err["type"], err["msg"], err.get("ctx") or {}
+    if kind in ("value_error", "assertion_error"):
+        return msg.split(", ", 1)[1] if ", " in msg else msg
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "is not a whole number"
+    if kind in ("bool_parsing", "bool_type"):
+        return "is not true or false"
+    if kind in ("float_parsing", "float_type"):
+        return "is not a number"
+    if kind in ("string_type",):
+        return "is not a string"
+    if kind == "literal_error":
+        return f"is not one of {ctx.get('expected', '')}".replace("'", "")
+    if kind in ("list_type",):
+        return "is not a list"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "is not a mapping of keys to values"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx.get('ge')}"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx.get('le')}"
+    if kind == "greater_than":
+        return f"must be more than {ctx.get('gt')}"
+    return msg[0].lower() + msg[1:] if msg else kind
+
+
+def pydantic_error(exc: ValidationError, prefix: str, known: typing.Iterable[str] = ()) -> InputError:
+    """The first error of ``exc`` as one line under the YAML path ``prefix``."""
+    errs = exc.errors()
+    err = errs[0]
+    where = _where(prefix, tuple(err["loc"]))
+    more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+    if err["type"] == "extra_forbidden":
+        key = str(err["loc"][-1])
+        return InputError(f"{where}: unknown key ({_suggest(key, known)}){more}")
+    if err["type"] == "missing":
+        return InputError(f"{where}: missing (it is required){more}")
+    if err["type"] in ("value_error",) and not err["loc"]:
+        return InputError(f"{where}: {_reason(err)}{more}")
+    return InputError(f"{where}: {_show(err.get('input'))} {_reason(err)}{more}")
+
+
+# -- parameters and sweeps -------------------------------------------------------------------------
+def _field_type(model: type[Params], key: str) -> Any:
+    info = model.model_fields[key]
+    return typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+@lru_cache(maxsize=None)
+def _adapter(model: type[Params], key: str) -> TypeAdapter:
+    return TypeAdapter(_field_type(model, key))
+
+
+def is_list_param(model: type[Params], key: str) -> bool:
+    ann = model.model_fields[key].annotation
+    return typing.get_origin(ann) is list
+
+
+def is_size_param(model: type[Params], key: str) -> bool:
+    """Whether a parameter is a size (shown as 64MiB rather than 67108864)."""
+    from .workloads.base import _size
+
+    return any(getattr(m, "func", None) is _size for m in model.model_fields[key].metadata)
+
+
+def _is_sweep(model: type[Params], key: str, value: Any) -> bool:
+    if is_list_param(model, key):
+        return isinstance(value, list) and bool(value) and all(isinstance(v, list) for v in value)
+    return isinstance(value, list)
+
+
+def _validate_value(model: type[Params], key: str, value: Any, where: str) -> Any:
+    try:
+        v = _adapter(model, key).validate_python(value)
+        return _adapter(model, key).dump_python(v, mode="json")
+    except ValidationError as e:
+        raise pydantic_error(e, where) from None
+
+
+def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str) -> WorkloadSpec:
+    model = WORKLOADS[kind].Params
+    fixed: dict[str, Any] = {}
+    sweeps: dict[str, list[Any]] = {}
+    for key, value in raw.items():
+        if key not in model.model_fields:
+            raise InputError(f"{where}.{key}: unknown parameter of {kind} ({_suggest(key, model.model_fields)})")
+        if _is_sweep(model, key, value):
+            if not value:
+                raise InputError(f"{where}.{key}: is an empty list (give a value, or a list of values to sweep)")
+            sweeps[key] = [_validate_value(model, key, v, f"{where}.{key}[{i}]") for i, v in enumerate(value)]
+        else:
+            fixed[key] = _validate_value(model, key, value, f"{where}.{key}")
+    combos = []
+    for values in itertools.product(*sweeps.values()):
+        combo = dict(zip(sweeps, values))
+        try:
+            params = model.model_validate({**fixed, **combo})
+        except ValidationError as e:
+            err = pydantic_error(e, where)
+            with_ = ", ".join(f"{k}={_show(v)}" for k, v in combo.items())
+            raise InputError(f"{err}{f' (with {with_})' if with_ else ''}") from None
+        combos.append(params.model_dump(mode="json"))
+    return WorkloadSpec(name=name, kind=kind, fixed=fixed, sweeps=sweeps, combos=combos)
+
+
+def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, Any]]:
+    kinds = ", ".join(sorted(WORKLOADS))
+    if isinstance(entry, str):
+        entry = {entry: {}}
+    if not isinstance(entry, dict) or len(entry) != 1:
+        raise InputError(f"{where}: {_show(entry)} is not a workload (write {name}: {{KIND: {{parameters}}}} with KIND one of {kinds})")
+    kind, params = next(iter(entry.items()))
+    if kind not in WORKLOADS:
+        raise InputError(f"{where}: unknown workload kind '{kind}' ({_suggest(str(kind), WORKLOADS)})")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InputError(f"{where}.{kind}: {_show(params)} is not a mapping of parameters")
+    return kind, dict(params)
+
+
+# -- targets --------------------------------------------------------------------------------------
+def make_target(name: str, entry: Any, where: str) -> TargetSpec:
+    if isinstance(entry, str):
+        entry = {"url": entry}
+    if not isinstance(entry, dict):
+        raise InputError(f"{where}: {_show(entry)} is not a target (write {name}: {{url: file:///path}})")
+    if "url" not in entry:
+        raise InputError(f"{where}.url: missing (every target needs a URL such as file:///mnt/lustre/x or s3://bucket/prefix)")
+    url = entry["url"]
+    if not isinstance(url, str) or not url.strip():
+        raise InputError(f"{where}.url: {_show(url)} is not a URL (e.g. file:///mnt/lustre/x)")
+    url = normalize_url(url.strip())
+    try:
+        cls = driver_class(url)
+    except InputError as e:
+        raise InputError(f"{where}.url: {e}") from None
+    raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS}
+    try:
+        options = cls.Options.model_validate(raw_opts)
+    except ValidationError as e:
+        raise pydantic_error(e, where, known=[*TARGET_KEYS, *cls.Options.model_fields]) from None
+    try:
+        cls.check_url(url, options)
+    except InputError as e:
+        raise InputError(f"{where}.url: {e}") from None
+    return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True))
+
+
+def _target_name(url: str, taken: typing.Container[str]) -> str:
+    name = url[len("file://"):] if url.startswith("file://") else url
+    base, i = name, 2
+    while name in taken:
+        name, i = f"{base}#{i}", i + 1
+    return name
+
+
+# -- the whole study -------------------------------------------------------------------------------
+def read_yaml(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        raise InputError(f"study file {path} does not exist (check the path)")
+    if os.path.isdir(path):
+        raise InputError(f"study file {path} is a directory (give a YAML file)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise InputError(f"{path}{at}: not valid YAML ({e.problem}; check indentation and quoting)") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not valid YAML ({type(e).__name__}); check the file") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: the study must be a mapping with keys such as targets and workloads, not {type(data).__name__}")
+    return data
+
+
+def parse_int_list(text: Any, where: str) -> list[int]:
+    items = text if isinstance(text, list) else [text] if isinstance(text, int) else str(text).split(",")
+    out: list[int] = []
+    for item in items:
+        try:
+            if isinstance(item, bool):
+                raise ValueError
+            n = int(str(item).strip())
+        except ValueError:
+            raise InputError(f"{where}: {_show(item)} is not a whole number of clients (e.g. 1,2,4)") from None
+        if n < 1:
+            raise InputError(f"{where}: {n} is not a number of clients (at least 1)")
+        if n not in out:
+            out.append(n)
+    if not out:
+        raise InputError(f"{where}: no client counts given (e.g. 1,2,4)")
+    return out
+
+
+def _split_set(item: str) -> tuple[str, str]:
+    if "=" not in item:
+        raise InputError(f"--set {item}: expected KEY=VALUE (e.g. --set file_size=64MiB)")
+    key, value = item.split("=", 1)
+    if not key.strip():
+        raise InputError(f"--set {item}: the key is empty (e.g. --set file_size=64MiB)")
+    return key.strip(), value.strip()
+
+
+def _parse_set_value(model: type[Params], key: str, text: str) -> Any:
+    """A --set value: YAML scalar or flow list; a bare comma list sweeps (or is the list of a list parameter)."""
+    try:
+        value = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError:
+        value = text
+    if isinstance(value, str) and "," in value:
+        parts = []
+        for part in value.split(","):
+            try:
+                parts.append(yaml.safe_load(part.strip()))
+            except yaml.YAMLError:
+                parts.append(part.strip())
+        value = parts
+    if is_list_param(model, key) and not isinstance(value, list):
+        value = [value]
+    return value
+
+
+def load_study(path: str | None = None, *, targets: list[str] | None = None, workloads: list[str] | None = None,
+               sets: list[str] | None = None, clients: str | None = None, repetitions: int | None = None,
+               phase_timeout: str | None = None, default_dir: str | None = None) -> Study:
+    """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
+    raw = read_yaml(path) if path else {}
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise InputError(f"{key}: unknown key ({_suggest(str(key), TOP_KEYS)})")
+
+    # targets
+    raw_targets = raw.get("targets") or {}
+    if not isinstance(raw_targets, dict):
+        raise InputError(f"targets: {_show(raw_targets)} is not a mapping of target names to URLs")
+    study_targets = {str(n): make_target(str(n), e, f"targets.{n}") for n, e in raw_targets.items()}
+    chosen_targets: dict[str, TargetSpec] = {}
+    for item in targets or []:
+        if item in study_targets:
+            chosen_targets[item] = study_targets[item]
+        else:
+            url = normalize_url(item)
+            name = _target_name(url, chosen_targets)
+            chosen_targets[name] = make_target(name, {"url": url}, f"--target {item}")
+    if not targets:
+        chosen_targets = study_targets
+    if not chosen_targets:
+        if path:
+            raise InputError(f"{path}: no targets (add targets: {{name: {{url: file:///path}}}} or use --target URL)")
+        here = default_dir or os.getcwd()
+        chosen_targets = {"cwd": make_target("cwd", {"url": normalize_url(here)}, "current directory")}
+
+    # workloads
+    raw_workloads = raw.get("workloads") or {}
+    if not isinstance(raw_workloads, dict):
+        raise InputError(f"workloads: {_show(raw_workloads)} is not a mapping of workload names to kinds")
+    entries = {str(n): _workload_entry(str(n), e, f"workloads.{n}") for n, e in raw_workloads.items()}
+    where_of = {n: f"workloads.{n}" for n in entries}
+    if workloads:
+        selected = {}
+        for item in workloads:
+            if item in entries:
+                selected[item] = entries[item]
+            elif item in WORKLOADS:
+                selected[item] = (item, {})
+                where_of[item] = f"--workload {item}"
+            else:
+                names = ", ".join(sorted(entries)) or "none"
+                raise InputError(f"--workload {item}: not a workload of the study ({names}) nor a kind "
+                                 f"({_suggest(item, [*entries, *WORKLOADS])})")
+        entries = selected
+    elif not entries:
+        if path:
+            raise InputError(f"{path}: defines no workloads (add --workload KIND, KIND one of {', '.join(sorted(WORKLOADS))})")
+        entries = {n: _workload_entry(n, e, n) for n, e in DEFAULT_WORKLOADS.items()}
+        where_of = {n: f"default workload {n}" for n in entries}
+
+    for item in sets or []:
+        key, text = _split_set(item)
+        applied = False
+        for name, (kind, params) in entries.items():
+            model = WORKLOADS[kind].Params
+            if key in model.model_fields:
+                params[key] = _parse_set_value(model, key, text)
+                applied = True
+        if not applied:
+            known = sorted({k for kind, _ in entries.values() for k in WORKLOADS[kind].Params.model_fields})
+            raise InputError(f"--set {key}: no selected workload has this parameter ({_suggest(key, known)})")
+
+    specs = {n: expand_workload(n, kind, params, where_of[n]) for n, (kind, params) in entries.items()}
+
+    # factors and engine settings
+    if clients is not None:
+        client_counts = parse_int_list(clients, "--clients")
+    elif "clients" in raw:
+        client_counts = parse_int_list(raw["clients"], "clients")
+    else:
+        client_counts = list(DEFAULT_CLIENTS) if not path else [1]
+    reps = repetitions if repetitions is not None else raw.get("repetitions", 1)
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        where = "--repetitions" if repetitions is not None else "repetitions"
+        raise InputError(f"{where}: {_show(reps)} is not a number of repetitions (a whole number, at least 1)")
+    timeout_raw = phase_timeout if phase_timeout is not None else raw.get("phase_timeout", DEFAULT_PHASE_TIMEOUT)
+    try:
+        timeout = parse_duration(timeout_raw)
+    except UnitError as e:
+        where = "--phase-timeout" if phase_timeout is not None else "phase_timeout"
+        raise InputError(f"{where}: {_show(timeout_raw)} {e}") from None
+    if timeout <= 0:
+        raise InputError("phase_timeout: must be more than 0 seconds (e.g. 30m)")
+    description = raw.get("description")
+    return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
+                 phase_timeout=timeout, source=os.path.abspath(path) if path else None,
+                 description=str(description) if description is not None else None)

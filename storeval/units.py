@@ -1,0 +1,142 @@
+"""Sizes, rates and durations as people write them in studies, and back.
+
+Binary and decimal units are kept apart on purpose: ``32MB`` is 32,000,000
+bytes and ``32MiB`` is 33,554,432. A bare letter (``4k``, ``1M``) follows
+fio and IOZone and means the binary unit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-z]*)\s*$")
+
+_SIZE_UNITS: dict[str, int] = {"": 1, "b": 1}
+for _i, _p in enumerate("kmgtpe", start=1):
+    _SIZE_UNITS[_p] = 1024**_i
+    _SIZE_UNITS[_p + "ib"] = 1024**_i
+    _SIZE_UNITS[_p + "b"] = 1000**_i
+
+_BIT_UNITS: dict[str, int] = {"bit": 1, "bps": 1}
+for _i, _p in enumerate("kmgt", start=1):
+    _BIT_UNITS[_p + "bit"] = 1000**_i
+    _BIT_UNITS[_p + "bps"] = 1000**_i
+    _BIT_UNITS[_p + "ibit"] = 1024**_i
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "": 1.0}
+
+SIZE_HINT = "e.g. 4KiB, 1MiB, 1.5GiB, 32MB"
+
+
+class UnitError(ValueError):
+    """A value that is not a size, rate or duration; the message says what to write instead."""
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``4k``, ``4KiB``, ``1.5GiB``, ``32MB`` or a plain integer."""
+    if isinstance(value, bool):
+        raise UnitError(f"is not a size ({SIZE_HINT})")
+    if isinstance(value, int):
+        if value < 0:
+            raise UnitError("is negative (a size is 0 or more bytes)")
+        return value
+    if isinstance(value, float):
+        if value < 0 or not value.is_integer():
+            raise UnitError(f"is not a whole number of bytes ({SIZE_HINT})")
+        return int(value)
+    if not isinstance(value, str):
+        raise UnitError(f"is not a size ({SIZE_HINT})")
+    m = _SIZE_RE.match(value)
+    if not m:
+        lead = re.match(rf"^\s*{_NUMBER}", value)
+        hint = f"try {lead.group(1)}MiB" if lead else SIZE_HINT
+        raise UnitError(f"is not a size ({hint})")
+    number, unit = m.group(1), m.group(2).lower()
+    if unit not in _SIZE_UNITS:
+        raise UnitError(f"is not a size (try {number}MiB)")
+    scaled = float(number) * _SIZE_UNITS[unit]
+    if not math.isfinite(scaled) or not scaled.is_integer():
+        raise UnitError(f"is not a whole number of bytes ({SIZE_HINT})")
+    return int(scaled)
+
+
+def parse_rate(value: object) -> float:
+    """Bytes per second from ``10Gbit``, ``10Gbit/s``, ``3GB/s``, ``800MiB/s`` or a number of bytes/s."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value <= 0:
+            raise UnitError("is not a positive rate (e.g. 10Gbit, 3GB/s)")
+        return float(value)
+    if not isinstance(value, str):
+        raise UnitError("is not a rate (e.g. 10Gbit, 3GB/s)")
+    text = value.strip()
+    if text.lower().endswith("/s"):
+        text = text[:-2]
+    m = _SIZE_RE.match(text)
+    if m:
+        number, unit = float(m.group(1)), m.group(2).lower()
+        if unit in _BIT_UNITS:
+            rate = number * _BIT_UNITS[unit] / 8
+        elif unit in _SIZE_UNITS:
+            rate = number * _SIZE_UNITS[unit]
+        else:
+            rate = -1.0
+        if rate > 0:
+            return rate
+    raise UnitError("is not a rate (e.g. 10Gbit, 3GB/s, 800MiB/s)")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``30``, ``30s``, ``100ms``, ``5m``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise UnitError("is negative (e.g. 30s, 100ms)")
+        return float(value)
+    if isinstance(value, str):
+        m = re.match(rf"^\s*{_NUMBER}\s*([a-z]*)\s*$", value.strip().lower())
+        if m and m.group(2) in _DURATION_UNITS:
+            return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    raise UnitError("is not a duration (e.g. 30s, 100ms, 5m)")
+
+
+def format_size(n: float) -> str:
+    """``67108864`` -> ``64 MiB``; exact binary multiples print without decimals."""
+    n = float(n)
+    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v.is_integer() else f"{v:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_size_compact(n: int) -> str:
+    """``1048576`` -> ``1MiB`` when exact, for labels and factor values."""
+    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def sig(x: float | None, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits, no scientific notation for everyday magnitudes."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if x == 0:
+        return "0"
+    mag = math.floor(math.log10(abs(x)))
+    if mag >= digits - 1:
+        return f"{x:,.0f}"
+    decimals = max(0, digits - 1 - mag)
+    return f"{x:.{decimals}f}"
+
+
+def format_duration_ns(ns: float) -> str:
+    """Latency in the unit that keeps three significant digits readable."""
+    if ns < 1e3:
+        return f"{sig(ns)} ns"
+    if ns < 1e6:
+        return f"{sig(ns / 1e3)} µs"
+    if ns < 1e9:
+        return f"{sig(ns / 1e6)} ms"
+    return f"{sig(ns / 1e9)} s"

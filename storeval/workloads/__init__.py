@@ -1,0 +1,17 @@
+"""Workloads by kind."""
+
+from __future__ import annotations
+
+from .bandwidth import Bandwidth
+from .base import ClientContext, Params, Workload
+
+WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth,)}
+
+
+def make_workload(kind: str, params: dict) -> Workload:
+    """Build a workload from already validated parameters (a dict as stored in the plan)."""
+    cls = WORKLOADS[kind]
+    return cls(cls.Params.model_validate(params))
+
+
+__all__ = ["WORKLOADS", "make_workload", "Workload", "Params", "ClientContext"]

@@ -1,0 +1,289 @@
+"""Bandwidth workload: what IOZone and IOR measure.
+
+Each client writes and reads ``file_size`` bytes in ``transfer_size`` pieces,
+either in a file of its own or in its own contiguous segment of one shared
+file (IOR without ``-F``). Phases run in the order of :data:`PHASES`. Open,
+every transfer, the optional fsync and close are inside the timed region, as
+in IOR. Random phases touch every block exactly once, in an order drawn before
+the phase starts. ``iodepth`` threads per client keep that many operations in
+flight (the GIL is released during ``preadv``/``pwritev``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from ..drivers.base import Capabilities, Driver, join
+from ..engine.records import STOP, ClientStopped, OpLog, PhaseRecorder, fold_cap
+from ..errors import DirectIOUnsupported, StorevalError, VerifyError, error_kind, one_line
+from ..units import format_size
+from .base import ClientContext, Params, Size, Workload
+from .payload import Payload, aligned_buffer
+
+PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
+WRITES = frozenset({"write", "rewrite", "randwrite"})
+RANDOM = frozenset({"randread", "randwrite"})
+Phase = Literal["write", "rewrite", "read", "reread", "randread", "randwrite"]
+
+
+class BandwidthParams(Params):
+    file_size: Size = 256 << 20
+    transfer_size: Size = 1 << 20
+    phases: list[Phase] = ["write", "read"]
+    layout: Literal["file-per-client", "shared-file"] = "file-per-client"
+    direct: bool = False
+    fsync: bool = True
+    reorder: bool = False
+    iodepth: Annotated[int, Field(ge=1, le=1024)] = 1
+    random_seed: int = 0
+    verify: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BandwidthParams:
+        ts, fs = self.transfer_size, self.file_size
+        if ts <= 0:
+            raise ValueError("transfer_size must be at least 1 byte")
+        if fs < ts or fs % ts:
+            raise ValueError(f"file_size {format_size(fs)} is not a whole number of transfers of "
+                             f"{format_size(ts)} (make file_size a multiple of transfer_size)")
+        if self.direct and ts % 512:
+            raise ValueError(f"direct I/O needs transfer_size to be a multiple of 512 bytes, not {ts} (try 4KiB)")
+        if not self.phases:
+            raise ValueError(f"phases is empty (choose from {', '.join(PHASES)})")
+        if len(set(self.phases)) != len(self.phases):
+            raise ValueError("phases lists a phase twice (each runs once, in the order write, rewrite, read, "
+                             "reread, randread, randwrite)")
+        return self
+
+
+class ShortTransfer(OSError):
+    def __init__(self, got: int, wanted: int) -> None:
+        super().__init__(f"short transfer: {got} of {wanted} bytes")
+
+
+class IOFailure(StorevalError):
+    """An operation failed; carries the offset and the underlying error's kind."""
+
+    def __init__(self, offset: int, exc: BaseException) -> None:
+        self.offset, self.kind = offset, ("short-transfer" if isinstance(exc, ShortTransfer) else error_kind(exc))
+        super().__init__(f"at offset {offset}: {one_line(exc)}")
+
+
+def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None) -> None:
+    """The hot loop: one ``io(bufs, offset)`` per offset, timed into ``log``; nothing allocated per op."""
+    clock = time.perf_counter_ns
+    ends, lats, cap = log.ends, log.lats, log.cap
+    i = 0
+    off = -1
+    try:
+        if stamp is not None:
+            add, tags, view = stamp
+            for off in offsets:
+                add(tags, off, out=view)
+                t0 = clock()
+                n = io(bufs, off)
+                t1 = clock()
+                if n != size:
+                    raise ShortTransfer(n, size)
+                ends[i] = t1
+                lats[i] = t1 - t0
+                i += 1
+                if i == cap:
+                    log.fold(i, size)
+                    i = 0
+        elif check is not None:
+            buf = bufs[0]
+            for off in offsets:
+                t0 = clock()
+                n = io(bufs, off)
+                t1 = clock()
+                if n != size:
+                    raise ShortTransfer(n, size)
+                bad = check(buf, off)
+                if bad >= 0:
+                    raise VerifyError(f"verify failed: byte {off + bad} differs from what was written")
+                ends[i] = t1
+                lats[i] = t1 - t0
+                i += 1
+                if i == cap:
+                    log.fold(i, size)
+                    i = 0
+        else:
+            for off in offsets:
+                t0 = clock()
+                n = io(bufs, off)
+                t1 = clock()
+                if n != size:
+                    raise ShortTransfer(n, size)
+                ends[i] = t1
+                lats[i] = t1 - t0
+                i += 1
+                if i == cap:
+                    log.fold(i, size)
+                    i = 0
+    except ClientStopped:
+        raise
+    except Exception as e:
+        log.fold(i, size)
+        raise IOFailure(off, e) from e
+    log.fold(i, size)
+
+
+def run_threads(jobs: list[tuple]) -> None:
+    """Run ``run_ops`` jobs, one thread each; the first real failure stops the others and is raised."""
+    if len(jobs) == 1:
+        run_ops(*jobs[0])
+        return
+    failures: list[BaseException] = []
+
+    def work(job: tuple) -> None:
+        try:
+            run_ops(*job)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            failures.append(e)
+            STOP.set()
+
+    threads = [threading.Thread(target=work, args=(job,), daemon=True) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    real = [e for e in failures if not isinstance(e, ClientStopped)]
+    if real:
+        raise real[0]
+    if failures:
+        raise failures[0]
+
+
+class Bandwidth(Workload):
+    kind = "bandwidth"
+    Params = BandwidthParams
+    PHASES = PHASES
+    summary = "sequential and random reads and writes of large files (IOZone, IOR)"
+    p: BandwidthParams
+
+    # -- coordinator side -----------------------------------------------------------------------
+    def skipped(self, caps: Capabilities) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for ph in self.phases():
+            if self.p.layout == "shared-file" and not caps.shared_write:
+                out[ph] = "target cannot let several clients write one shared file"
+            elif ph in ("rewrite", "randwrite") and not caps.random_write:
+                out[ph] = "target cannot write into an existing file (no random writes)"
+        return out
+
+    def expected(self, phase: str, nclients: int) -> tuple[int, int]:
+        return nclients * self.p.file_size, nclients * (self.p.file_size // self.p.transfer_size)
+
+    def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
+        for name in [f"bw.{k}" for k in range(nclients)] + ["bw.shared"]:
+            driver.remove_quietly(join(cell_dir, name))
+
+    # -- where data lives -----------------------------------------------------------------------
+    def _path(self, c: ClientContext, owner: int) -> str:
+        name = "bw.shared" if self.p.layout == "shared-file" else f"bw.{owner}"
+        return join(c.cell_dir, name)
+
+    def _base(self, owner: int) -> int:
+        return owner * self.p.file_size if self.p.layout == "shared-file" else 0
+
+    def _owner(self, c: ClientContext, phase: str) -> int:
+        """Whose file or segment this client touches: its own, or rank+1's for reads with ``reorder``."""
+        if phase in WRITES or not self.p.reorder:
+            return c.rank
+        return (c.rank + 1) % c.nclients
+
+    def _offsets(self, c: ClientContext, phase: str, owner: int) -> list:
+        """Per-thread offset sequences; random orders are drawn here, before the timed region."""
+        p = self.p
+        ts, depth, base = p.transfer_size, p.iodepth, self._base(owner)
+        if phase not in RANDOM:
+            return [range(base + j * ts, base + p.file_size, ts * depth) for j in range(depth)]
+        rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase)])
+        order = rng.permutation(p.file_size // ts).astype(np.int64) * ts + base
+        flat = array("q", order.tobytes())
+        return [flat[j::depth] for j in range(depth)]
+
+    # -- client side ------------------------------------------------------------------------------
+    def prepare(self, c: ClientContext) -> None:
+        p, st = self.p, c.state
+        depth, ts = p.iodepth, p.transfer_size
+        mine = Payload(ts, c.rank, p.random_seed)
+        st["write_bufs"] = [mine.write_buffer() for _ in range(depth)]
+        st["read_bufs"] = [aligned_buffer(ts) for _ in range(depth)]
+        st["direct"] = p.direct
+        chosen = self.phases()
+        st["offsets"] = {ph: self._offsets(c, ph, self._owner(c, ph)) for ph in chosen}
+        if p.verify:
+            reader_of = {ph: self._owner(c, ph) for ph in chosen if ph not in WRITES}
+            st["checkers"] = {owner: [Payload(ts, owner, p.random_seed).checker() for _ in range(depth)]
+                              for owner in set(reader_of.values())}
+        if chosen[0] not in ("write", "randwrite"):  # the first phase needs data that is already there
+            self._prefill(c)
+
+    def _open(self, c: ClientContext, path: str, mode: str, rec: PhaseRecorder | None):
+        st = c.state
+        if st["direct"]:
+            try:
+                return c.driver.open(path, mode, direct=True)
+            except DirectIOUnsupported as e:
+                st["direct"] = False
+                st["direct_refused"] = str(e)
+        if rec is not None and "direct_refused" in st:
+            c.warn(rec, "direct-refused", f"{st['direct_refused']}; this phase ran with buffered I/O")
+        return c.driver.open(path, mode)
+
+    def _prefill(self, c: ClientContext) -> None:
+        """Lay out this client's data, untimed, when the first phase reads or rewrites it."""
+        p, st = self.p, c.state
+        h = self._open(c, self._path(c, c.rank), "w", None)
+        try:
+            io = c.driver.writer(h)
+            base = self._base(c.rank)
+            buf, stamp = st["write_bufs"][0]
+            run_ops(io, [buf], range(base, base + p.file_size, p.transfer_size),
+                    OpLog(0, fold_cap(p.transfer_size)), p.transfer_size, stamp)
+            if c.driver.caps.fsync:
+                c.driver.fsync(h)
+        finally:
+            c.driver.close(h)
+
+    def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        p, st = self.p, c.state
+        write = phase in WRITES
+        owner = self._owner(c, phase)
+        path = self._path(c, owner)
+        cap = fold_cap(p.transfer_size)
+        logs = [rec.oplog(cap) for _ in range(p.iodepth)]
+        h = self._open(c, path, "w" if write else "r", rec)
+        try:
+            io = c.driver.writer(h) if write else c.driver.reader(h)
+            jobs = []
+            for j, offsets in enumerate(st["offsets"][phase]):
+                if write:
+                    buf, stamp = st["write_bufs"][j]
+                    jobs.append((io, [buf], offsets, logs[j], p.transfer_size, stamp, None))
+                else:
+                    check = st["checkers"][owner][j] if p.verify else None
+                    jobs.append((io, [st["read_bufs"][j]], offsets, logs[j], p.transfer_size, None, check))
+            try:
+                run_threads(jobs)
+            except IOFailure as e:
+                rec.error(e.kind)
+                raise StorevalError(f"{phase} of {path} {e}") from e
+            if write and p.fsync and c.driver.caps.fsync:
+                c.driver.fsync(h)
+        finally:
+            c.driver.close(h)
+
+    def cleanup(self, c: ClientContext) -> None:
+        if self.p.layout == "file-per-client":
+            c.driver.remove_quietly(self._path(c, c.rank))
+        elif c.rank == 0:
+            c.driver.remove_quietly(self._path(c, 0))

@@ -1,0 +1,116 @@
+"""The Workload protocol: what every client does, phase by phase.
+
+A workload object is built from validated parameters in every client process
+(and once in the coordinator, which asks it for its phases, the phases a
+target cannot run, and the cleanup of a failed cell). It talks to storage only
+through the Driver protocol and decides what it can do from the driver's
+capability flags.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Protocol
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from ..drivers.base import Capabilities, Driver
+from ..engine.records import PhaseRecorder
+from ..units import UnitError, parse_duration, parse_size
+
+
+def _size(value: object) -> int:
+    try:
+        return parse_size(value)
+    except UnitError as e:
+        raise ValueError(str(e)) from None
+
+
+def _duration(value: object) -> float:
+    try:
+        return parse_duration(value)
+    except UnitError as e:
+        raise ValueError(str(e)) from None
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class Params(BaseModel):
+    """Base of every workload's parameters: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Comm(Protocol):
+    """How the clients of a cell synchronise (local processes or MPI ranks)."""
+
+    rank: int
+    size: int
+
+    def barrier(self) -> None: ...
+
+    def allreduce_max(self, value: int) -> int: ...
+
+    def abort(self) -> None: ...
+
+
+@dataclass
+class ClientContext:
+    """Everything a client needs to run its part of a cell."""
+
+    rank: int
+    nclients: int
+    driver: Driver
+    cell_dir: str
+    seed: int
+    comm: Comm
+    state: dict[str, Any] = field(default_factory=dict)  # the workload's per-client state
+
+    def warn(self, rec: PhaseRecorder, code: str, message: str) -> None:
+        """Attach a warning (code + sentence) to this client's record of a phase."""
+        warnings = rec.extra.setdefault("warnings", [])
+        if not any(w["code"] == code for w in warnings):
+            warnings.append({"code": code, "message": message})
+
+
+class Workload(ABC):
+    """Base class of workloads; subclasses set ``kind``, ``Params`` and ``PHASES``."""
+
+    kind: ClassVar[str]
+    Params: ClassVar[type[Params]]
+    PHASES: ClassVar[tuple[str, ...]]
+    summary: ClassVar[str] = ""
+
+    def __init__(self, params: Params) -> None:
+        self.p = params
+
+    # -- coordinator side -----------------------------------------------------------------------
+    def phases(self) -> list[str]:
+        """The phases this cell runs, in order."""
+        chosen = set(getattr(self.p, "phases", self.PHASES))
+        return [ph for ph in self.PHASES if ph in chosen]
+
+    def skipped(self, caps: Capabilities) -> dict[str, str]:
+        """Phases a target with ``caps`` cannot run, with the reason shown to the user."""
+        return {}
+
+    def expected(self, phase: str, nclients: int) -> tuple[int, int]:
+        """Total (bytes, ops) of a phase across clients, for progress bars; 0 when unknown."""
+        return 0, 0
+
+    def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
+        """Remove whatever the cell's clients may have left behind (after a failure); idempotent."""
+
+    # -- client side ------------------------------------------------------------------------------
+    def prepare(self, c: ClientContext) -> None:
+        """Untimed set-up before the first phase (buffers, offsets, pre-filled files)."""
+
+    @abstractmethod
+    def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        """Do this client's share of ``phase``, recording every operation into ``rec``."""
+
+    def cleanup(self, c: ClientContext) -> None:
+        """Remove what this client created; runs also after a failure."""

@@ -1,0 +1,63 @@
+"""Write payload: incompressible random data, stamped so no two blocks are alike.
+
+One random block per writer is generated once (outside any timed region).
+Before each write the first 8 bytes of every 512-byte sector are set to a tag
+made of the writer and the sector's absolute offset — one vectorised numpy
+add, about a microsecond — so deduplicating storage cannot fold blocks
+together and compression finds nothing to squeeze. The same tags let a reader
+check that every block holds what its writer wrote (``verify``).
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+SECTOR = 512
+
+
+def aligned_buffer(size: int) -> mmap.mmap:
+    """A page-aligned buffer (what O_DIRECT needs)."""
+    return mmap.mmap(-1, max(size, 1))
+
+
+class Payload:
+    """The random block of one writer and its per-sector tags."""
+
+    def __init__(self, size: int, writer: int, seed: int) -> None:
+        self.size = size
+        self.writer = writer
+        self.base = np.random.default_rng([seed & 0xFFFFFFFF, writer, 0x5EED]).bytes(size)
+        self.nstamps = (size - 8) // SECTOR + 1 if size >= 8 else 0
+        self.tags = (np.uint64(writer + 1) << np.uint64(48)) + np.arange(self.nstamps, dtype=np.uint64) * np.uint64(SECTOR)
+
+    def tag_view(self, buf) -> np.ndarray:
+        """The 8-byte tag slots of ``buf`` (a strided numpy view; writing it writes the buffer)."""
+        return np.frombuffer(buf, dtype=np.uint64, count=len(buf) // 8)[:: SECTOR // 8][: self.nstamps]
+
+    def write_buffer(self) -> tuple[mmap.mmap, tuple]:
+        """A buffer holding the random block, and the (add, tags, view) triple that stamps it."""
+        buf = aligned_buffer(self.size)
+        buf[: self.size] = self.base
+        return buf, (np.add, self.tags, self.tag_view(buf))
+
+    def stamp(self, buf, offset: int) -> None:
+        np.add(self.tags, offset, out=self.tag_view(buf))
+
+    def checker(self):
+        """A function ``check(buf, offset) -> bad byte index or -1`` comparing a read block with what was written."""
+        expected = aligned_buffer(self.size)
+        expected[: self.size] = self.base
+        exp_view = self.tag_view(expected)
+        exp = np.frombuffer(expected, dtype=np.uint8, count=self.size)
+        tags = self.tags
+
+        def check(buf, offset: int) -> int:
+            np.add(tags, offset, out=exp_view)
+            got = np.frombuffer(buf, dtype=np.uint8, count=self.size)
+            if np.array_equal(got, exp):
+                return -1
+            return int(np.flatnonzero(got != exp)[0])
+
+        return check
