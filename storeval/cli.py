@@ -88,7 +88,7 @@ def run(
     Store.check_location(results)
     cells = plan(spec)
     out = _console()
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     store = Store(results)
     ui = QuietUI() if quiet else ProgressUI(err)
     command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \

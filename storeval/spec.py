@@ -119,7 +119,7 @@ def _reason(err: dict[str, Any]) -> str:
     if kind in ("string_type",):
         return "is not a string"
     if kind == "literal_error":
-        return f"is not one of {ctx.get('expected', '')}".replace("'", "")
+        return "is not one of " + str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
     if kind in ("list_type",):
         return "is not a list"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
@@ -144,7 +144,7 @@ def pydantic_error(exc: ValidationError, prefix: str, known: typing.Iterable[str
         return InputError(f"{where}: unknown key ({_suggest(key, known)}){more}")
     if err["type"] == "missing":
         return InputError(f"{where}: missing (it is required){more}")
-    if err["type"] in ("value_error",) and not err["loc"]:
+    if isinstance(err.get("input"), dict):  # a check across parameters: the message names them
         return InputError(f"{where}: {_reason(err)}{more}")
     return InputError(f"{where}: {_show(err.get('input'))} {_reason(err)}{more}")
 
@@ -229,21 +229,22 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
 
 
 # -- targets --------------------------------------------------------------------------------------
-def make_target(name: str, entry: Any, where: str) -> TargetSpec:
+def make_target(name: str, entry: Any, where: str, url_where: str | None = None) -> TargetSpec:
     if isinstance(entry, str):
         entry = {"url": entry}
     if not isinstance(entry, dict):
         raise InputError(f"{where}: {_show(entry)} is not a target (write {name}: {{url: file:///path}})")
+    url_where = url_where or f"{where}.url"
     if "url" not in entry:
         raise InputError(f"{where}.url: missing (every target needs a URL such as file:///mnt/lustre/x or s3://bucket/prefix)")
     url = entry["url"]
     if not isinstance(url, str) or not url.strip():
-        raise InputError(f"{where}.url: {_show(url)} is not a URL (e.g. file:///mnt/lustre/x)")
+        raise InputError(f"{url_where}: {_show(url)} is not a URL (e.g. file:///mnt/lustre/x)")
     url = normalize_url(url.strip())
     try:
         cls = driver_class(url)
     except InputError as e:
-        raise InputError(f"{where}.url: {e}") from None
+        raise InputError(f"{url_where}: {e}") from None
     raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS}
     try:
         options = cls.Options.model_validate(raw_opts)
@@ -252,7 +253,7 @@ def make_target(name: str, entry: Any, where: str) -> TargetSpec:
     try:
         cls.check_url(url, options)
     except InputError as e:
-        raise InputError(f"{where}.url: {e}") from None
+        raise InputError(f"{url_where}: {e}") from None
     return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True))
 
 
@@ -354,14 +355,14 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         else:
             url = normalize_url(item)
             name = _target_name(url, chosen_targets)
-            chosen_targets[name] = make_target(name, {"url": url}, f"--target {item}")
+            chosen_targets[name] = make_target(name, {"url": url}, f"--target {item}", f"--target {item}")
     if not targets:
         chosen_targets = study_targets
     if not chosen_targets:
         if path:
             raise InputError(f"{path}: no targets (add targets: {{name: {{url: file:///path}}}} or use --target URL)")
         here = default_dir or os.getcwd()
-        chosen_targets = {"cwd": make_target("cwd", {"url": normalize_url(here)}, "current directory")}
+        chosen_targets = {"cwd": make_target("cwd", {"url": normalize_url(here)}, "current directory", "current directory")}
 
     # workloads
     raw_workloads = raw.get("workloads") or {}

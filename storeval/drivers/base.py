@@ -135,6 +135,10 @@ class Driver(ABC):
     def fsync(self, h: Handle) -> None:
         """Make written data durable (no-op where the target has no such notion)."""
 
+    def invalidate(self, path: str) -> bool:
+        """Drop this client's cached pages of ``path`` (fio's ``invalidate``); False where there is no such cache."""
+        return False
+
     @abstractmethod
     def close(self, h: Handle) -> None:
         """Close the handle; for streaming writers this completes the upload."""

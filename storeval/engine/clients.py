@@ -51,6 +51,7 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
         comm.barrier()
         for seq, phase in enumerate(job["phases"]):
             rec = PhaseRecorder(rank, phase, progress)
+            wl.before_phase(ctx, phase)
             comm.barrier()
             rec.begin()
             try:

@@ -77,6 +77,7 @@ def _client_entry(job: dict, rank: int, size: int, barrier: Any, shared: Any, ou
     except ClientStopped:
         out.put(("stopped", rank, "?"))
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # reported: now only flush; the engine SIGKILLs if this hangs
         out.close()
         out.join_thread()
 
@@ -231,8 +232,8 @@ class _Watch:
             barrier.abort()
         except Exception:  # noqa: BLE001
             pass
-        for p in self.procs:
-            if p.is_alive() and p.pid:
+        for rank, p in enumerate(self.procs):
+            if p.is_alive() and p.pid and rank not in self.reported:  # the others are already on their way out
                 try:
                     os.kill(p.pid, signal.SIGTERM)
                 except ProcessLookupError:

@@ -63,6 +63,8 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
         words.append("fsync before close" if p["fsync"] else "no fsync")
     if "layout" in p:
         words.append(p["layout"].replace("-", " "))
+    if p.get("invalidate") and not p.get("direct"):
+        words.append("page cache of each file dropped before read and randread")
     if p.get("reorder"):
         words.append("reads of rank+1's data")
     if p.get("iodepth", 1) > 1:

@@ -28,6 +28,7 @@ from .payload import Payload, aligned_buffer
 
 PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
 WRITES = frozenset({"write", "rewrite", "randwrite"})
+INVALIDATED = frozenset({"read", "randread"})  # reread measures re-reading what read just pulled in (IOZone)
 RANDOM = frozenset({"randread", "randwrite"})
 Phase = Literal["write", "rewrite", "read", "reread", "randread", "randwrite"]
 
@@ -41,6 +42,7 @@ class BandwidthParams(Params):
     fsync: bool = True
     reorder: bool = False
     iodepth: Annotated[int, Field(ge=1, le=1024)] = 1
+    invalidate: bool = True  # drop the client's cached pages of the data before read and randread (fio's default)
     random_seed: int = 0
     verify: bool = False
 
@@ -240,19 +242,33 @@ class Bandwidth(Workload):
         return c.driver.open(path, mode)
 
     def _prefill(self, c: ClientContext) -> None:
-        """Lay out this client's data, untimed, when the first phase reads or rewrites it."""
-        p, st = self.p, c.state
+        """Lay out this client's data, untimed, when the first phase reads or rewrites it.
+
+        The bytes are exactly those the write phase would produce; with transfers that are a multiple of 512
+        bytes they go out in chunks of about 4 MiB, so small-transfer studies do not spend minutes (and disturb
+        the device) laying out their files.
+        """
+        p = self.p
+        ts = p.transfer_size
+        count = max(1, (4 << 20) // ts) if ts % 512 == 0 else 1
+        while p.file_size % (ts * count):
+            count -= 1
+        payload = Payload(ts, c.rank, p.random_seed)
+        buf, stamp = payload.chunk_buffer(count) if count > 1 else payload.write_buffer()
         h = self._open(c, self._path(c, c.rank), "w", None)
         try:
-            io = c.driver.writer(h)
             base = self._base(c.rank)
-            buf, stamp = st["write_bufs"][0]
-            run_ops(io, [buf], range(base, base + p.file_size, p.transfer_size),
-                    OpLog(0, fold_cap(p.transfer_size)), p.transfer_size, stamp)
+            chunk = ts * count
+            run_ops(c.driver.writer(h), [buf], range(base, base + p.file_size, chunk), OpLog(0, fold_cap(chunk)),
+                    chunk, stamp)
             if c.driver.caps.fsync:
                 c.driver.fsync(h)
         finally:
             c.driver.close(h)
+
+    def before_phase(self, c: ClientContext, phase: str) -> None:
+        if self.p.invalidate and phase in INVALIDATED:
+            c.state["invalidated"] = c.driver.invalidate(self._path(c, self._owner(c, phase)))
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
@@ -261,6 +277,8 @@ class Bandwidth(Workload):
         path = self._path(c, owner)
         cap = fold_cap(p.transfer_size)
         logs = [rec.oplog(cap) for _ in range(p.iodepth)]
+        if phase in INVALIDATED and st.pop("invalidated", False):
+            rec.extra["cache"] = "invalidated"
         h = self._open(c, path, "w" if write else "r", rec)
         try:
             io = c.driver.writer(h) if write else c.driver.reader(h)

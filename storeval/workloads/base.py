@@ -108,6 +108,9 @@ class Workload(ABC):
     def prepare(self, c: ClientContext) -> None:
         """Untimed set-up before the first phase (buffers, offsets, pre-filled files)."""
 
+    def before_phase(self, c: ClientContext, phase: str) -> None:
+        """Untimed work before the opening barrier of ``phase`` (e.g. dropping cached pages)."""
+
     @abstractmethod
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         """Do this client's share of ``phase``, recording every operation into ``rec``."""

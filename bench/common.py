@@ -1,0 +1,103 @@
+"""Helpers shared by the bench scripts: run storeval and a reference tool alternately, compare medians.
+
+Each case is warmed up once per tool (first touches of memory and disk on a VM are slow and would land on
+whichever tool runs first), then run REPS times with the order of the tools alternating; the medians are
+compared and the min–max spread is printed beside them so the reader sees how noisy the machine is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "out")
+
+
+def quiesce() -> None:
+    """Let the previous run's writeback finish.
+
+    Deliberately no drop_caches: on a VM that hands freed pages back to its host, the next run to allocate
+    page cache pays host page faults (seen here: 5 CPU seconds for 2 GiB), which lands on whichever tool
+    runs next. The tools drop the cached pages of their own files before reading instead.
+    """
+    os.sync()
+    time.sleep(1)
+
+
+def storeval_phase(target: str, phase: str, args: list[str]) -> dict:
+    """Run one storeval cell and return the JSON record of ``phase``."""
+    os.makedirs(OUT, exist_ok=True)
+    out = os.path.join(OUT, "storeval.json")
+    cmd = [sys.executable, "-m", "storeval", "run", "--target", target, "--results", os.path.join(OUT, "results"),
+           "--json", out, "--quiet", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"storeval failed: {' '.join(cmd)}\n{proc.stderr}")
+    with open(out) as f:
+        doc = json.load(f)
+    return [p for p in doc["cells"][0]["phases"] if p["phase"] == phase][0]
+
+
+@dataclass
+class Sample:
+    value: float  # the compared figure (MiB/s, ops/s)
+    cpu_per_gib: float | None = None  # client CPU seconds per GiB moved
+
+
+@dataclass
+class Case:
+    name: str
+    unit: str
+    storeval: Callable[[], Sample]
+    reference: Callable[[], Sample]
+    before_each: Callable[[], None] = quiesce
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: {"storeval": [], "reference": []})
+
+    def run(self, reps: int) -> None:
+        for tool in ("storeval", "reference"):  # warm-up, discarded
+            self.before_each()
+            getattr(self, tool)()
+        for i in range(reps):
+            order = ("storeval", "reference") if i % 2 == 0 else ("reference", "storeval")
+            for tool in order:
+                self.before_each()
+                self.samples[tool].append(getattr(self, tool)())
+        print(self.line(), file=sys.stderr, flush=True)
+
+    def median(self, tool: str) -> float:
+        return statistics.median(s.value for s in self.samples[tool])
+
+    def ratio(self) -> float:
+        return self.median("storeval") / self.median("reference")
+
+    def line(self, ref_name: str = "ref") -> str:
+        def fmt(tool: str) -> str:
+            vals = [s.value for s in self.samples[tool]]
+            cpu = [s.cpu_per_gib for s in self.samples[tool] if s.cpu_per_gib is not None]
+            cpu_txt = f" cpu {statistics.median(cpu):5.2f}s/GiB" if cpu else ""
+            return f"{statistics.median(vals):10.1f} [{min(vals):.0f}–{max(vals):.0f}]{cpu_txt}"
+        return f"{self.name:<46} {self.unit:<6} storeval {fmt('storeval')}   {ref_name} {fmt('reference')}   ratio {self.ratio():.3f}"
+
+
+def need(tool: str, apt_package: str | None = None) -> str:
+    path = shutil.which(tool)
+    if path:
+        return path
+    if apt_package and os.geteuid() == 0:
+        print(f"installing {apt_package} (apt)", file=sys.stderr)
+        if subprocess.run(["apt-get", "install", "-y", apt_package], capture_output=True).returncode:
+            subprocess.run(["apt-get", "update"], capture_output=True)
+            subprocess.run(["apt-get", "install", "-y", apt_package], capture_output=True, check=True)
+        path = shutil.which(tool)
+    if not path:
+        raise SystemExit(f"{tool} is needed (apt-get install {apt_package or tool})")
+    return path

@@ -1,0 +1,346 @@
+"""Metadata workload: what mdtest measures, on every kind of target.
+
+Every client works on ``items`` directories and files spread over a directory tree of ``depth`` levels
+and ``branching`` children per directory (mdtest -z/-b), in the leaves only with ``leaf_only`` (-L).
+Modes are the seed studies' modalities:
+
+* ``unique``: each client has a tree of its own (mdtest -u);
+* ``single``: one tree, every client's items side by side in the same directories (mdtest default);
+* ``shared``: one tree, and client 0 creates and removes every client's items, so the others work on
+  items they did not create (mdtest -c).
+
+``stat_stride`` makes client k stat, list, read and remove the items of client k+stride (mdtest -N), so no
+client profits from its own cache. Rates include the closing barrier, as mdtest's do. Whatever a phase
+needs that an earlier selected phase did not create (the tree for file phases, the files for a stat-only
+run) is created untimed before it, and whatever is left at the end is removed untimed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from ..drivers.base import Capabilities, Driver, join
+from ..engine.records import ClientStopped, OpLog, PhaseRecorder
+from ..errors import StorevalError, error_kind, one_line
+from .base import ClientContext, Params, Size, Workload
+
+PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
+          "file-create", "file-stat", "file-read", "file-remove", "tree-remove")
+DEFAULT_PHASES = [p for p in PHASES if p != "dir-list"]  # mdtest's set
+Phase = Literal["tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
+                "file-create", "file-stat", "file-read", "file-remove", "tree-remove"]
+DIR_PHASES = frozenset({"dir-create", "dir-stat", "dir-list", "dir-remove"})
+FILE_PHASES = frozenset({"file-create", "file-stat", "file-read", "file-remove"})
+MAX_TREE_DIRS = 1_000_000
+
+
+def tree_size(depth: int, branching: int) -> int:
+    """Directories in a tree of ``depth`` levels below its root, ``branching`` children each (root included)."""
+    return sum(branching**k for k in range(depth + 1))
+
+
+class MetadataParams(Params):
+    items: Annotated[int, Field(ge=0)] | None = None
+    items_per_dir: Annotated[int, Field(ge=0)] | None = None
+    depth: Annotated[int, Field(ge=0, le=64)] = 0
+    branching: Annotated[int, Field(ge=1)] = 1
+    leaf_only: bool = False
+    file_size: Size = 0
+    iterations: Annotated[int, Field(ge=1)] = 1
+    stat_stride: Annotated[int, Field(ge=0)] = 0
+    files_only: bool = False
+    dirs_only: bool = False
+    mode: Literal["unique", "single", "shared"] = "unique"
+    random_order: bool = False  # stat, list and read in a random order (mdtest -R)
+    random_seed: int = 0
+    phases: list[Phase] = DEFAULT_PHASES
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MetadataParams:
+        if self.items is not None and self.items_per_dir is not None:
+            raise ValueError("give items or items_per_dir, not both (mdtest -n or -I)")
+        if self.files_only and self.dirs_only:
+            raise ValueError("files_only and dirs_only exclude each other (choose one, or neither for both)")
+        dirs = tree_size(self.depth, self.branching)
+        if dirs > MAX_TREE_DIRS:
+            raise ValueError(f"a tree of depth {self.depth} and branching {self.branching} has {dirs:,} directories "
+                             f"(at most {MAX_TREE_DIRS:,}; lower depth or branching)")
+        if not self.phases:
+            raise ValueError(f"phases is empty (choose from {', '.join(PHASES)})")
+        if len(set(self.phases)) != len(self.phases):
+            raise ValueError("phases lists a phase twice (each runs once per iteration, in the order "
+                             + ", ".join(PHASES) + ")")
+        return self
+
+    @property
+    def tree_dirs(self) -> int:
+        return tree_size(self.depth, self.branching)
+
+    @property
+    def item_dirs(self) -> int:
+        """Directories that hold items: the leaves with ``leaf_only``, else every directory of the tree."""
+        return self.branching**self.depth if self.leaf_only else self.tree_dirs
+
+    @property
+    def items_per_client(self) -> int:
+        if self.items_per_dir is not None:
+            return self.items_per_dir * self.item_dirs
+        return 1000 if self.items is None else self.items
+
+
+class Tree:
+    """Directory names of one tree, breadth first: node i's children are i*b+1 … i*b+b."""
+
+    def __init__(self, root: str, owner: str, depth: int, branching: int, leaf_only: bool) -> None:
+        n = tree_size(depth, branching)
+        self.paths: list[str] = [join(root, f"t.{owner}.0")]
+        for i in range(1, n):
+            self.paths.append(f"{self.paths[(i - 1) // branching]}/t.{owner}.{i}")
+        first_leaf = n - branching**depth
+        self.item_dirs = self.paths[first_leaf:] if leaf_only else self.paths
+
+
+def _fail(phase: str, path: str, exc: BaseException, rec: PhaseRecorder) -> StorevalError:
+    rec.error(error_kind(exc))
+    return StorevalError(f"{phase} of {path}: {one_line(exc)}")
+
+
+def timed_loop(fn, args: list, log: OpLog, nbytes: int, phase: str, rec: PhaseRecorder) -> None:
+    """One ``fn(arg)`` per argument, each timed into ``log`` (the same buffer pattern as the bandwidth loop)."""
+    clock = time.perf_counter_ns
+    ends, lats, cap = log.ends, log.lats, log.cap
+    i = 0
+    a = None
+    try:
+        for a in args:
+            t0 = clock()
+            fn(a)
+            t1 = clock()
+            ends[i] = t1
+            lats[i] = t1 - t0
+            i += 1
+            if i == cap:
+                log.fold(i, nbytes)
+                i = 0
+    except ClientStopped:
+        raise
+    except Exception as e:
+        log.fold(i, nbytes)
+        raise _fail(phase, str(a), e, rec) from e
+    log.fold(i, nbytes)
+
+
+class Metadata(Workload):
+    kind = "metadata"
+    Params = MetadataParams
+    PHASES = PHASES
+    summary = "create, stat, list, read and remove directories and files in a tree (mdtest)"
+    rate_includes_barrier = True  # mdtest's rate: ops / (last barrier exit - first start)
+    p: MetadataParams
+
+    # -- what runs ------------------------------------------------------------------------------
+    def phases(self) -> list[str]:
+        chosen = set(self.p.phases)
+        if self.p.files_only:
+            chosen -= DIR_PHASES
+        if self.p.dirs_only:
+            chosen -= FILE_PHASES
+        return [ph for ph in PHASES if ph in chosen]
+
+    def skipped(self, caps: Capabilities) -> dict[str, str]:
+        if caps.directories:
+            return {}
+        reason = "target has no directories (object store): nothing to create, stat or remove"
+        return {ph: reason for ph in self.phases() if ph.startswith(("tree-", "dir-")) and ph != "dir-list"}
+
+    def _ops(self, phase: str, nclients: int) -> int:
+        p = self.p
+        if phase.startswith("tree-"):
+            return p.tree_dirs * (nclients if p.mode == "unique" else 1)
+        if phase == "dir-list":
+            return nclients * min(p.items_per_client, p.item_dirs)
+        return nclients * p.items_per_client
+
+    def expected(self, phase: str, nclients: int) -> tuple[int, int]:
+        return 0, self._ops(phase, nclients)
+
+    # -- names -------------------------------------------------------------------------------------
+    def _tree(self, c: ClientContext, owner: int) -> Tree:
+        p = self.p
+        key = "s" if p.mode != "unique" else str(owner)
+        cache = c.state.setdefault("trees", {})
+        if key not in cache:
+            cache[key] = Tree(c.cell_dir, key, p.depth, p.branching, p.leaf_only)
+        return cache[key]
+
+    def _items(self, c: ClientContext, owner: int, kind: str) -> list[str]:
+        """Paths of client ``owner``'s directory (``d``) or file (``f``) items, round-robin over the item dirs."""
+        dirs = self._tree(c, owner).item_dirs
+        return [f"{dirs[j % len(dirs)]}/{kind}.{owner}.{j}" for j in range(self.p.items_per_client)]
+
+    def _target(self, c: ClientContext) -> int:
+        """Whose items this client stats, lists, reads and removes (mdtest -N)."""
+        return (c.rank + self.p.stat_stride) % c.nclients
+
+    def _creators(self, c: ClientContext) -> list[int]:
+        """Whose items this client creates: its own, or everyone's for client 0 in shared mode."""
+        if self.p.mode == "shared":
+            return list(range(c.nclients)) if c.rank == 0 else []
+        return [c.rank]
+
+    def _removes(self, c: ClientContext) -> list[int]:
+        if self.p.mode == "shared":
+            return list(range(c.nclients)) if c.rank == 0 else []
+        return [self._target(c)]
+
+    def _tree_owner(self, c: ClientContext) -> bool:
+        return self.p.mode == "unique" or c.rank == 0
+
+    def _native(self, c: ClientContext, paths: list[str]) -> list:
+        return [c.driver.native(path) for path in paths]
+
+    # -- client side -----------------------------------------------------------------------------
+    def prepare(self, c: ClientContext) -> None:
+        st = c.state
+        st["ops"] = c.driver.fast_ops()
+        st["data"] = np.random.default_rng([self.p.random_seed & 0xFFFFFFFF, c.rank]).bytes(self.p.file_size)
+        st["buf"] = bytearray(max(self.p.file_size, 1))
+        st["has"] = {"tree": False, "dir": False, "file": False}
+        st["dirs_ok"] = c.driver.caps.directories
+
+    def _ensure(self, c: ClientContext, tree: bool, dirs: bool | None, files: bool | None) -> None:
+        """Bring the namespace to the state the next phase expects, untimed (all clients decide alike)."""
+        st, has = c.state, c.state["has"]
+        if tree and not has["tree"]:
+            if self._tree_owner(c) and st["dirs_ok"]:
+                for path in self._tree(c, c.rank).paths:
+                    st["ops"].mkdir(c.driver.native(path))
+            has["tree"] = True
+            c.comm.barrier()
+        for kind, want in (("dir", dirs), ("file", files)):
+            if want is None or want == has[kind] or (kind == "dir" and not st["dirs_ok"]):
+                continue
+            ops = st["ops"]
+            if want:
+                for owner in self._creators(c):
+                    for path in self._items(c, owner, kind[0]):
+                        (ops.mkdir(c.driver.native(path)) if kind == "dir"
+                         else ops.create(c.driver.native(path), st["data"]))
+            else:
+                for owner in self._removes(c):
+                    for path in self._items(c, owner, kind[0]):
+                        (ops.rmdir if kind == "dir" else ops.remove)(c.driver.native(path))
+            has[kind] = want
+            c.comm.barrier()
+
+    def before_phase(self, c: ClientContext, phase: str) -> None:
+        kind = phase.split("-")[0]
+        if phase == "tree-create":
+            self._ensure(c, False, False, False)
+            if c.state["has"]["tree"]:
+                self._remove_tree(c)
+        elif phase == "tree-remove":
+            self._ensure(c, True, False, False)
+        elif phase in ("dir-create", "file-create"):
+            self._ensure(c, True, False if kind == "dir" else None, False if kind == "file" else None)
+        else:
+            self._ensure(c, True, True if kind == "dir" else None, True if kind == "file" else None)
+
+    def _remove_tree(self, c: ClientContext) -> None:
+        if self._tree_owner(c) and c.state["dirs_ok"]:
+            for path in reversed(self._tree(c, c.rank).paths):
+                c.state["ops"].rmdir(c.driver.native(path))
+        c.state["has"]["tree"] = False
+        c.comm.barrier()
+
+    def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        p, st = self.p, c.state
+        ops, has = st["ops"], st["has"]
+        log = rec.oplog(1024)
+        target = self._target(c)
+        if phase == "tree-create":
+            paths = self._tree(c, c.rank).paths if self._tree_owner(c) else []
+            timed_loop(ops.mkdir, self._native(c, paths), log, 0, phase, rec)
+            has["tree"] = True
+        elif phase == "tree-remove":
+            paths = list(reversed(self._tree(c, c.rank).paths)) if self._tree_owner(c) else []
+            timed_loop(ops.rmdir, self._native(c, paths), log, 0, phase, rec)
+            has["tree"] = False
+        elif phase == "dir-create":
+            paths = [x for owner in self._creators(c) for x in self._items(c, owner, "d")]
+            timed_loop(ops.mkdir, self._native(c, paths), log, 0, phase, rec)
+            has["dir"] = True
+        elif phase == "file-create":
+            data = st["data"]
+            paths = self._native(c, [x for owner in self._creators(c) for x in self._items(c, owner, "f")])
+            timed_loop(lambda path: ops.create(path, data), paths, log, p.file_size, phase, rec)
+            has["file"] = True
+        elif phase in ("dir-remove", "file-remove"):
+            kind = phase[0]
+            paths = [x for owner in self._removes(c) for x in self._items(c, owner, kind)]
+            timed_loop(ops.rmdir if kind == "d" else ops.remove, self._native(c, paths), log, 0, phase, rec)
+            has["dir" if kind == "d" else "file"] = False
+        elif phase in ("dir-stat", "file-stat"):
+            paths = self._ordered(self._native(c, self._items(c, target, phase[0])), c)
+            timed_loop(ops.stat, paths, log, 0, phase, rec)
+        elif phase == "file-read":
+            buf, size = st["buf"], p.file_size
+
+            def read(path, _read=ops.read_into, _buf=buf) -> None:
+                n = _read(path, _buf)
+                if n != size:
+                    raise OSError(f"short read: {n} of {size} bytes")
+
+            timed_loop(read, self._ordered(self._native(c, self._items(c, target, "f")), c), log, size, phase, rec)
+        elif phase == "dir-list":
+            dirs = self._tree(c, target).item_dirs[: min(p.items_per_client, p.item_dirs)]
+            counted = [0]
+
+            def listing(path, _list=ops.listdir) -> None:
+                counted[0] += len(_list(path))
+
+            timed_loop(listing, self._ordered(self._native(c, dirs), c), log, 0, phase, rec)
+            rec.extra["entries_listed"] = counted[0]
+
+    def _ordered(self, items: list, c: ClientContext) -> list:
+        if not self.p.random_order:
+            return items
+        order = np.random.default_rng([self.p.random_seed & 0xFFFFFFFF, c.rank, 0x57A7]).permutation(len(items))
+        return [items[i] for i in order]
+
+    def cleanup(self, c: ClientContext) -> None:
+        """Remove what is left (a run without remove phases, like mdtest -C -T): items, then the tree."""
+        if "has" not in c.state:
+            return
+        self._ensure(c, False, False, False)
+        if c.state["has"]["tree"]:
+            self._remove_tree(c)
+
+    def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
+        """After a failure: remove every name of storeval's metadata patterns under the cell directory."""
+        remove_tree_of_patterns(driver, cell_dir, ("t.", "d.", "f."))
+
+
+def remove_tree_of_patterns(driver: Driver, top: str, prefixes: tuple[str, ...]) -> None:
+    """Depth-first removal of entries whose names start with one of ``prefixes`` (storeval's own names)."""
+    try:
+        names = driver.listdir(top)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if not name.startswith(prefixes):
+            continue
+        path = join(top, name)
+        try:
+            is_dir = driver.stat(path).is_dir
+        except FileNotFoundError:
+            continue
+        if is_dir:
+            remove_tree_of_patterns(driver, path, prefixes)
+            driver.rmdir_quietly(path)
+        else:
+            driver.remove_quietly(path)

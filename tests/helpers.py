@@ -1,0 +1,43 @@
+"""Helpers for tests: run the real `storeval` command in a subprocess and read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def storeval(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 300, env: dict | None = None) -> Result:
+    """Run ``python -m storeval ARGS`` and capture its exit code and output."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "storeval", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def load_json(path: str | os.PathLike) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def leftovers(directory: str | os.PathLike) -> list[str]:
+    """Everything storeval may have left in a target directory (its scratch directories)."""
+    return sorted(str(p) for p in Path(directory).rglob("*") if "storeval-" in p.name and p.name != "storeval-results")
+
+

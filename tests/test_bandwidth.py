@@ -1,0 +1,186 @@
+"""Bandwidth workload on real files: exact accounting, layouts, verification, cleanup."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from storeval.drivers import make_driver
+from storeval.engine.records import PhaseRecorder
+from storeval.errors import StorevalError
+from storeval.workloads.bandwidth import Bandwidth, BandwidthParams
+from storeval.workloads.base import ClientContext
+
+from .helpers import leftovers, load_json, storeval
+
+MiB = 1 << 20
+
+
+def run_json(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "out.json"
+    r = storeval("run", *args, "--json", str(out), "--quiet", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    return load_json(out)
+
+
+def test_issue_check_bytes_bandwidth_percentiles_and_cleanup(tmp_path, target):
+    doc = run_json(tmp_path, "--target", f"file://{target}", "--workload", "bandwidth", "--clients", "1,2",
+                   "--set", "file_size=32MiB", "--set", "transfer_size=1MiB")
+    assert [c["clients"] for c in doc["cells"]] == [1, 2]
+    for cell in doc["cells"]:
+        assert cell["status"] == "ok"
+        assert [p["phase"] for p in cell["phases"]] == ["write", "read"]
+        for ph in cell["phases"]:
+            n = cell["factors"]["clients"]
+            assert ph["bytes"] == n * 32 * MiB
+            assert ph["ops"] == n * 32
+            assert ph["bandwidth_MiBps"] > 0 and ph["stonewall_MiBps"] > 0 and ph["ops_per_s"] > 0
+            lat = ph["latency_us"]
+            assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+            assert [c["rank"] for c in ph["client_stats"]] == list(range(n))
+            assert all(c["bytes"] == 32 * MiB and c["ops"] == 32 and c["MiBps"] > 0 and c["cpu_seconds"] >= 0
+                       for c in ph["client_stats"])
+            # the aggregate is IOR's: all bytes over the span from first start to last end
+            span = ph["bytes"] / MiB / ph["bandwidth_MiBps"]
+            assert span == pytest.approx(ph["seconds"], rel=1e-9)
+            assert span >= max(c["seconds"] for c in ph["client_stats"]) * 0.999
+    assert os.listdir(target) == []
+
+
+def test_every_phase_and_random_orders_touch_each_block_once(tmp_path, target):
+    phases = "write,rewrite,read,reread,randread,randwrite"
+    doc = run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--clients", "2",
+                   "--set", "file_size=4MiB", "--set", "transfer_size=64KiB", "--set", f"phases={phases}",
+                   "--set", "verify=true", "--set", "iodepth=3")
+    cell = doc["cells"][0]
+    assert [p["phase"] for p in cell["phases"]] == phases.split(",")
+    for ph in cell["phases"]:
+        assert ph["status"] == "ok"
+        assert ph["bytes"] == 2 * 4 * MiB and ph["ops"] == 2 * 64
+    assert leftovers(target) == []
+
+
+def test_shared_file_segments_verify_with_reorder(tmp_path, target):
+    """Each client writes its own segment of one file; every client then reads rank+1's segment and checks it."""
+    doc = run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--clients", "3",
+                   "--set", "file_size=2MiB", "--set", "transfer_size=128KiB", "--set", "layout=shared-file",
+                   "--set", "reorder=true", "--set", "verify=true", "--set", "phases=write,read,randread")
+    cell = doc["cells"][0]
+    assert cell["status"] == "ok", cell["error"]
+    assert all(ph["bytes"] == 3 * 2 * MiB for ph in cell["phases"])
+    assert os.listdir(target) == []
+
+
+def _client(driver, cell_dir, rank, n, params):
+    class SoloComm:
+        def __init__(self):
+            self.rank, self.size = rank, n
+
+        def barrier(self):
+            pass
+
+        def abort(self):
+            pass
+
+    return ClientContext(rank=rank, nclients=n, driver=driver, cell_dir=cell_dir, seed=0, comm=SoloComm())
+
+
+def test_verify_reads_back_every_segment_and_catches_corruption(target):
+    """Write a shared file with two clients in-process, check every segment, then corrupt one byte."""
+    params = BandwidthParams(file_size=256 * 1024, transfer_size=4096, layout="shared-file", phases=["write", "read"],
+                             verify=True)
+    driver = make_driver(f"file://{target}")
+    os.mkdir(target / "cell")
+    clients = []
+    for rank in range(2):
+        wl = Bandwidth(params)
+        c = _client(driver, "cell", rank, 2, params)
+        wl.prepare(c)
+        clients.append((wl, c))
+    for phase in ("write", "read"):
+        for wl, c in clients:
+            rec = PhaseRecorder(c.rank, phase)
+            rec.begin()
+            wl.run_phase(c, phase, rec)
+            rec.finish()
+            assert rec.record(0).bytes == params.file_size
+    shared = target / "cell" / "bw.shared"
+    assert shared.stat().st_size == 2 * params.file_size
+    data = shared.read_bytes()
+    assert data[: params.file_size] != data[params.file_size:]  # segments differ (writer stamped)
+    with open(shared, "r+b") as f:
+        f.seek(params.file_size + 5000)
+        f.write(b"\x00" if data[params.file_size + 5000] else b"\x01")
+    wl, c = clients[1]
+    rec = PhaseRecorder(1, "read")
+    rec.begin()
+    with pytest.raises(StorevalError, match=f"byte {params.file_size + 5000} differs"):
+        wl.run_phase(c, "read", rec)
+    assert rec.errors == {"VerifyError": 1}
+    wl.cleanup(clients[0][1])
+    assert not shared.exists()
+
+
+def test_payload_is_incompressible_and_never_repeats(target):
+    import zlib
+
+    params = BandwidthParams(file_size=1 * MiB, transfer_size=64 * 1024, phases=["write"])
+    driver = make_driver(f"file://{target}")
+    wl = Bandwidth(params)
+    c = _client(driver, "", 0, 1, params)
+    wl.prepare(c)
+    rec = PhaseRecorder(0, "write")
+    rec.begin()
+    wl.run_phase(c, "write", rec)
+    data = (target / "bw.0").read_bytes()
+    assert len(zlib.compress(data)) > 0.99 * len(data)
+    blocks = {data[i:i + 4096] for i in range(0, len(data), 4096)}
+    assert len(blocks) == len(data) // 4096  # no two 4 KiB blocks alike: deduplication finds nothing
+
+
+def test_reads_first_lay_out_the_data_untimed(tmp_path, target):
+    doc = run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--set", "file_size=1MiB",
+                   "--set", "transfer_size=4KiB", "--set", "phases=randread", "--set", "verify=true", "--clients", "2")
+    (ph,) = doc["cells"][0]["phases"]
+    assert ph["phase"] == "randread" and ph["bytes"] == 2 * MiB and ph["ops"] == 2 * 256
+
+
+@pytest.fixture
+def ramfs(tmp_path):
+    """A ramfs mount: a real file system that refuses O_DIRECT (needs root)."""
+    import subprocess
+
+    mnt = tmp_path / "ramfs"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount ramfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_direct_io_falls_back_with_a_warning_where_refused(tmp_path, ramfs):
+    doc = run_json(tmp_path, "--target", str(ramfs), "--workload", "bandwidth", "--set", "file_size=1MiB",
+                   "--set", "direct=true")
+    for ph in doc["cells"][0]["phases"]:
+        assert ph["status"] == "ok" and ph["bytes"] == MiB
+        assert [w["code"] for w in ph["warnings"]] == ["direct-refused"]
+        assert "refuses O_DIRECT" in ph["warnings"][0]["message"] and "buffered" in ph["warnings"][0]["message"]
+    assert os.listdir(ramfs) == []
+
+
+def test_direct_io_works_where_supported(tmp_path, target):
+    doc = run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--set", "file_size=2MiB",
+                   "--set", "transfer_size=4KiB", "--set", "direct=true", "--set", "phases=write,randread")
+    for ph in doc["cells"][0]["phases"]:
+        assert ph["warnings"] == [] and ph["bytes"] == 2 * MiB
+
+
+def test_storeval_never_touches_files_it_did_not_create(tmp_path, target):
+    mine = target / "precious.dat"
+    mine.write_bytes(b"user data")
+    (target / "bw.0").write_bytes(b"same name as storeval's file, but outside its scratch directory")
+    run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--set", "file_size=1MiB")
+    assert sorted(os.listdir(target)) == ["bw.0", "precious.dat"]
+    assert mine.read_bytes() == b"user data"

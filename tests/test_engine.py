@@ -1,0 +1,113 @@
+"""The local engine under failure: a client that raises, dies, hangs or is killed; Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import psutil
+import pytest
+
+from .helpers import leftovers, load_json, storeval
+
+STUDY = """\
+targets:
+  broken: {{url: "null://", misbehave: {{client: 1, after_ops: 20, action: {action}}}}}
+  fine: {{url: "file://{target}"}}
+workloads:
+  bw: {{bandwidth: {{file_size: 1MiB, transfer_size: 4KiB, phases: [write, read]}}}}
+clients: [2]
+phase_timeout: 3s
+"""
+
+
+@pytest.mark.parametrize("action,message", [
+    ("raise", "client 1 failed in write: write of storeval-{run}/cell-0000/bw.1 at offset 81920: "
+              "null driver: injected failure on client 1"),
+    ("exit", "client 1 exited with code 17 during write"),
+    ("hang", "client 1 hung in write (no end after the phase timeout of 3 s); all clients stopped"),
+])
+def test_a_failing_client_fails_its_cell_and_the_run_goes_on(tmp_path, target, action, message):
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY.format(action=action, target=target))
+    out = tmp_path / "out.json"
+    t0 = time.monotonic()
+    r = storeval("run", str(study), "--json", str(out), "--quiet", cwd=tmp_path, timeout=120)
+    assert time.monotonic() - t0 < 60
+    assert r.rc == 1, r.err
+    assert "Traceback" not in r.err
+    doc = load_json(out)
+    broken, fine = doc["cells"]
+    assert broken["target"] == "broken" and broken["status"] == "failed"
+    assert broken["error"] == message.format(run=doc["run_id"])
+    assert [(p["phase"], p["status"]) for p in broken["phases"]] == [("write", "failed"), ("read", "not-run")]
+    assert fine["status"] == "ok" and all(p["bytes"] == 2 << 20 for p in fine["phases"])
+    assert message.format(run=doc["run_id"]) in r.err
+    assert os.listdir(target) == []
+
+
+def _clients_of(pid: int) -> list[psutil.Process]:
+    """Client processes of a storeval run: the children of its fork server."""
+    out = []
+    for child in psutil.Process(pid).children():
+        try:
+            if "forkserver" in " ".join(child.cmdline()):
+                out += child.children()
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _start_long_run(tmp_path: Path, target: Path) -> subprocess.Popen:
+    study = tmp_path / "long.yaml"
+    study.write_text(f"targets: {{t: {{url: 'file://{target}'}}}}\n"
+                     "workloads: {bw: {bandwidth: {file_size: 64MiB, transfer_size: 4KiB, direct: true, "
+                     "phases: [write, read, randread, randwrite]}}}\nclients: [2]\n")
+    return subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--quiet", "--json",
+                             str(tmp_path / "out.json")], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_clients_and_data(proc: subprocess.Popen, target: Path) -> list[psutil.Process]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        clients = _clients_of(proc.pid)
+        if len(clients) == 2 and any(target.rglob("bw.*")):
+            return clients
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the run did not start its clients")
+
+
+def test_a_killed_client_fails_the_cell_and_its_files_are_removed(tmp_path, target):
+    proc = _start_long_run(tmp_path, target)
+    clients = _wait_for_clients_and_data(proc, target)
+    victim = sorted(clients, key=lambda p: p.pid)[1]
+    victim.kill()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "was killed by signal SIGKILL" in err
+    assert leftovers(target) == [] and os.listdir(target) == []
+    for c in clients:
+        assert not c.is_running() or c.status() == psutil.STATUS_ZOMBIE
+
+
+def test_ctrl_c_stops_clients_removes_files_and_marks_the_cell_interrupted(tmp_path, target):
+    proc = _start_long_run(tmp_path, target)
+    clients = _wait_for_clients_and_data(proc, target)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C: the whole process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert os.listdir(target) == []
+    for c in clients:
+        assert not c.is_running() or c.status() == psutil.STATUS_ZOMBIE
+    con = duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True)
+    assert con.execute("SELECT status FROM cells").fetchall() == [("interrupted",)]
+    assert con.execute("SELECT status FROM studies").fetchall() == [("interrupted",)]
+    assert not (tmp_path / "out.json").exists() or load_json(tmp_path / "out.json")["status"] == "interrupted"
