@@ -80,7 +80,7 @@ class Runner:
     def run_cell(self, cell: Cell) -> CellOutcome:
         started = now()
         wl = make_workload(cell.kind, cell.params)
-        planned = wl.phases()
+        planned = wl.steps()
         bar = self.ui.cell(cell.label, lambda ph: wl.expected(ph, cell.clients))
         skips: dict[str, str] = {}
         cell_dir = join(self.scratch, f"cell-{cell.index:04d}")
@@ -88,12 +88,12 @@ class Runner:
         try:
             driver = self._driver(cell)
             skips = wl.skipped(driver.caps)
-            to_run = [ph for ph in planned if ph not in skips]
+            to_run = [st for st in planned if st[0] not in skips]
             if to_run:
                 driver.ensure_dir(cell_dir)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
-                               cell_dir=cell_dir, phases=to_run, seed=cell.index)
-                outcome = self.engine.run_cell(job, cell.clients, to_run, cell.phase_timeout, bar.update)
+                               cell_dir=cell_dir, steps=to_run, seed=cell.index)
+                outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, bar.update)
             else:
                 outcome = CellOutcome(status="ok")
         except KeyboardInterrupt:
@@ -104,15 +104,16 @@ class Runner:
             if driver is not None:
                 self._clean_cell(wl, driver, cell, cell_dir)
         phases = []
-        for ph in planned:
-            if ph in skips:
-                phases.append((ph, "skipped", skips[ph]))
-            elif ph in outcome.complete_phases:
-                phases.append((ph, "ok", None))
-            elif ph == outcome.failed_phase:
-                phases.append((ph, outcome.status, outcome.error))
+        for step in planned:
+            phase, iteration = step
+            if phase in skips:
+                phases.append((phase, iteration, "skipped", skips[phase]))
+            elif step in outcome.complete_steps:
+                phases.append((phase, iteration, "ok", None))
+            elif step == outcome.failed_step:
+                phases.append((phase, iteration, outcome.status, outcome.error))
             else:
-                phases.append((ph, "not-run", None))
+                phases.append((phase, iteration, "not-run", None))
         events = outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
                                    if outcome.status == "failed" and not outcome.events else [])
         self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,

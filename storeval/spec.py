@@ -37,6 +37,7 @@ DEFAULT_PHASE_TIMEOUT = 3600.0
 DEFAULT_WORKLOADS: dict[str, dict[str, dict[str, Any]]] = {
     "bandwidth": {"bandwidth": {"file_size": "256MiB", "transfer_size": "1MiB",
                                 "phases": ["write", "read", "randread"], "direct": True}},
+    "metadata": {"metadata": {"items": 2000, "depth": 1, "branching": 4, "mode": "unique"}},
 }
 DEFAULT_CLIENTS = [1, 2]
 

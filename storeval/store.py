@@ -43,10 +43,11 @@ SCHEMA = [
         kind VARCHAR, params JSON, factors JSON, clients INTEGER, repetition INTEGER, status VARCHAR,
         error VARCHAR, started TIMESTAMP, finished TIMESTAMP, PRIMARY KEY (run_id, cell_id))""",
     """CREATE TABLE IF NOT EXISTS phases (
-        run_id VARCHAR, cell_id INTEGER, seq INTEGER, phase VARCHAR, status VARCHAR, reason VARCHAR,
-        PRIMARY KEY (run_id, cell_id, seq))""",
+        run_id VARCHAR, cell_id INTEGER, seq INTEGER, phase VARCHAR, iteration INTEGER, status VARCHAR,
+        reason VARCHAR, PRIMARY KEY (run_id, cell_id, seq))""",
     """CREATE TABLE IF NOT EXISTS records (
-        run_id VARCHAR, cell_id INTEGER, phase VARCHAR, rank INTEGER, host VARCHAR, bytes BIGINT, ops BIGINT,
+        run_id VARCHAR, cell_id INTEGER, phase VARCHAR, iteration INTEGER, rank INTEGER, host VARCHAR, bytes BIGINT,
+        ops BIGINT,
         errors JSON, start_ns BIGINT, end_ns BIGINT, barrier_ns BIGINT, cpu_user DOUBLE, cpu_sys DOUBLE,
         lat_index INTEGER[], lat_count BIGINT[], lat_sum BIGINT, lat_min BIGINT, lat_max BIGINT,
         tl_bytes BIGINT[], tl_ops BIGINT[], extra JSON, complete BOOLEAN)""",
@@ -77,7 +78,7 @@ class CellRow:
     repetition: int
     status: str
     error: str | None
-    phases: list[tuple[str, str, str | None]]  # (phase, status, reason)
+    phases: list[tuple[str, int, str, str | None]]  # (phase, iteration, status, reason)
     records: list[PhaseRecord]
 
 
@@ -167,24 +168,25 @@ class Store:
             con.execute("UPDATE studies SET finished = ?, status = ? WHERE run_id = ?", [now(), status, run_id])
 
     def write_cell(self, run_id: str, cell: Any, *, status: str, error: str | None, started: datetime,
-                   phases: list[tuple[str, str, str | None]], records: list[PhaseRecord],
+                   phases: list[tuple[str, int, str, str | None]], records: list[PhaseRecord],
                    events: list[dict[str, Any]]) -> None:
         with self.transaction() as con:
             con.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [run_id, cell.index, cell.config, cell.target.name, cell.target.url, cell.workload, cell.kind,
                          json.dumps(cell.params), json.dumps(cell.factors), cell.clients, cell.repetition, status,
                          error, started, now()])
-            for seq, (phase, pstatus, reason) in enumerate(phases):
-                con.execute("INSERT INTO phases VALUES (?, ?, ?, ?, ?, ?)", [run_id, cell.index, seq, phase, pstatus, reason])
+            for seq, (phase, iteration, pstatus, reason) in enumerate(phases):
+                con.execute("INSERT INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [run_id, cell.index, seq, phase, iteration, pstatus, reason])
             rows = []
             for r in records:
                 idx, cnt = r.hist.to_sparse()
-                rows.append([run_id, cell.index, r.phase, r.rank, r.host, r.bytes, r.ops, json.dumps(r.errors),
+                rows.append([run_id, cell.index, r.phase, r.iteration, r.rank, r.host, r.bytes, r.ops, json.dumps(r.errors),
                              r.start_ns, r.end_ns, r.barrier_ns, r.cpu_user, r.cpu_sys, idx, cnt, r.hist.sum,
                              r.hist.min, r.hist.max, r.tl_bytes, r.tl_ops, json.dumps(r.extra, default=str),
                              not r.extra.get("partial", False)])
             if rows:
-                con.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                con.executemany("INSERT INTO records VALUES (" + ", ".join("?" * 23) + ")", rows)
             for ev in events:
                 con.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
                             [run_id, cell.index, ev.get("t", now()), ev["kind"], ev.get("rank"), ev.get("phase"), ev["message"]])
@@ -223,18 +225,19 @@ class Store:
                 cells[c[0]] = CellRow(cell_id=c[0], config=c[1], target=c[2], target_url=c[3], workload=c[4], kind=c[5],
                                       params=json.loads(c[6]), factors=json.loads(c[7]), clients=c[8], repetition=c[9],
                                       status=c[10], error=c[11], phases=[], records=[])
-            for cell_id, phase, status, reason in con.execute(
-                    "SELECT cell_id, phase, status, reason FROM phases WHERE run_id = ? ORDER BY cell_id, seq", [run_id]).fetchall():
-                cells[cell_id].phases.append((phase, status, reason))
+            for cell_id, phase, iteration, status, reason in con.execute(
+                    "SELECT cell_id, phase, iteration, status, reason FROM phases WHERE run_id = ? ORDER BY cell_id, seq",
+                    [run_id]).fetchall():
+                cells[cell_id].phases.append((phase, iteration, status, reason))
             for r in con.execute(
-                    "SELECT cell_id, phase, rank, host, bytes, ops, errors, start_ns, end_ns, barrier_ns, cpu_user, cpu_sys, "
-                    "lat_index, lat_count, lat_sum, lat_min, lat_max, tl_bytes, tl_ops, extra FROM records "
-                    "WHERE run_id = ? ORDER BY cell_id, phase, rank", [run_id]).fetchall():
-                hist = Histogram.from_sparse(r[12] or [], r[13] or [], total_sum=r[14] or 0, vmin=r[15], vmax=r[16])
+                    "SELECT cell_id, phase, iteration, rank, host, bytes, ops, errors, start_ns, end_ns, barrier_ns, "
+                    "cpu_user, cpu_sys, lat_index, lat_count, lat_sum, lat_min, lat_max, tl_bytes, tl_ops, extra "
+                    "FROM records WHERE run_id = ? ORDER BY cell_id, phase, iteration, rank", [run_id]).fetchall():
+                hist = Histogram.from_sparse(r[13] or [], r[14] or [], total_sum=r[15] or 0, vmin=r[16], vmax=r[17])
                 cells[r[0]].records.append(PhaseRecord(
-                    rank=r[2], host=r[3], phase=r[1], bytes=r[4], ops=r[5], errors=json.loads(r[6]), start_ns=r[7],
-                    end_ns=r[8], barrier_ns=r[9], cpu_user=r[10], cpu_sys=r[11], hist=hist, tl_bytes=list(r[17] or []),
-                    tl_ops=list(r[18] or []), extra=json.loads(r[19])))
+                    rank=r[3], host=r[4], phase=r[1], iteration=r[2], bytes=r[5], ops=r[6], errors=json.loads(r[7]),
+                    start_ns=r[8], end_ns=r[9], barrier_ns=r[10], cpu_user=r[11], cpu_sys=r[12], hist=hist,
+                    tl_bytes=list(r[18] or []), tl_ops=list(r[19] or []), extra=json.loads(r[20])))
             env = {k: json.loads(v) for k, v in con.execute(
                 "SELECT key, value FROM environment WHERE run_id = ?", [run_id]).fetchall()}
             events = [{"cell": e[0], "t": e[1], "kind": e[2], "rank": e[3], "phase": e[4], "message": e[5]}

@@ -48,6 +48,7 @@ class PhaseFigures:
     status: str  # ok | skipped | failed | not-run
     reason: str | None
     clients: int
+    iteration: int = 0
     bytes: int = 0
     ops: int = 0
     seconds: float | None = None
@@ -65,7 +66,8 @@ class PhaseFigures:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "phase": self.phase, "status": self.status, **({"reason": self.reason} if self.reason else {}),
+            "phase": self.phase, "iteration": self.iteration, "status": self.status,
+            **({"reason": self.reason} if self.reason else {}),
             "clients": self.clients, "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
             "bandwidth_MiBps": self.bandwidth_MiBps, "stonewall_MiBps": self.stonewall_MiBps,
             "ops_per_s": self.ops_per_s, "latency_us": self.latency_us,
@@ -96,8 +98,8 @@ def bytes_until(rec: PhaseRecord, t_ns: int) -> float:
 
 
 def phase_figures(phase: str, status: str, reason: str | None, records: list[PhaseRecord], nclients: int,
-                  include_barrier: bool = False) -> PhaseFigures:
-    fig = PhaseFigures(phase=phase, status=status, reason=reason, clients=nclients)
+                  include_barrier: bool = False, iteration: int = 0) -> PhaseFigures:
+    fig = PhaseFigures(phase=phase, status=status, reason=reason, clients=nclients, iteration=iteration)
     for r in records:
         for kind, count in r.errors.items():
             fig.errors[kind] = fig.errors.get(kind, 0) + count
@@ -145,11 +147,11 @@ def cell_figures(cell: CellRow) -> CellFigures:
     from ..workloads import WORKLOADS
 
     include_barrier = getattr(WORKLOADS.get(cell.kind), "rate_includes_barrier", False)
-    by_phase: dict[str, list[PhaseRecord]] = defaultdict(list)
+    by_step: dict[tuple[str, int], list[PhaseRecord]] = defaultdict(list)
     for r in cell.records:
-        by_phase[r.phase].append(r)
-    phases = [phase_figures(ph, status, reason, by_phase.get(ph, []), cell.clients, include_barrier)
-              for ph, status, reason in cell.phases]
+        by_step[r.step].append(r)
+    phases = [phase_figures(ph, status, reason, by_step.get((ph, it), []), cell.clients, include_barrier, it)
+              for ph, it, status, reason in cell.phases]
     return CellFigures(cell=cell, phases=phases)
 
 
@@ -164,7 +166,7 @@ class ConfigSummary:
     params: dict[str, Any]
     clients: int
     phase: str
-    repetitions: int
+    repetitions: int  # cells of this configuration; the summaries also span iterations inside a cell
     statuses: list[str]
     bandwidth: Summary | None
     ops_per_s: Summary | None
@@ -209,7 +211,7 @@ def summarize_run(cells: list[CellFigures]) -> list[ConfigSummary]:
                 errors[k] = errors.get(k, 0) + v
         out.append(ConfigSummary(
             target=cell0.target, workload=cell0.workload, kind=cell0.kind, factors=cell0.factors,
-            params=cell0.params, clients=cell0.clients, phase=key[1], repetitions=len(items),
+            params=cell0.params, clients=cell0.clients, phase=key[1], repetitions=len({c.cell_id for c, _ in items}),
             statuses=[ph.status for _, ph in items],
             bandwidth=summarize([ph.bandwidth_MiBps for ph in ok]),
             ops_per_s=summarize([ph.ops_per_s for ph in ok]),

@@ -54,6 +54,23 @@ CAPABILITY_WORDS = {
 
 
 @dataclass(frozen=True)
+class FastOps:
+    """Metadata operations on native paths (see :meth:`Driver.native`), for hot metadata loops.
+
+    This is where a target's mapping lives: on a file system ``create`` is open(O_CREAT)+write+close and
+    ``stat`` is stat(2); on an object store they are PUT and HEAD. Workloads call these and never know which.
+    """
+
+    mkdir: Callable[[Any], Any]
+    rmdir: Callable[[Any], Any]
+    stat: Callable[[Any], Any]
+    listdir: Callable[[Any], list]
+    create: Callable[[Any, Any], Any]  # create(path, data): a new file or object holding data (may be empty)
+    read_into: Callable[[Any, Any], int]  # read_into(path, buf): the whole file into buf, returns its size
+    remove: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
 class StatResult:
     size: int
     is_dir: bool
@@ -205,6 +222,16 @@ class Driver(ABC):
 
     def size(self, path: str) -> int:
         return self.stat(path).size
+
+    # -- fast paths for metadata loops --------------------------------------------------------------
+    def native(self, path: str) -> Any:
+        """The driver's own form of a path (absolute path, object key …), computed once, outside timed loops."""
+        return path
+
+    def fast_ops(self) -> FastOps:
+        """Metadata operations taking native paths; drivers override this with thinner callables."""
+        return FastOps(mkdir=self.mkdir, rmdir=self.rmdir, stat=self.stat, listdir=self.listdir, create=self.put,
+                       read_into=self.get_into, remove=self.remove)
 
     # -- helpers used by the engine --------------------------------------------------------------
     def ensure_dir(self, path: str) -> None:

@@ -7,7 +7,7 @@ happens, it removes what it created. Messages go out through ``send``:
 
 ``("record", rank, wire)``   one finished phase
 ``("partial", rank, wire)``  the record of a phase that failed part-way
-``("error", rank, phase, message, kind)``
+``("error", rank, phase, iteration, message, kind)``
 ``("stopped", rank, phase)`` the engine stopped this client
 ``("done", rank)``
 """
@@ -28,16 +28,16 @@ from .records import PROGRESS_SLOTS, ClientStopped, PhaseRecorder
 Send = Callable[[tuple], None]
 
 
-def make_job(*, url: str, options: dict, kind: str, params: dict, cell_dir: str, phases: list[str],
+def make_job(*, url: str, options: dict, kind: str, params: dict, cell_dir: str, steps: list[tuple[str, int]],
              seed: int) -> dict[str, Any]:
-    """The picklable description of a cell that every client receives."""
+    """The picklable description of a cell that every client receives; steps are (phase, iteration)."""
     return {"url": url, "options": options, "kind": kind, "params": params, "cell_dir": cell_dir,
-            "phases": list(phases), "seed": seed}
+            "steps": [list(s) for s in steps], "seed": seed}
 
 
 def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None) -> None:
     rank = comm.rank
-    phase = "connect"
+    phase, iteration = "connect", 0
     driver = wl = ctx = None
     cleaned = False
     try:
@@ -46,11 +46,11 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
         wl = make_workload(job["kind"], job["params"])
         ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job["cell_dir"],
                             seed=job["seed"], comm=comm)
-        phase = "prepare"
+        phase, iteration = "prepare", 0
         wl.prepare(ctx)
         comm.barrier()
-        for seq, phase in enumerate(job["phases"]):
-            rec = PhaseRecorder(rank, phase, progress)
+        for seq, (phase, iteration) in enumerate(job["steps"]):
+            rec = PhaseRecorder(rank, phase, progress, iteration)
             wl.before_phase(ctx, phase)
             comm.barrier()
             rec.begin()
@@ -65,14 +65,14 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
                 progress[PROGRESS_SLOTS * rank + 2] = seq + 1
             comm.barrier()
             send(("record", rank, rec.record(time.perf_counter_ns()).to_wire()))
-        phase = "cleanup"
+        phase, iteration = "cleanup", 0
         cleaned = True
         wl.cleanup(ctx)
         send(("done", rank))
     except (ClientStopped, threading.BrokenBarrierError):
         send(("stopped", rank, phase))
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the peers are released
-        send(("error", rank, phase, one_line(e), error_kind(e)))
+        send(("error", rank, phase, iteration, one_line(e), error_kind(e)))
         try:
             comm.abort()
         except Exception:  # noqa: BLE001

@@ -33,9 +33,9 @@ ProgressFn = Callable[[str, int, int], None]
 class CellOutcome:
     status: str  # ok | failed | interrupted
     error: str | None = None
-    failed_phase: str | None = None
+    failed_step: tuple[str, int] | None = None  # (phase, iteration); None when it failed outside a phase
     records: list[PhaseRecord] = field(default_factory=list)
-    complete_phases: list[str] = field(default_factory=list)
+    complete_steps: list[tuple[str, int]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -107,8 +107,7 @@ class LocalEngine:
     def __init__(self) -> None:
         self.ctx = _context()
 
-    def run_cell(self, job: dict, nclients: int, phases: list[str], timeout: float,
-                 on_progress: ProgressFn | None = None) -> CellOutcome:
+    def run_cell(self, job: dict, nclients: int, timeout: float, on_progress: ProgressFn | None = None) -> CellOutcome:
         ctx = self.ctx
         barrier = ctx.Barrier(nclients)
         shared = ctx.RawArray("q", nclients)
@@ -116,13 +115,13 @@ class LocalEngine:
         out = ctx.Queue()
         procs = [ctx.Process(target=_client_entry, args=(job, r, nclients, barrier, shared, out, progress),
                              name=f"storeval-client-{r}", daemon=True) for r in range(nclients)]
-        watch = _Watch(procs, phases, nclients, progress, timeout)
+        watch = _Watch(procs, [tuple(st) for st in job["steps"]], nclients, progress, timeout)
         try:
             for p in procs:
                 p.start()
             watch.loop(out, on_progress)
         except KeyboardInterrupt:
-            watch.fail("interrupted", None, None, "interrupted by the user (Ctrl-C)")
+            watch.fail("interrupted", watch.current_step(), "interrupted by the user (Ctrl-C)")
         finally:
             old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping and cleaning up first
             try:
@@ -142,49 +141,57 @@ class LocalEngine:
 class _Watch:
     """The coordinator's view of one running cell."""
 
-    def __init__(self, procs: list, phases: list[str], n: int, progress: Any, timeout: float) -> None:
-        self.procs, self.phases, self.n, self.progress, self.timeout = procs, phases, n, progress, timeout
-        self.records: dict[str, dict[int, PhaseRecord]] = {ph: {} for ph in phases}
+    def __init__(self, procs: list, steps: list[tuple[str, int]], n: int, progress: Any, timeout: float) -> None:
+        self.procs, self.steps, self.n, self.progress, self.timeout = procs, steps, n, progress, timeout
+        self.iterated = any(it for _, it in steps)
+        self.records: dict[tuple[str, int], dict[int, PhaseRecord]] = {st: {} for st in steps}
         self.partials: list[PhaseRecord] = []
         self.finished: set[int] = set()
         self.reported: set[int] = set()  # ranks that sent done/error/stopped
         self.status = "ok"
         self.error: str | None = None
-        self.failed_phase: str | None = None
+        self.failed_step: tuple[str, int] | None = None
         self.events: list[dict[str, Any]] = []
         self.phase_started = time.monotonic()
-        self.current = 0  # index of the phase in progress (len(phases) once all are done)
+        self.current = 0  # index of the step in progress (len(steps) once all are done)
+
+    def label(self, step: tuple[str, int] | None) -> str:
+        if step is None:
+            return "cleanup"
+        return f"{step[0]} (iteration {step[1] + 1})" if self.iterated else step[0]
+
+    def current_step(self) -> tuple[str, int] | None:
+        return self.steps[self.current] if self.current < len(self.steps) else None
 
     # -- message handling ---------------------------------------------------------------------------
     def handle(self, msg: tuple) -> None:
         kind, rank = msg[0], msg[1]
         if kind == "record":
             rec = PhaseRecord.from_wire(msg[2])
-            self.records[rec.phase][rank] = rec
-            while self.current < len(self.phases) and len(self.records[self.phases[self.current]]) == self.n:
+            self.records[rec.step][rank] = rec
+            while self.current < len(self.steps) and len(self.records[self.steps[self.current]]) == self.n:
                 self.current += 1
                 self.phase_started = time.monotonic()
         elif kind == "partial":
             self.partials.append(PhaseRecord.from_wire(msg[2]))
         elif kind == "error":
-            _, _, phase, message, err_kind = msg
+            _, _, where, iteration, message, err_kind = msg
+            step = (where, iteration) if (where, iteration) in self.records else None
+            label = self.label(step) if step else where
             self.reported.add(rank)
-            self.events.append({"kind": "error", "rank": rank, "phase": phase, "message": message, "error_kind": err_kind})
-            self.fail("failed", rank, phase, f"client {rank} failed in {phase}: {message}")
+            self.events.append({"kind": "error", "rank": rank, "phase": label, "message": message, "error_kind": err_kind})
+            self.fail("failed", step, f"client {rank} failed in {label}: {message}")
         elif kind == "stopped":
             self.reported.add(rank)
         elif kind == "done":
             self.reported.add(rank)
             self.finished.add(rank)
 
-    def fail(self, status: str, rank: int | None, phase: str | None, message: str) -> None:
+    def fail(self, status: str, step: tuple[str, int] | None, message: str) -> None:
         if self.status == "ok":
-            self.status, self.error, self.failed_phase = status, message, phase
+            self.status, self.error, self.failed_step = status, message, step
             if status == "interrupted":
-                self.events.append({"kind": "interrupted", "rank": None, "phase": phase, "message": message})
-
-    def phase_name(self) -> str:
-        return self.phases[self.current] if self.current < len(self.phases) else "cleanup"
+                self.events.append({"kind": "interrupted", "rank": None, "phase": self.label(step), "message": message})
 
     # -- the watch loop -------------------------------------------------------------------------------
     def loop(self, out: Any, on_progress: ProgressFn | None) -> None:
@@ -195,20 +202,20 @@ class _Watch:
                     self.handle(out.get_nowait())
             except queue_mod.Empty:
                 pass
-            if on_progress is not None and self.current < len(self.phases):
+            step = self.current_step()
+            if on_progress is not None and step is not None:
                 slots = range(0, PROGRESS_SLOTS * self.n, PROGRESS_SLOTS)
-                on_progress(self.phases[self.current], sum(self.progress[s] for s in slots),
+                on_progress(self.label(step), sum(self.progress[s] for s in slots),
                             sum(self.progress[s + 1] for s in slots))
             self._check_exits(out)
             if self.status == "ok" and time.monotonic() - self.phase_started > self.timeout:
                 done = [self.progress[PROGRESS_SLOTS * r + 2] for r in range(self.n)]
-                late = [r for r in range(self.n) if done[r] <= self.current and r not in self.records.get(self.phase_name(), {})]
+                late = [r for r in range(self.n) if done[r] <= self.current and r not in self.records.get(step, {})]
                 who = ", ".join(str(r) for r in late) or "?"
-                self.events.append({"kind": "timeout", "rank": late[0] if late else None, "phase": self.phase_name(),
+                self.events.append({"kind": "timeout", "rank": late[0] if late else None, "phase": self.label(step),
                                     "message": f"phase timeout {self.timeout:g} s"})
-                self.fail("failed", late[0] if late else None, self.phase_name(),
-                          f"client {who} hung in {self.phase_name()} (no end after the phase timeout of "
-                          f"{self.timeout:g} s); all clients stopped")
+                self.fail("failed", step, f"client {who} hung in {self.label(step)} (no end after the phase timeout "
+                                          f"of {self.timeout:g} s); all clients stopped")
 
     def _check_exits(self, out: Any) -> None:
         for rank, p in enumerate(self.procs):
@@ -222,9 +229,10 @@ class _Watch:
                     pass
             if rank not in self.reported:
                 self.reported.add(rank)
-                phase = self.phase_name()
-                self.events.append({"kind": "died", "rank": rank, "phase": phase, "message": _exit_reason(p.exitcode)})
-                self.fail("failed", rank, phase, f"client {rank} {_exit_reason(p.exitcode)} during {phase}")
+                step = self.current_step()
+                self.events.append({"kind": "died", "rank": rank, "phase": self.label(step),
+                                    "message": _exit_reason(p.exitcode)})
+                self.fail("failed", step, f"client {rank} {_exit_reason(p.exitcode)} during {self.label(step)}")
 
     def stop_all(self, barrier: Any, out: Any) -> None:
         """Break the barrier, SIGTERM the live clients, wait for them to clean up, SIGKILL stragglers."""
@@ -254,13 +262,13 @@ class _Watch:
             pass
 
     def outcome(self) -> CellOutcome:
-        complete = [ph for ph in self.phases if len(self.records[ph]) == self.n]
-        records = [rec for ph in self.phases for rec in sorted(self.records[ph].values(), key=lambda r: r.rank)]
+        complete = [st for st in self.steps if len(self.records[st]) == self.n]
+        records = [rec for st in self.steps for rec in sorted(self.records[st].values(), key=lambda r: r.rank)]
         for rec in self.partials:
-            if rec.rank not in self.records[rec.phase]:
+            if rec.rank not in self.records[rec.step]:
                 rec.extra["partial"] = True
                 records.append(rec)
-        if self.status == "ok" and len(complete) != len(self.phases):
+        if self.status == "ok" and len(complete) != len(self.steps):
             self.status, self.error = "failed", "clients ended without finishing every phase"
-        return CellOutcome(status=self.status, error=self.error, failed_phase=self.failed_phase, records=records,
-                           complete_phases=complete, events=self.events)
+        return CellOutcome(status=self.status, error=self.error, failed_step=self.failed_step, records=records,
+                           complete_steps=complete, events=self.events)

@@ -113,6 +113,7 @@ class PhaseRecord:
     rank: int
     host: str
     phase: str
+    iteration: int = 0
     bytes: int = 0
     ops: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -127,6 +128,10 @@ class PhaseRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def step(self) -> tuple[str, int]:
+        return self.phase, self.iteration
+
+    @property
     def seconds(self) -> float:
         return (self.end_ns - self.start_ns) / NS
 
@@ -135,7 +140,7 @@ class PhaseRecord:
         return self.cpu_user + self.cpu_sys
 
     def to_wire(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("rank", "host", "phase", "bytes", "ops", "errors", "start_ns", "end_ns",
+        d = {k: getattr(self, k) for k in ("rank", "host", "phase", "iteration", "bytes", "ops", "errors", "start_ns", "end_ns",
                                              "barrier_ns", "cpu_user", "cpu_sys", "tl_bytes", "tl_ops", "extra")}
         d["hist"] = self.hist.to_dict()
         return d
@@ -153,9 +158,10 @@ HOST = socket.gethostname()
 class PhaseRecorder:
     """Times one client's phase and merges the OpLogs of its threads into a PhaseRecord."""
 
-    def __init__(self, rank: int, phase: str, progress: Any = None) -> None:
+    def __init__(self, rank: int, phase: str, progress: Any = None, iteration: int = 0) -> None:
         self.rank = rank
         self.phase = phase
+        self.iteration = iteration
         self.progress = progress
         self.logs: list[OpLog] = []
         self.errors: dict[str, int] = {}
@@ -197,7 +203,7 @@ class PhaseRecorder:
         seconds = max(1, -(-(self.end_ns - self.start_ns) // NS))
         ru0, ru1 = self._ru0, self._ru1
         return PhaseRecord(
-            rank=self.rank, host=HOST, phase=self.phase,
+            rank=self.rank, host=HOST, phase=self.phase, iteration=self.iteration,
             bytes=sum(log.bytes for log in self.logs), ops=sum(log.ops for log in self.logs),
             errors=dict(self.errors), start_ns=self.start_ns, end_ns=self.end_ns, barrier_ns=barrier_ns,
             cpu_user=ru1.ru_utime - ru0.ru_utime, cpu_sys=ru1.ru_stime - ru0.ru_stime, hist=hist,

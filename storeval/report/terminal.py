@@ -18,6 +18,8 @@ HOW_MEASURED = {
     "bandwidth": ("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
                   "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished. "
                   "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
+    "metadata": ("ops/s: operations of all clients / (exit of the closing barrier − first client start), mdtest's rate; "
+                 "max/min/mean/std dev over iterations and repetitions, as mdtest's SUMMARY. Latency: per operation."),
 }
 
 
@@ -49,9 +51,21 @@ def fmt_factors(kind: str, factors: dict[str, Any]) -> str:
 
 def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> str:
     """How the data moved, in words: the settings a reader must know to trust a figure."""
+    p = {k: v for k, v in params.items() if k not in exclude}
+    if kind == "metadata":
+        from ..workloads.metadata import MetadataParams
+
+        mp = MetadataParams.model_validate(params)
+        parts = [({"items", "items_per_dir", "depth", "branching", "leaf_only"}, f"{mp.items_per_client:,} items per client"),
+                 ({"mode"}, f"{mp.mode} mode"),
+                 ({"depth", "branching", "leaf_only"}, f"tree of depth {mp.depth} × branching {mp.branching} "
+                  f"({mp.tree_dirs:,} dirs{', items in the leaves' if mp.leaf_only else ''})"),
+                 ({"file_size"}, f"{format_size_compact(mp.file_size)} written and read per file" if mp.file_size else ""),
+                 ({"stat_stride"}, f"stat/list/read/remove the items of rank+{mp.stat_stride}" if mp.stat_stride else ""),
+                 ({"iterations"}, f"{mp.iterations} iterations" if mp.iterations > 1 else "")]
+        return ", ".join(text for keys, text in parts if text and not keys & exclude)
     if kind != "bandwidth":
         return ""
-    p = {k: v for k, v in params.items() if k not in exclude}
     words = []
     if "transfer_size" in p:
         words.append(f"{format_size_compact(p['transfer_size'])} transfers")
@@ -104,13 +118,31 @@ def print_summary(summary: list[ConfigSummary], console: Console | None = None) 
             caption.append(f"a ± b = mean ± stderr over {reps} repetitions.")
         table = Table(title=f"{kind} — {WORKLOADS[kind].summary}" if kind in WORKLOADS else kind,
                       caption="\n".join(c for c in caption if c), caption_justify="left")
+        rate_columns = RATE_COLUMNS.get(kind, RATE_COLUMNS["bandwidth"])
         for col, justify in (("target", "left"), ("workload", "left"), ("clients", "right"), ("phase", "left"),
-                             ("MiB/s", "right"), ("stonewall", "right"), ("ops/s", "right"), ("p50", "right"),
-                             ("p99", "right"), ("notes", "left")):
+                             *[(name, "right") for name, _ in rate_columns], ("p50", "right"), ("p99", "right"),
+                             ("notes", "left")):
             table.add_column(col, justify=justify, overflow="fold")
         for r in rows:
             factors = fmt_factors(r.kind, r.factors)
             table.add_row(r.target, r.workload + (f" {factors}" if factors else ""), str(r.clients), r.phase,
-                          fmt_summary(r.bandwidth), fmt_summary(r.stonewall), fmt_summary(r.ops_per_s),
+                          *[cell(r) for _, cell in rate_columns],
                           fmt_latency(r.latency_p50_us), fmt_latency(r.latency_p99_us), notes_for(r))
         console.print(table)
+
+
+def _stat(attr: str, which: str):
+    def cell(r: ConfigSummary) -> str:
+        s = getattr(r, attr)
+        value = getattr(s, which) if s is not None else None
+        return sig(value) if value is not None else "–"
+    return cell
+
+
+RATE_COLUMNS = {
+    "bandwidth": [("MiB/s", lambda r: fmt_summary(r.bandwidth)), ("stonewall", lambda r: fmt_summary(r.stonewall)),
+                  ("ops/s", lambda r: fmt_summary(r.ops_per_s))],
+    # mdtest's SUMMARY: max, min, mean and standard deviation of the rate
+    "metadata": [("max ops/s", _stat("ops_per_s", "max")), ("min ops/s", _stat("ops_per_s", "min")),
+                 ("mean ops/s", _stat("ops_per_s", "mean")), ("std dev", _stat("ops_per_s", "stddev"))],
+}

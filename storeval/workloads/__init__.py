@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from .bandwidth import Bandwidth
 from .base import ClientContext, Params, Workload
+from .metadata import Metadata
 
-WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth,)}
+WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth, Metadata)}
 
 
 def make_workload(kind: str, params: dict) -> Workload:

@@ -93,6 +93,10 @@ class Workload(ABC):
         chosen = set(getattr(self.p, "phases", self.PHASES))
         return [ph for ph in self.PHASES if ph in chosen]
 
+    def steps(self) -> list[tuple[str, int]]:
+        """(phase, iteration) in the order clients run them: the phases, ``iterations`` times (mdtest -i)."""
+        return [(ph, it) for it in range(getattr(self.p, "iterations", 1)) for ph in self.phases()]
+
     def skipped(self, caps: Capabilities) -> dict[str, str]:
         """Phases a target with ``caps`` cannot run, with the reason shown to the user."""
         return {}
