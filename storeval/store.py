@@ -33,30 +33,50 @@ from .histogram import Histogram
 
 DB_NAME = "storeval.duckdb"
 
-SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS studies (
-        run_id VARCHAR PRIMARY KEY, started TIMESTAMP, finished TIMESTAMP, status VARCHAR,
-        storeval_version VARCHAR, command_line VARCHAR, study JSON, study_hash VARCHAR, source VARCHAR,
-        engine VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS cells (
-        run_id VARCHAR, cell_id INTEGER, config INTEGER, target VARCHAR, target_url VARCHAR, workload VARCHAR,
-        kind VARCHAR, params JSON, factors JSON, clients INTEGER, repetition INTEGER, status VARCHAR,
-        error VARCHAR, started TIMESTAMP, finished TIMESTAMP, PRIMARY KEY (run_id, cell_id))""",
-    """CREATE TABLE IF NOT EXISTS phases (
-        run_id VARCHAR, cell_id INTEGER, seq INTEGER, phase VARCHAR, iteration INTEGER, status VARCHAR,
-        reason VARCHAR, PRIMARY KEY (run_id, cell_id, seq))""",
-    """CREATE TABLE IF NOT EXISTS records (
-        run_id VARCHAR, cell_id INTEGER, phase VARCHAR, iteration INTEGER, rank INTEGER, host VARCHAR, bytes BIGINT,
-        ops BIGINT,
-        errors JSON, start_ns BIGINT, end_ns BIGINT, barrier_ns BIGINT, cpu_user DOUBLE, cpu_sys DOUBLE,
-        lat_index INTEGER[], lat_count BIGINT[], lat_sum BIGINT, lat_min BIGINT, lat_max BIGINT,
-        tl_bytes BIGINT[], tl_ops BIGINT[], extra JSON, complete BOOLEAN)""",
-    """CREATE TABLE IF NOT EXISTS events (
-        run_id VARCHAR, cell_id INTEGER, t TIMESTAMP, kind VARCHAR, rank INTEGER, phase VARCHAR, message VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS environment (run_id VARCHAR, key VARCHAR, value JSON)""",
-    """CREATE TABLE IF NOT EXISTS samples (
-        run_id VARCHAR, cell_id INTEGER, t_ns BIGINT, probe VARCHAR, device VARCHAR, metric VARCHAR, value DOUBLE)""",
-]
+# Tables and their columns. Columns are only ever added (never renamed or dropped), so an older results
+# directory is brought up to date with ALTER TABLE ... ADD COLUMN, and every INSERT names its columns.
+TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
+    "studies": ([("run_id", "VARCHAR"), ("started", "TIMESTAMP"), ("finished", "TIMESTAMP"), ("status", "VARCHAR"),
+                 ("storeval_version", "VARCHAR"), ("command_line", "VARCHAR"), ("study", "JSON"),
+                 ("study_hash", "VARCHAR"), ("source", "VARCHAR"), ("engine", "VARCHAR")], "run_id"),
+    "cells": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("config", "INTEGER"), ("target", "VARCHAR"),
+               ("target_url", "VARCHAR"), ("workload", "VARCHAR"), ("kind", "VARCHAR"), ("params", "JSON"),
+               ("factors", "JSON"), ("clients", "INTEGER"), ("repetition", "INTEGER"), ("status", "VARCHAR"),
+               ("error", "VARCHAR"), ("started", "TIMESTAMP"), ("finished", "TIMESTAMP")], "run_id, cell_id"),
+    "phases": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("seq", "INTEGER"), ("phase", "VARCHAR"),
+                ("status", "VARCHAR"), ("reason", "VARCHAR"), ("iteration", "INTEGER")], "run_id, cell_id, seq"),
+    "records": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("phase", "VARCHAR"), ("rank", "INTEGER"),
+                 ("host", "VARCHAR"), ("bytes", "BIGINT"), ("ops", "BIGINT"), ("errors", "JSON"), ("start_ns", "BIGINT"),
+                 ("end_ns", "BIGINT"), ("barrier_ns", "BIGINT"), ("cpu_user", "DOUBLE"), ("cpu_sys", "DOUBLE"),
+                 ("lat_index", "INTEGER[]"), ("lat_count", "BIGINT[]"), ("lat_sum", "BIGINT"), ("lat_min", "BIGINT"),
+                 ("lat_max", "BIGINT"), ("tl_bytes", "BIGINT[]"), ("tl_ops", "BIGINT[]"), ("extra", "JSON"),
+                 ("complete", "BOOLEAN"), ("iteration", "INTEGER")], ""),
+    "events": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("t", "TIMESTAMP"), ("kind", "VARCHAR"),
+                ("rank", "INTEGER"), ("phase", "VARCHAR"), ("message", "VARCHAR")], ""),
+    "environment": ([("run_id", "VARCHAR"), ("key", "VARCHAR"), ("value", "JSON")], ""),
+    "samples": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("t_ns", "BIGINT"), ("probe", "VARCHAR"),
+                 ("device", "VARCHAR"), ("metric", "VARCHAR"), ("value", "DOUBLE")], ""),
+}
+
+
+def _create_or_migrate(con: duckdb.DuckDBPyConnection) -> None:
+    for table, (columns, key) in TABLES.items():
+        cols = ", ".join(f"{name} {kind}" for name, kind in columns)
+        con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols}{f', PRIMARY KEY ({key})' if key else ''})")
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
+        for name, kind in columns:
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    """INSERT naming its columns, so older files with appended columns take the rows as well."""
+    if not rows:
+        return
+    names = list(rows[0])
+    con.executemany(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                    [[row[n] for n in names] for row in rows])
 
 
 def now() -> datetime:
@@ -107,9 +127,8 @@ class Store:
                 raise InputError(f"{results_dir} holds no storeval results ({DB_NAME} is missing; run storeval run first)")
             return
         os.makedirs(self.dir, exist_ok=True)
-        with self.connect() as con:
-            for stmt in SCHEMA:
-                con.execute(stmt)
+        with self.transaction() as con:
+            _create_or_migrate(con)
 
     @classmethod
     def check_location(cls, results_dir: str) -> None:
@@ -158,10 +177,11 @@ class Store:
     def begin_run(self, run_id: str, *, study: dict, study_hash: str, version: str, command_line: str,
                   source: str | None, engine: str, environment: dict[str, Any]) -> None:
         with self.transaction() as con:
-            con.execute("INSERT INTO studies VALUES (?, ?, NULL, 'running', ?, ?, ?, ?, ?, ?)",
-                        [run_id, now(), version, command_line, json.dumps(study), study_hash, source, engine])
-            for key, value in environment.items():
-                con.execute("INSERT INTO environment VALUES (?, ?, ?)", [run_id, key, json.dumps(value, default=str)])
+            _insert(con, "studies", [{"run_id": run_id, "started": now(), "status": "running", "storeval_version": version,
+                                      "command_line": command_line, "study": json.dumps(study), "study_hash": study_hash,
+                                      "source": source, "engine": engine}])
+            _insert(con, "environment", [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
+                                         for k, v in environment.items()])
 
     def end_run(self, run_id: str, status: str) -> None:
         with self.transaction() as con:
@@ -171,31 +191,35 @@ class Store:
                    phases: list[tuple[str, int, str, str | None]], records: list[PhaseRecord],
                    events: list[dict[str, Any]]) -> None:
         with self.transaction() as con:
-            con.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [run_id, cell.index, cell.config, cell.target.name, cell.target.url, cell.workload, cell.kind,
-                         json.dumps(cell.params), json.dumps(cell.factors), cell.clients, cell.repetition, status,
-                         error, started, now()])
-            for seq, (phase, iteration, pstatus, reason) in enumerate(phases):
-                con.execute("INSERT INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [run_id, cell.index, seq, phase, iteration, pstatus, reason])
+            _insert(con, "cells", [{
+                "run_id": run_id, "cell_id": cell.index, "config": cell.config, "target": cell.target.name,
+                "target_url": cell.target.url, "workload": cell.workload, "kind": cell.kind,
+                "params": json.dumps(cell.params), "factors": json.dumps(cell.factors), "clients": cell.clients,
+                "repetition": cell.repetition, "status": status, "error": error, "started": started, "finished": now()}])
+            _insert(con, "phases", [{"run_id": run_id, "cell_id": cell.index, "seq": seq, "phase": phase,
+                                     "iteration": iteration, "status": pstatus, "reason": reason}
+                                    for seq, (phase, iteration, pstatus, reason) in enumerate(phases)])
             rows = []
             for r in records:
                 idx, cnt = r.hist.to_sparse()
-                rows.append([run_id, cell.index, r.phase, r.iteration, r.rank, r.host, r.bytes, r.ops, json.dumps(r.errors),
-                             r.start_ns, r.end_ns, r.barrier_ns, r.cpu_user, r.cpu_sys, idx, cnt, r.hist.sum,
-                             r.hist.min, r.hist.max, r.tl_bytes, r.tl_ops, json.dumps(r.extra, default=str),
-                             not r.extra.get("partial", False)])
-            if rows:
-                con.executemany("INSERT INTO records VALUES (" + ", ".join("?" * 23) + ")", rows)
-            for ev in events:
-                con.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [run_id, cell.index, ev.get("t", now()), ev["kind"], ev.get("rank"), ev.get("phase"), ev["message"]])
+                rows.append({"run_id": run_id, "cell_id": cell.index, "phase": r.phase, "iteration": r.iteration,
+                             "rank": r.rank, "host": r.host, "bytes": r.bytes, "ops": r.ops,
+                             "errors": json.dumps(r.errors), "start_ns": r.start_ns, "end_ns": r.end_ns,
+                             "barrier_ns": r.barrier_ns, "cpu_user": r.cpu_user, "cpu_sys": r.cpu_sys,
+                             "lat_index": idx, "lat_count": cnt, "lat_sum": r.hist.sum, "lat_min": r.hist.min,
+                             "lat_max": r.hist.max, "tl_bytes": r.tl_bytes, "tl_ops": r.tl_ops,
+                             "extra": json.dumps(r.extra, default=str), "complete": not r.extra.get("partial", False)})
+            _insert(con, "records", rows)
+            _insert(con, "events", [self._event(run_id, cell.index, ev) for ev in events])
+
+    @staticmethod
+    def _event(run_id: str, cell_id: int | None, ev: dict[str, Any]) -> dict[str, Any]:
+        return {"run_id": run_id, "cell_id": cell_id, "t": ev.get("t", now()), "kind": ev["kind"],
+                "rank": ev.get("rank"), "phase": ev.get("phase"), "message": ev["message"]}
 
     def add_events(self, run_id: str, events: list[dict[str, Any]]) -> None:
         with self.transaction() as con:
-            for ev in events:
-                con.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [run_id, ev.get("cell"), ev.get("t", now()), ev["kind"], ev.get("rank"), ev.get("phase"), ev["message"]])
+            _insert(con, "events", [self._event(run_id, ev.get("cell"), ev) for ev in events])
 
     # -- reading -----------------------------------------------------------------------------------
     def run_ids(self) -> list[str]:
@@ -226,11 +250,12 @@ class Store:
                                       params=json.loads(c[6]), factors=json.loads(c[7]), clients=c[8], repetition=c[9],
                                       status=c[10], error=c[11], phases=[], records=[])
             for cell_id, phase, iteration, status, reason in con.execute(
-                    "SELECT cell_id, phase, iteration, status, reason FROM phases WHERE run_id = ? ORDER BY cell_id, seq",
+                    "SELECT cell_id, phase, coalesce(iteration, 0), status, reason FROM phases WHERE run_id = ? "
+                    "ORDER BY cell_id, seq",
                     [run_id]).fetchall():
                 cells[cell_id].phases.append((phase, iteration, status, reason))
             for r in con.execute(
-                    "SELECT cell_id, phase, iteration, rank, host, bytes, ops, errors, start_ns, end_ns, barrier_ns, "
+                    "SELECT cell_id, phase, coalesce(iteration, 0), rank, host, bytes, ops, errors, start_ns, end_ns, barrier_ns, "
                     "cpu_user, cpu_sys, lat_index, lat_count, lat_sum, lat_min, lat_max, tl_bytes, tl_ops, extra "
                     "FROM records WHERE run_id = ? ORDER BY cell_id, phase, iteration, rank", [run_id]).fetchall():
                 hist = Histogram.from_sparse(r[13] or [], r[14] or [], total_sum=r[15] or 0, vmin=r[16], vmax=r[17])

@@ -79,8 +79,26 @@ def test_version_and_help():
 def test_run_with_no_arguments_evaluates_the_current_directory(tmp_path):
     r = storeval("run", cwd=tmp_path, timeout=600)
     assert r.rc == 0, r.err
-    assert "bandwidth" in r.out and "MiB/s" in r.out
+    assert "bandwidth" in r.out and "MiB/s" in r.out and "metadata" in r.out and "mean ops/s" in r.out
     assert sorted(os.listdir(tmp_path)) == ["storeval-results"]
     con = duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True)
     assert con.execute("SELECT DISTINCT clients FROM cells ORDER BY 1").fetchall() == [(1,), (2,)]
+    assert con.execute("SELECT DISTINCT kind FROM cells ORDER BY 1").fetchall() == [("bandwidth",), ("metadata",)]
     assert con.execute("SELECT count(*) FROM cells WHERE status <> 'ok'").fetchone() == (0,)
+
+
+def test_results_of_an_older_storeval_are_migrated_and_still_readable(tmp_path, target):
+    """A store written before `iteration` existed: columns are added, old runs load, new runs are stored."""
+    res = tmp_path / "res"
+    res.mkdir()
+    con = duckdb.connect(str(res / "storeval.duckdb"))
+    con.execute("CREATE TABLE phases (run_id VARCHAR, cell_id INTEGER, seq INTEGER, phase VARCHAR, status VARCHAR, "
+                "reason VARCHAR, PRIMARY KEY (run_id, cell_id, seq))")
+    con.execute("INSERT INTO phases VALUES ('old', 0, 0, 'write', 'ok', NULL)")
+    con.close()
+    r = storeval("run", "--target", str(target), "--workload", "bandwidth", "--set", "file_size=1MiB",
+                 "--results", str(res), "--quiet", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    con = duckdb.connect(str(res / "storeval.duckdb"), read_only=True)
+    assert con.execute("SELECT phase, iteration FROM phases WHERE run_id = 'old'").fetchall() == [("write", None)]
+    assert con.execute("SELECT count(*) FROM phases WHERE run_id <> 'old' AND iteration = 0").fetchone() == (4,)  # 2 cells x 2 phases

@@ -259,8 +259,8 @@ class Bandwidth(Workload):
         try:
             base = self._base(c.rank)
             chunk = ts * count
-            run_ops(c.driver.writer(h), [buf], range(base, base + p.file_size, chunk), OpLog(0, fold_cap(chunk)),
-                    chunk, stamp)
+            run_ops(c.driver.writer(h), [buf], range(base, base + p.file_size, chunk),
+                    OpLog(time.perf_counter_ns(), fold_cap(chunk)), chunk, stamp)
             if c.driver.caps.fsync:
                 c.driver.fsync(h)
         finally:

@@ -208,7 +208,7 @@ class Metadata(Workload):
         st = c.state
         st["ops"] = c.driver.fast_ops()
         st["data"] = np.random.default_rng([self.p.random_seed & 0xFFFFFFFF, c.rank]).bytes(self.p.file_size)
-        st["buf"] = bytearray(max(self.p.file_size, 1))
+        st["buf"] = bytearray(self.p.file_size)
         st["has"] = {"tree": False, "dir": False, "file": False}
         st["dirs_ok"] = c.driver.caps.directories
 
