@@ -100,6 +100,10 @@ def run(
         write_json_atomic(json_out, run_document(data, cell_figs, summary))
     if not quiet:
         print_summary(summary, out)
+        from .analysis.scaling import scaling
+        from .report.terminal import print_scaling
+
+        print_scaling(scaling(cell_figs), out)
         failed = f", {result.failed} failed" if result.failed else ""
         out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {store.dir}"
                   + (f", JSON in {json_out}" if json_out else ""))
@@ -157,6 +161,74 @@ def workloads() -> None:
                 default = format_size_compact(default)
             table.add_row(name, str(default))
         console.print(table)
+
+
+testbed_app = typer.Typer(no_args_is_help=True, help="Real storage servers on 127.0.0.1: MinIO (S3), XRootD, HDFS.")
+app.add_typer(testbed_app, name="testbed")
+TESTBED_DIR_HELP = "Directory holding the servers' data and state (storeval-testbed.yaml is written beside it)."
+
+
+@testbed_app.command("up")
+def testbed_up(
+    servers: Optional[list[str]] = typer.Argument(None, help="minio, minio-ec, xrootd, hdfs (default: minio xrootd hdfs)."),
+    hdfs_datanodes: int = typer.Option(1, "--hdfs-datanodes", min=1, max=16, help="Datanodes of the HDFS mini-cluster."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
+    """Install (first time) and start testbed servers; write storeval-testbed.yaml with a target for each."""
+    from .testbed import SERVERS, Testbed
+
+    kinds = servers or ["minio", "xrootd", "hdfs"]
+    for kind in kinds:
+        if kind not in SERVERS:
+            raise InputError(f"testbed up {kind}: unknown server (choose from {', '.join(SERVERS)})")
+    bed = Testbed(directory)
+    bed.up(kinds, {"hdfs": {"datanodes": hdfs_datanodes}}, log=lambda m: Console(stderr=True).print(m, highlight=False))
+    print(f"targets written to {bed.targets_file}: storeval run {bed.targets_file.name} --workload bandwidth")
+
+
+@testbed_app.command("status")
+def testbed_status(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
+    """Show the testbed servers, their processes and ports."""
+    from .testbed import Testbed
+
+    lines = Testbed(directory).status()
+    print("\n".join(lines) if lines else "no testbed servers running here")
+
+
+@testbed_app.command("down")
+def testbed_down(
+    servers: Optional[list[str]] = typer.Argument(None, help="Servers to stop (default: all)."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
+    """Stop exactly the processes `testbed up` started and remove their data."""
+    from .testbed import Testbed
+
+    Testbed(directory).down(servers or None, log=lambda m: Console(stderr=True).print(m, highlight=False))
+
+
+@testbed_app.command("datanode")
+def testbed_datanode(
+    action: str = typer.Argument(..., help="stop, start or list"),
+    index: Optional[int] = typer.Argument(None, help="Datanode index (0-based, as listed)."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
+    """Stop or restart one datanode of the testbed's HDFS mini-cluster (fault tests), or list them."""
+    from .testbed import Testbed
+
+    servers = Testbed(directory).load()
+    if "hdfs" not in servers:
+        raise InputError("no HDFS testbed is running here (start one with: storeval testbed up hdfs)")
+    hdfs = servers["hdfs"]
+    if action == "list":
+        for i, dn in enumerate(hdfs.datanodes()):
+            print(i, dn)
+    elif action in ("stop", "start"):
+        if index is None:
+            raise InputError(f"testbed datanode {action}: give the datanode index (see: storeval testbed datanode list)")
+        (hdfs.stop_datanode if action == "stop" else hdfs.start_datanode)(index)
+        print(f"datanode {index}: {'stopped' if action == 'stop' else 'started'}")
+    else:
+        raise InputError(f"testbed datanode {action}: choose stop, start or list")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -168,9 +168,9 @@ def is_list_param(model: type[Params], key: str) -> bool:
 
 def is_size_param(model: type[Params], key: str) -> bool:
     """Whether a parameter is a size (shown as 64MiB rather than 67108864)."""
-    from .workloads.base import _size
+    from .fields import is_size_validator
 
-    return any(getattr(m, "func", None) is _size for m in model.model_fields[key].metadata)
+    return any(is_size_validator(m) for m in model.model_fields[key].metadata)
 
 
 def _is_sweep(model: type[Params], key: str, value: Any) -> bool:

@@ -13,3 +13,28 @@ def target(tmp_path: Path) -> Path:
     d = tmp_path / "target"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory):
+    """MinIO, XRootD and HDFS started once for the whole test session by storeval's own testbed code."""
+    from storeval.testbed import Testbed
+
+    base = tmp_path_factory.mktemp("testbed")
+    bed = Testbed(base / "servers", targets_file=base / "storeval-testbed.yaml")
+    try:
+        bed.up(["minio", "xrootd", "hdfs"], {"hdfs": {"datanodes": 1}}, log=lambda message: None)
+        yield bed
+    finally:
+        bed.down(log=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def testbed_targets(testbed) -> dict:
+    return testbed.targets()
+
+
+@pytest.fixture(scope="session")
+def testbed_credentials(testbed) -> tuple[str, str]:
+    """MinIO's (access key, secret key) — to check they never leak."""
+    return testbed.load()["minio"].credentials()

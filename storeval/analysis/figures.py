@@ -39,7 +39,8 @@ class ClientStat:
 
     def as_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "host": self.host, "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
-                "cpu_seconds": self.cpu_seconds, "MiBps": self.MiBps, "ops_per_s": self.ops_per_s}
+                "cpu_seconds": self.cpu_seconds, "MiBps": self.MiBps, "ops_per_s": self.ops_per_s,
+                "cpu_seconds_per_MB": self.cpu_seconds / (self.bytes / 1e6) if self.bytes else None}
 
 
 @dataclass
@@ -73,7 +74,9 @@ class PhaseFigures:
             "ops_per_s": self.ops_per_s, "latency_us": self.latency_us,
             "client_MiBps": {"mean": self.client_MiBps[0], "stderr": self.client_MiBps[1]},
             "client_ops_per_s": {"mean": self.client_ops_per_s[0], "stderr": self.client_ops_per_s[1]},
-            "cpu_seconds": self.cpu_seconds, "errors": self.errors, "warnings": self.warnings,
+            "cpu_seconds": self.cpu_seconds,
+            "cpu_seconds_per_GB": self.cpu_seconds / (self.bytes / 1e9) if self.bytes else None,
+            "errors": self.errors, "warnings": self.warnings,
             "client_stats": [c.as_dict() for c in self.client_stats],
         }
 
@@ -173,6 +176,8 @@ class ConfigSummary:
     stonewall: Summary | None
     latency_p50_us: Summary | None
     latency_p99_us: Summary | None
+    per_client_MiBps: Summary | None  # the mean per-client rate of each cell, summarised over repetitions
+    cpu_seconds_per_GB: Summary | None
     reason: str | None
     warnings: list[dict[str, str]]
     errors: dict[str, int]
@@ -185,7 +190,8 @@ class ConfigSummary:
                 "phase": self.phase, "repetitions": self.repetitions, "statuses": self.statuses,
                 "bandwidth_MiBps": s(self.bandwidth), "stonewall_MiBps": s(self.stonewall),
                 "ops_per_s": s(self.ops_per_s), "latency_p50_us": s(self.latency_p50_us),
-                "latency_p99_us": s(self.latency_p99_us), **({"reason": self.reason} if self.reason else {}),
+                "latency_p99_us": s(self.latency_p99_us), "per_client_MiBps": s(self.per_client_MiBps),
+                "cpu_seconds_per_GB": s(self.cpu_seconds_per_GB), **({"reason": self.reason} if self.reason else {}),
                 "warnings": self.warnings, "errors": self.errors}
 
 
@@ -218,6 +224,8 @@ def summarize_run(cells: list[CellFigures]) -> list[ConfigSummary]:
             stonewall=summarize([ph.stonewall_MiBps for ph in ok if ph.stonewall_MiBps is not None]),
             latency_p50_us=summarize([ph.latency_us.get("p50") for ph in ok if ph.latency_us.get("p50") is not None]),
             latency_p99_us=summarize([ph.latency_us.get("p99") for ph in ok if ph.latency_us.get("p99") is not None]),
+            per_client_MiBps=summarize([ph.client_MiBps[0] for ph in ok if ph.client_MiBps[0] is not None]),
+            cpu_seconds_per_GB=summarize([ph.cpu_seconds / (ph.bytes / 1e9) for ph in ok if ph.bytes]),
             reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors))
     return out
 

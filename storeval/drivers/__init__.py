@@ -1,16 +1,25 @@
-"""Drivers by URL scheme, and turning a target URL into a driver."""
+"""Drivers by URL scheme, and turning a target URL into a driver.
+
+Network drivers are imported on first use: `storeval --help` stays fast, and a client library that fails
+to load affects only the targets of its scheme.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 from urllib.parse import quote, urlsplit
 
 from ..errors import InputError
-from .base import Capabilities, Driver, DriverOptions, Handle, StatResult, join
-from .null import NullDriver
-from .posix import PosixDriver
+from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, StatResult, join
 
-DRIVERS: dict[str, type[Driver]] = {"file": PosixDriver, "null": NullDriver}
+DRIVERS: dict[str, str] = {
+    "file": "storeval.drivers.posix:PosixDriver",
+    "null": "storeval.drivers.null:NullDriver",
+    "s3": "storeval.drivers.s3:S3Driver",
+    "root": "storeval.drivers.xrootd:XrootdDriver",
+    "hdfs": "storeval.drivers.hdfs:HdfsDriver",
+}
 
 
 def normalize_url(url: str) -> str:
@@ -22,11 +31,14 @@ def normalize_url(url: str) -> str:
 
 def driver_class(url: str) -> type[Driver]:
     scheme = urlsplit(url).scheme
-    try:
-        return DRIVERS[scheme]
-    except KeyError:
+    if scheme not in DRIVERS:
         known = ", ".join(f"{s}://" for s in sorted(DRIVERS))
-        raise InputError(f"target {url}: unknown scheme '{scheme}://' (known: {known})") from None
+        raise InputError(f"target {url}: unknown scheme '{scheme}://' (known: {known})")
+    module, name = DRIVERS[scheme].split(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        raise InputError(f"target {url}: the {scheme}:// driver cannot load ({e}); reinstall storeval") from None
 
 
 def make_driver(url: str, options: dict | DriverOptions | None = None, *, client: int = -1) -> Driver:
@@ -36,5 +48,5 @@ def make_driver(url: str, options: dict | DriverOptions | None = None, *, client
     return cls(url, options, client=client)
 
 
-__all__ = ["Capabilities", "Driver", "DriverOptions", "Handle", "StatResult", "DRIVERS", "join",
+__all__ = ["Capabilities", "Driver", "DriverOptions", "FastOps", "Handle", "StatResult", "DRIVERS", "join",
            "make_driver", "driver_class", "normalize_url"]

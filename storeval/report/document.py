@@ -8,6 +8,7 @@ import tempfile
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
+from ..analysis.scaling import scaling
 from ..store import RunData
 
 
@@ -35,6 +36,7 @@ def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSum
             "phases": [ph.as_dict() for ph in cf.phases],
         } for cf in cells],
         "summary": [s.as_dict() for s in summary],
+        "scaling": scaling(cells),
         "events": [{**ev, "t": _iso(ev.get("t"))} for ev in run.events],
     }
 

@@ -18,6 +18,8 @@ HOW_MEASURED = {
     "bandwidth": ("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
                   "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished. "
                   "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
+    "copy": ("MiB/s: aggregate = bytes of all workers / (last end − first start), staggered starts included; per "
+             "worker: each worker's bytes over its own copy time, mean over workers; CPU: client CPU seconds per GB moved."),
     "metadata": ("ops/s: operations of all clients / (exit of the closing barrier − first client start), mdtest's rate; "
                  "max/min/mean/std dev over iterations and repetitions, as mdtest's SUMMARY. Latency: per operation."),
 }
@@ -100,6 +102,16 @@ def notes_for(s: ConfigSummary) -> str:
     return "; ".join(notes)
 
 
+def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
+    """One line per swept configuration: where the aggregate saturates (and, for copies, peaks)."""
+    for s in scaling:
+        unit = "ops/s" if s["figure"] == "ops_per_s" else "MiB/s"
+        points = ", ".join(f"{p['clients']}→{sig(p['aggregate'])}" for p in s["series"])
+        extra = f"; workers to peak {s['workers_to_peak']}" if s["kind"] == "copy" else ""
+        console.print(f"scaling {s['target']} · {s['workload']} · {s['phase']}: {points} {unit}; saturation at "
+                      f"{s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}{extra}", highlight=False)
+
+
 def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
     console = console or Console()
     by_kind: dict[str, list[ConfigSummary]] = defaultdict(list)
@@ -142,6 +154,8 @@ def _stat(attr: str, which: str):
 RATE_COLUMNS = {
     "bandwidth": [("MiB/s", lambda r: fmt_summary(r.bandwidth)), ("stonewall", lambda r: fmt_summary(r.stonewall)),
                   ("ops/s", lambda r: fmt_summary(r.ops_per_s))],
+    "copy": [("MiB/s", lambda r: fmt_summary(r.bandwidth)), ("per worker MiB/s", lambda r: fmt_summary(r.per_client_MiBps)),
+             ("CPU s/GB", lambda r: fmt_summary(r.cpu_seconds_per_GB))],
     # mdtest's SUMMARY: max, min, mean and standard deviation of the rate
     "metadata": [("max ops/s", _stat("ops_per_s", "max")), ("min ops/s", _stat("ops_per_s", "min")),
                  ("mean ops/s", _stat("ops_per_s", "mean")), ("std dev", _stat("ops_per_s", "stddev"))],

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .bandwidth import Bandwidth
 from .base import ClientContext, Params, Workload
+from .copy import Copy
 from .metadata import Metadata
 
-WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth, Metadata)}
+WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth, Metadata, Copy)}
 
 
 def make_workload(kind: str, params: dict) -> Workload:

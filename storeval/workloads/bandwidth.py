@@ -176,8 +176,8 @@ class Bandwidth(Workload):
         for ph in self.phases():
             if self.p.layout == "shared-file" and not caps.shared_write:
                 out[ph] = "target cannot let several clients write one shared file"
-            elif ph in ("rewrite", "randwrite") and not caps.random_write:
-                out[ph] = "target cannot write into an existing file (no random writes)"
+            elif ph == "randwrite" and not caps.random_write:
+                out[ph] = "target cannot write at random offsets (objects and HDFS files are written front to back)"
         return out
 
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:

@@ -13,29 +13,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Protocol
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, ConfigDict
 
 from ..drivers.base import Capabilities, Driver
 from ..engine.records import PhaseRecorder
-from ..units import UnitError, parse_duration, parse_size
-
-
-def _size(value: object) -> int:
-    try:
-        return parse_size(value)
-    except UnitError as e:
-        raise ValueError(str(e)) from None
-
-
-def _duration(value: object) -> float:
-    try:
-        return parse_duration(value)
-    except UnitError as e:
-        raise ValueError(str(e)) from None
-
-
-Size = Annotated[int, BeforeValidator(_size)]
-Duration = Annotated[float, BeforeValidator(_duration)]
+from ..fields import Duration, Size  # noqa: F401 - re-exported for workloads
 
 
 class Params(BaseModel):

@@ -17,9 +17,9 @@ import numpy as np
 SECTOR = 512
 
 
-def aligned_buffer(size: int) -> mmap.mmap:
-    """A page-aligned buffer (what O_DIRECT needs)."""
-    return mmap.mmap(-1, max(size, 1))
+def aligned_buffer(size: int) -> memoryview:
+    """A page-aligned buffer (what O_DIRECT needs), as a memoryview: every client library takes one."""
+    return memoryview(mmap.mmap(-1, max(size, 1)))
 
 
 class Payload:
@@ -36,13 +36,13 @@ class Payload:
         """The 8-byte tag slots of ``buf`` (a strided numpy view; writing it writes the buffer)."""
         return np.frombuffer(buf, dtype=np.uint64, count=len(buf) // 8)[:: SECTOR // 8][: self.nstamps]
 
-    def write_buffer(self) -> tuple[mmap.mmap, tuple]:
+    def write_buffer(self) -> tuple[memoryview, tuple]:
         """A buffer holding the random block, and the (add, tags, view) triple that stamps it."""
         buf = aligned_buffer(self.size)
         buf[: self.size] = self.base
         return buf, (np.add, self.tags, self.tag_view(buf))
 
-    def chunk_buffer(self, count: int) -> tuple[mmap.mmap, tuple]:
+    def chunk_buffer(self, count: int) -> tuple[memoryview, tuple]:
         """A buffer of ``count`` consecutive transfers, stamped in one add: the same bytes as ``count`` single
         writes. Needs the tag grid to be regular (size a multiple of 512); used to lay out files quickly."""
         assert self.size % SECTOR == 0

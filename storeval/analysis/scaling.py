@@ -1,0 +1,63 @@
+"""Scaling: an aggregate figure against the number of clients, and where it stops growing.
+
+Rules, stated so a reader can check them:
+* saturation point = the smallest client count whose mean aggregate reaches 90 % of the largest one;
+* workers to peak (the copy study's figure) = the smallest client count whose mean aggregate reaches
+  95 % of the largest one — where adding workers stops paying.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from .figures import CellFigures
+from .stats import summarize
+
+SATURATION = 0.90
+PEAK = 0.95
+
+
+def first_reaching(series: list[tuple[int, float]], fraction: float) -> int | None:
+    """Smallest x whose y reaches ``fraction`` of the largest y."""
+    if not series:
+        return None
+    top = max(y for _, y in series)
+    return min(x for x, y in series if y >= fraction * top)
+
+
+def scaling(cells: list[CellFigures]) -> list[dict[str, Any]]:
+    """Per target, workload, phase and other factor values: the aggregate figure against clients."""
+    groups: dict[tuple, dict[int, list[tuple[float | None, float | None, float | None]]]] = defaultdict(lambda: defaultdict(list))
+    meta: dict[tuple, dict[str, Any]] = {}
+    for cf in cells:
+        other = {k: v for k, v in cf.cell.factors.items() if k != "clients"}
+        for ph in cf.phases:
+            if ph.status != "ok":
+                continue
+            key = (cf.cell.target, cf.cell.workload, ph.phase, tuple(sorted((k, str(v)) for k, v in other.items())))
+            meta[key] = {"target": cf.cell.target, "workload": cf.cell.workload, "kind": cf.cell.kind, "phase": ph.phase,
+                         "factors": other}
+            per_client = ph.client_MiBps[0] if cf.cell.kind != "metadata" else ph.client_ops_per_s[0]
+            groups[key][cf.cell.clients].append((ph.bandwidth_MiBps, ph.ops_per_s, per_client))
+    out = []
+    for key, by_clients in groups.items():
+        if len(by_clients) < 2:
+            continue
+        figure = "ops_per_s" if meta[key]["kind"] == "metadata" else "MiBps"
+        series = []
+        for n in sorted(by_clients):
+            values = by_clients[n]
+            agg = summarize([v[1] if figure == "ops_per_s" else v[0] for v in values])
+            per = summarize([v[2] for v in values if v[2] is not None])
+            series.append({"clients": n, "aggregate": agg.mean if agg else None,
+                           "aggregate_stderr": agg.stderr if agg else None,
+                           "per_client": per.mean if per else None, "repetitions": len(values)})
+        points = [(s["clients"], s["aggregate"]) for s in series if s["aggregate"] is not None]
+        out.append({**meta[key], "figure": figure, "series": series,
+                    "saturation_clients": first_reaching(points, SATURATION),
+                    "workers_to_peak": first_reaching(points, PEAK),
+                    "peak_clients": max(points, key=lambda p: p[1])[0] if points else None,
+                    "rule": f"saturation: fewest clients reaching {SATURATION:.0%} of the best aggregate; "
+                            f"workers to peak: fewest reaching {PEAK:.0%}"})
+    return out

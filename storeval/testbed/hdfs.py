@@ -1,0 +1,302 @@
+"""HDFS on 127.0.0.1: a MiniDFSCluster (one NameNode, N DataNodes in one JVM) from Maven Central.
+
+The launcher (``java/``: a pom and ``MiniCluster.java``) is compiled once per version of its sources into
+``cache_dir()/hdfs/<hash>/``; its Maven repository is ``cache_dir()/hdfs/m2`` (about 135 MB), so the whole
+installation lives under the storeval cache and nothing is written into the repository or ``~/.m2``.
+No jar is built: the launcher runs from its ``target/classes`` plus the dependency classpath that
+``mvn dependency:build-classpath`` writes (the JVM opens those jars lazily; a shaded jar would take
+longer to build, duplicate 135 MB and start no faster).
+
+Besides the NameNode RPC port the launcher serves a line-based control port on 127.0.0.1 that stops and
+restarts single datanodes (addressed by their transfer port) for fault-injection runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .base import LOCALHOST, Server, TestbedError, cache_dir, free_port, port_open, run, spawn
+
+JAVA_DIR = Path(__file__).with_name("java")
+MAIN_CLASS = "org.storeval.testbed.MiniCluster"
+HADOOP_VERSION = "3.4.1"
+TARGET_DIR = "/storeval"  # the directory the storeval target points at
+START_TIMEOUT = 180.0  # seconds for one launcher start (cluster up, READY printed)
+_BIND_ERRORS = ("Address already in use", "BindException", "Port in use")
+
+
+def _sources() -> list[Path]:
+    files = [JAVA_DIR / "pom.xml", *sorted(p for p in (JAVA_DIR / "src").rglob("*") if p.is_file())]
+    return [f for f in files if f.is_file()]
+
+
+def launcher_hash() -> str:
+    """Hash of the launcher's pom and sources: the name of its build directory in the cache."""
+    h = hashlib.sha256()
+    for f in _sources():
+        h.update(str(f.relative_to(JAVA_DIR)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def build_dir() -> Path:
+    return cache_dir() / "hdfs" / launcher_hash()
+
+
+def maven_repo() -> Path:
+    return cache_dir() / "hdfs" / "m2"
+
+
+def _argfile_ok(argfile: Path) -> bool:
+    """The build is complete and every jar on its classpath is still there (the Maven cache may be wiped)."""
+    if not argfile.is_file():
+        return False
+    text = argfile.read_text()
+    m = re.search(r'-cp\s+"([^"]*)"', text)
+    return bool(m) and all(os.path.exists(p) for p in m.group(1).split(os.pathsep) if p)
+
+
+class HdfsServer(Server):
+    """HDFS (MiniDFSCluster ``org.apache.hadoop:hadoop-minicluster:3.4.1``) with ``datanodes`` DataNodes.
+
+    Options: ``datanodes`` (default 1), ``replication`` (default min(3, datanodes)), ``heap`` (JVM -Xmx,
+    default "1g"). Ports in ``state.ports``: ``rpc`` (NameNode RPC: ``hdfs://127.0.0.1:<rpc>``), ``http``
+    (NameNode web UI and WebHDFS), ``control`` (the launcher's control protocol).
+    """
+
+    kind = "hdfs"
+    summary = f"HDFS {HADOOP_VERSION} MiniDFSCluster (NameNode + N DataNodes in one JVM)"
+
+    # -- options --------------------------------------------------------------------------------------
+    @property
+    def n_datanodes(self) -> int:
+        return int(self.state.info.get("datanodes") or self.options.get("datanodes", 1))
+
+    @property
+    def replication(self) -> int:
+        if "replication" in self.state.info:
+            return int(self.state.info["replication"])
+        return int(self.options.get("replication") or min(3, self.n_datanodes))
+
+    @property
+    def url(self) -> str:
+        return f"hdfs://{LOCALHOST}:{self.state.ports['rpc']}"
+
+    # -- install ----------------------------------------------------------------------------------------
+    def install(self) -> None:
+        """Compile the launcher and resolve its classpath into the cache (once per source version)."""
+        for tool, pkg in (("java", "openjdk-17-jdk-headless"), ("mvn", "maven")):
+            if not shutil.which(tool):
+                raise TestbedError(f"hdfs: `{tool}` is not installed (Debian: apt-get install {pkg}); "
+                                   "the HDFS testbed needs a JDK (11 or newer) and Maven")
+        target = build_dir()
+        argfile = target / "launcher.args"
+        if _argfile_ok(argfile):
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / "build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same thing
+            if _argfile_ok(argfile):
+                return
+            work = target.parent / f"{target.name}.building"
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(JAVA_DIR, work, ignore=shutil.ignore_patterns("target"))
+            maven_repo().mkdir(parents=True, exist_ok=True)
+            try:
+                run(["mvn", "-B", "-q", f"-Dmaven.repo.local={maven_repo()}", "compile", "dependency:build-classpath",
+                     f"-Dmdep.outputFile={work / 'classpath.txt'}"],
+                    f"hdfs: building the MiniDFSCluster launcher (Maven; downloads about 135 MB into {maven_repo()})",
+                    cwd=work)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+            classpath = os.pathsep.join([str(target / "target" / "classes"),
+                                         (work / "classpath.txt").read_text().strip()])
+            # A java @argfile keeps the 17 kB classpath out of the command line (and out of `ps`).
+            (work / "launcher.args").write_text(f'-cp "{classpath}"\n{MAIN_CLASS}\n')
+            os.replace(work, target)
+
+    # -- start ------------------------------------------------------------------------------------------
+    def _command(self, ports: dict[str, int]) -> list[str]:
+        # java.io.tmpdir under root: Jetty's scratch directories go away with the data
+        return ["java", f"-Xmx{self.options.get('heap', '1g')}", "-Djava.net.preferIPv4Stack=true",
+                f"-Djava.io.tmpdir={self.root / 'tmp'}",
+                f"@{build_dir() / 'launcher.args'}",
+                "--datanodes", str(self.n_datanodes), "--replication", str(self.replication),
+                "--rpc-port", str(ports["rpc"]), "--http-port", str(ports["http"]),
+                "--control-port", str(ports["control"]), "--base-dir", str(self.root / "data")]
+
+    def _log_text(self) -> str:
+        log = self.root / "hdfs.log"
+        try:
+            with open(log, "rb") as f:
+                f.seek(int(self.state.info.get("log_offset", 0)))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _launcher_line(self, word: str) -> str | None:
+        """The argument of the launcher's last ``WORD ...`` line in this start's part of the log."""
+        found = re.findall(rf"^{word} (\S+)$", self._log_text(), re.M)
+        return found[-1] if found else None
+
+    def start(self) -> None:
+        """Start the launcher on fresh ports and wait until it printed READY; retry when a port was taken."""
+        if not _argfile_ok(build_dir() / "launcher.args"):
+            self.install()
+        if self.n_datanodes < 1 or not 1 <= self.replication <= self.n_datanodes:
+            raise TestbedError(f"hdfs: need datanodes >= 1 and 1 <= replication <= datanodes "
+                               f"(got datanodes {self.n_datanodes}, replication {self.replication})")
+        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+        log = self.root / "hdfs.log"
+        self.state.info.update(datanodes=self.n_datanodes, replication=self.replication)
+        for attempt in range(1, 4):
+            ports: dict[str, int] = {}
+            while len(set(ports.values())) < 3:
+                ports = {"rpc": free_port(), "http": free_port(), "control": free_port()}
+            self.state.info["log_offset"] = log.stat().st_size if log.exists() else 0
+            proc = spawn(self._command(ports), name="hdfs-minicluster", log=log)
+            self.state.procs = [proc]
+            self.state.ports = ports
+            deadline = time.monotonic() + START_TIMEOUT
+            while time.monotonic() < deadline:
+                if self._launcher_line("READY"):
+                    dns = self._launcher_line("DATANODES") or ""
+                    self.state.info["datanode_ports"] = [int(p) for p in dns.split(",") if p]
+                    return
+                if not proc.alive():
+                    break
+                time.sleep(0.2)
+            else:
+                proc.stop()
+                self.state.procs = []
+                raise TestbedError(f"hdfs: the MiniDFSCluster did not start within {START_TIMEOUT:g} s; see {log}")
+            proc.stop()
+            self.state.procs = []
+            text = self._log_text()
+            if attempt < 3 and any(e in text for e in _BIND_ERRORS):
+                continue  # a port was taken between free_port() and the bind: new ports
+            tail = " | ".join(text.strip().splitlines()[-3:])
+            raise TestbedError(f"hdfs: the MiniDFSCluster exited while starting: {tail} (see {log})")
+
+    # -- readiness and targets ---------------------------------------------------------------------------
+    def client(self):
+        """An hdfs-native client of this cluster."""
+        from hdfs_native import Client
+
+        return Client(self.url)
+
+    def ready(self) -> bool:
+        if not self.state.ports or self._launcher_line("READY") is None:
+            return False
+        try:
+            client = self.client()
+            list(client.list_status("/"))
+            if not self.state.info.get("prepared"):
+                client.mkdirs(TARGET_DIR, 0o777, True)
+                self.state.info["prepared"] = True
+        except Exception:  # noqa: BLE001 - not answering yet
+            return False
+        return True
+
+    def targets(self) -> dict[str, dict[str, Any]]:
+        return {"hdfs": {"url": f"{self.url}{TARGET_DIR}", "replication": self.replication}}
+
+    def status(self) -> str:
+        return f"{super().status()}; datanodes {self.n_datanodes}, replication {self.replication}"
+
+    # -- control port ------------------------------------------------------------------------------------
+    def control(self, command: str, timeout: float = 120.0) -> str:
+        """Send one control command; return the reply (``OK ...`` and any following lines).
+
+        Raises TestbedError on an ``ERR ...`` reply or when the control port does not answer.
+        """
+        port = self.state.ports.get("control")
+        if not port:
+            raise TestbedError("hdfs: not started (no control port)")
+        try:
+            with socket.create_connection((LOCALHOST, port), timeout=timeout) as s:
+                s.sendall(command.strip().encode() + b"\n")
+                s.shutdown(socket.SHUT_WR)
+                chunks = []
+                while data := s.recv(65536):
+                    chunks.append(data)
+        except OSError as e:
+            raise TestbedError(f"hdfs: control port {port} did not answer '{command}': {e}") from e
+        reply = b"".join(chunks).decode().strip()
+        if not reply.startswith("OK"):
+            raise TestbedError(f"hdfs: '{command}' failed: {reply or 'no reply'}")
+        return reply
+
+    def datanodes(self) -> list[dict[str, Any]]:
+        """The datanodes in start order: ``[{"index": 0, "port": <transfer port>, "alive": True}, ...]``."""
+        lines = self.control("datanodes").splitlines()[1:]
+        out = []
+        for i, line in enumerate(lines):
+            port, state = line.split()
+            out.append({"index": i, "port": int(port), "alive": state == "alive"})
+        return out
+
+    def _port(self, index_or_port: int) -> int:
+        ports = self.state.info.get("datanode_ports") or [d["port"] for d in self.datanodes()]
+        if index_or_port in ports:
+            return int(index_or_port)
+        if 0 <= index_or_port < len(ports):
+            return int(ports[index_or_port])
+        raise TestbedError(f"hdfs: no datanode with index or transfer port {index_or_port} (ports {ports})")
+
+    def stop_datanode(self, index_or_port: int) -> int:
+        """Stop one datanode (its index in the original list, or its transfer port); return its port.
+
+        The NameNode notices only after the heartbeat expiry (about 20–25 s here); until then it still
+        hands out the stopped node as a replica location and clients fail over to the next replica.
+        """
+        port = self._port(index_or_port)
+        self.control(f"stop-datanode {port}")
+        return port
+
+    def start_datanode(self, index_or_port: int) -> int:
+        """Restart a stopped datanode on its old transfer port; returns when it is registered again."""
+        port = self._port(index_or_port)
+        self.control(f"start-datanode {port}")
+        return port
+
+    def blocks(self, path: str) -> list[dict[str, Any]]:
+        """Block locations of a file: ``[{"offset": .., "length": .., "ports": [transfer ports]}, ...]``."""
+        if path.startswith("hdfs://"):
+            path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+        out = []
+        for line in self.control(f"blocks {path}").splitlines()[1:]:
+            offset, length, ports = line.split(" ")
+            out.append({"offset": int(offset), "length": int(length),
+                        "ports": [int(p) for p in ports.split(",") if p]})
+        return out
+
+    # -- stop ------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the launcher to shut the cluster down, then stop what is left and remove the data."""
+        procs = [p for p in self.state.procs if p.alive()]
+        if procs and self.state.ports.get("control"):
+            with contextlib.suppress(TestbedError):
+                self.control("shutdown", timeout=30)
+            running = []
+            for p in procs:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    running.append(psutil.Process(p.pid))
+            psutil.wait_procs(running, timeout=30)
+        super().stop()  # SIGTERM (the launcher's shutdown hook), SIGKILL after 10 s; removes self.root
+        ports = [*self.state.ports.values(), *self.state.info.get("datanode_ports", [])]
+        deadline = time.monotonic() + 5
+        while any(port_open(p) for p in ports) and time.monotonic() < deadline:
+            time.sleep(0.1)

@@ -1,0 +1,317 @@
+"""A real XRootD server (Debian's ``xrootd-server``) on 127.0.0.1, with every read and write traced.
+
+The server runs in the foreground of its own session (no ``-b``), so the PID we record is the server
+itself; it drops to the ``xrootd`` user (``-R xrootd``) because it refuses to run as root. Its data lives
+in ``<root>/data`` and the storeval target points at ``root://127.0.0.1:PORT//storeval``.
+
+``xrootd.trace fsio`` makes it log one line per read, vector-read element and write: :func:`parse_trace`
+turns those lines into ``(op, offset, length)`` so a test can count the bytes the server was asked for.
+The log is never rotated (``-k fifo``: it would only rotate when someone writes to ``<log dir>/.xrootd.log``),
+so its path stays valid for as long as the server runs.
+
+XRootD binds 0.0.0.0 (it has no option for one address); the ``xrd.allow`` lines reject other hosts.
+
+``-R xrootd`` only changes the *effective* user, so the server must be able to traverse every directory
+above ``root``: where one keeps it out (pytest's temporary directories are 0700), ``start()`` adds a
+search-only ACL entry for the ``xrootd`` user to that directory (``setfacl``, Debian package ``acl``) and
+records the directories in ``state.info["acl_granted"]``; they are left in place on stop.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .base import (
+    LOCALHOST,
+    Proc,
+    Server,
+    TestbedError,
+    apt_install,
+    free_port,
+    port_open,
+    run,
+    spawn,
+)
+
+PACKAGES = ("xrootd-server", "xrootd-client")
+RUN_AS = "xrootd"  # the user Debian's package creates; the server refuses to run as root
+EXPORT = "storeval"  # the directory (under the data dir) the storeval target points at
+START_ATTEMPTS = 3
+START_TIMEOUT = 30.0
+
+# One trace line per read / readV element / write with ``xrootd.trace fsio``:
+#   5.5:  ... root.123:20@localhost Xrootd_Protocol: 0 fh=0 read 2176@64970135
+#         ... root.123:20@localhost Xrootd_Protocol: fh=0 readV 10@0
+#         ... root.123:20@localhost Xrootd_Protocol: 0 pgread 8388608@0 fn=/storeval/f
+#         ... root.123:20@localhost Xrootd_Protocol: 0 fh=0 write 10@100
+#         ... root.123:20@localhost Xrootd_Protocol: 0 pgwrite 8396800@0 fn=/storeval/f
+#   <5.4: the same with ``XrootdProtocol:``; pgread may read ``0 fh=0 pgread 8388608@0``.
+_TRACE = re.compile(
+    r"\bXrootd_?Protocol:\s+(?:\d+\s+)?(?:fh=\d+\s+)?"
+    r"(?P<op>readV|read|pgread|writeV|write|pgwrite)\s+(?:retry\s+)?(?P<len>\d+)@(?P<off>\d+)")
+PAGE = 4096  # pgread/pgwrite page size
+CRC = 4  # a CRC32C per page travels with pgwrite data, and the traced length includes them
+
+
+def pgwrite_payload(offset: int, traced: int) -> int:
+    """Data bytes of a pgwrite whose traced length (data plus one 4-byte CRC per page) is ``traced``.
+
+    Pages are aligned to 4 KiB file offsets, so the first one may be short.
+    """
+    first = PAGE - offset % PAGE
+    if traced <= first + CRC:
+        return max(traced - CRC, 0)
+    full, rest = divmod(traced - first - CRC, PAGE + CRC)
+    return first + full * PAGE + max(rest - CRC, 0)
+
+
+def parse_trace(lines: Iterable[str]) -> list[tuple[str, int, int]]:
+    """``(op, offset, length)`` for every read, readV element, pgread, write and pgwrite in trace lines.
+
+    ``op`` is the name the server logs (``read``, ``readV``, ``pgread``, ``write``, ``pgwrite``); one readV
+    request gives one tuple per element. Lengths are what the client *asked* for, as the server logs them
+    before doing the I/O: a read that crosses the end of the file is logged with its full length, and a
+    request that fails afterwards is logged too. For ``pgwrite`` the length is the data only (the CRC32C
+    bytes the server also logs are taken off). Other lines are ignored.
+    """
+    out = []
+    for line in lines:
+        m = _TRACE.search(line)
+        if not m:
+            continue
+        op, offset, length = m["op"], int(m["off"]), int(m["len"])
+        if op == "pgwrite":
+            length = pgwrite_payload(offset, length)
+        out.append((op, offset, length))
+    return out
+
+
+def query_readv_limits(url: str, timeout: int = 10) -> tuple[int, int]:
+    """``(readv_iov_max, readv_ior_max)`` of the server at ``root://host:port``: elements per kXR_readv
+    request, and bytes per element. 5.5.3 answers (1024, 2097136)."""
+    from XRootD import client
+    from XRootD.client.flags import QueryCode
+
+    status, answer = client.FileSystem(url).query(QueryCode.CONFIG, "readv_iov_max readv_ior_max",
+                                                  timeout=timeout)
+    if not status.ok or not answer:
+        raise TestbedError(f"xrootd: cannot query the vector-read limits of {url}: {status.message.strip()}")
+    iov, ior = (int(v) for v in answer.decode().split())
+    return iov, ior
+
+
+def _can_reach(path: Path, user: str) -> bool:
+    """Whether ``user`` can search (traverse) ``path``, every directory above it included."""
+    proc = subprocess.run(["test", "-x", str(path)], user=user, group=user, extra_groups=[],
+                          capture_output=True)
+    return proc.returncode == 0
+
+
+class XrootdServer(Server):
+    kind = "xrootd"
+    summary = "XRootD 5 (Debian xrootd-server) on 127.0.0.1, every read traced"
+
+    # -- install ----------------------------------------------------------------------------------------
+    def install(self) -> None:
+        apt_install(*PACKAGES)
+        if not shutil.which("xrootd"):
+            raise TestbedError("xrootd: the xrootd binary is missing although xrootd-server is installed; "
+                               "run apt-get install --reinstall xrootd-server")
+
+    # -- paths (all derived from self.root, so a rebuilt server finds them too) --------------------------
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "xrootd.cfg"
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.state.info.get("log") or self.root / "log" / "xrootd.log")
+
+    @property
+    def port(self) -> int:
+        try:
+            return int(self.state.ports["xrootd"])
+        except KeyError:
+            raise TestbedError("xrootd: not started (no port recorded)") from None
+
+    @property
+    def url(self) -> str:
+        """``root://127.0.0.1:PORT`` — the server, without a path."""
+        return f"root://{LOCALHOST}:{self.port}"
+
+    def trace_log(self) -> Path:
+        """The log with the ``fsio`` trace lines (one file for the server's whole life)."""
+        return self.log_file
+
+    def trace_mark(self) -> int:
+        """The current end of the trace log: pass it to :meth:`trace_ops` to see only what follows."""
+        try:
+            return self.trace_log().stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def trace_ops(self, since: int = 0) -> list[tuple[str, int, int]]:
+        """:func:`parse_trace` of the trace log from byte ``since`` (a :meth:`trace_mark`) on.
+
+        A request is logged before the server answers it, so once a synchronous client call has returned,
+        its lines are in the log."""
+        with open(self.trace_log(), "rb") as f:
+            f.seek(since)
+            text = f.read().decode("utf-8", "replace")
+        return parse_trace(text.splitlines())
+
+    # -- start ------------------------------------------------------------------------------------------
+    def _user(self) -> str | None:
+        """The user the server drops to (None when we are not root: then it simply runs as us)."""
+        if os.geteuid() != 0:
+            return None
+        try:
+            pwd.getpwnam(RUN_AS)
+        except KeyError:
+            raise TestbedError(f"xrootd: user '{RUN_AS}' is missing (xrootd-server creates it); "
+                               "run apt-get install --reinstall xrootd-server") from None
+        return RUN_AS
+
+    def _prepare_dirs(self, user: str | None) -> None:
+        for d in (self.data_dir / EXPORT, self.root / "admin", self.root / "run", self.root / "log"):
+            d.mkdir(parents=True, exist_ok=True)
+        if user is None:
+            return
+        ent = pwd.getpwnam(user)
+        for top, dirs, files in os.walk(self.root):
+            for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
+                os.chown(name, ent.pw_uid, ent.pw_gid, follow_symlinks=False)
+        self._grant_traverse(user)
+
+    def _grant_traverse(self, user: str) -> None:
+        """Let ``user`` traverse the directories above ``self.root`` that keep it out (pytest's temporary
+        directories are mode 0700): a search-only ACL entry for that user on each, nothing else."""
+        if _can_reach(self.root, user):
+            return
+        apt_install("acl")
+        granted = []
+        for d in [*reversed(self.root.parents), self.root]:
+            if not _can_reach(d, user):
+                run(["setfacl", "-m", f"u:{user}:x", str(d)], f"xrootd: letting user {user} traverse {d}")
+                granted.append(str(d))
+        self.state.info["acl_granted"] = granted
+        if not _can_reach(self.root, user):
+            raise TestbedError(f"xrootd: user {user} cannot reach {self.root}; "
+                               "put the testbed directory where every user can traverse")
+
+    def _write_config(self, port: int) -> None:
+        self.config_file.write_text("\n".join([
+            "# written by storeval testbed",
+            f"xrd.port {port}",
+            "xrd.allow host localhost",
+            f"xrd.allow host {LOCALHOST}",
+            "all.role server",
+            "all.export /",
+            f"oss.localroot {self.data_dir}",
+            f"all.adminpath {self.root / 'admin'}",
+            f"all.pidpath {self.root / 'run'}",
+            "xrootd.trace fsio",
+            "",
+        ]))
+
+    def _command(self, user: str | None) -> list[str]:
+        cmd = ["xrootd", "-c", str(self.config_file), "-l", str(self.log_file), "-k", "fifo", "-I", "v4"]
+        return cmd + (["-R", user] if user else [])
+
+    def start(self) -> None:
+        xrootd = shutil.which("xrootd")
+        if not xrootd:
+            raise TestbedError("xrootd: not installed (run `storeval testbed up xrootd` as root, "
+                               "or apt-get install xrootd-server xrootd-client)")
+        user = self._user()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._prepare_dirs(user)
+        log = self.root / "log" / "xrootd.log"
+        self.state.info.update({"log": str(log), "data": str(self.data_dir), "config": str(self.config_file),
+                                "export": f"/{EXPORT}", "version": self._version(xrootd)})
+        last = ""
+        for _attempt in range(START_ATTEMPTS):
+            port = free_port()
+            self._write_config(port)
+            (self.root / "run" / "xrootd.pid").unlink(missing_ok=True)
+            log.touch()
+            if user:  # the server (re)opens its log as that user
+                ent = pwd.getpwnam(user)
+                os.chown(log, ent.pw_uid, ent.pw_gid)
+            mark = log.stat().st_size
+            proc = spawn(self._command(user), name="xrootd", log=log, cwd=self.root)
+            self.state.procs = [proc]
+            self.state.ports = {"xrootd": port}
+            outcome, last = self._await_start(proc, log, mark)
+            if outcome == "ok":
+                return
+            proc.stop(grace=5)
+            self.state.procs = []
+            if outcome != "port":
+                break
+        self.state.ports = {}
+        raise TestbedError(f"xrootd did not start: {last or 'no message'}; see {log}")
+
+    @staticmethod
+    def _version(xrootd: str) -> str:
+        try:
+            p = subprocess.run([xrootd, "-v"], capture_output=True, text=True, timeout=10)
+            return (p.stderr or p.stdout).strip().splitlines()[-1]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            return "unknown"
+
+    @staticmethod
+    def _await_start(proc: Proc, log: Path, mark: int) -> tuple[str, str]:
+        """Watch the log of one start attempt: ("ok", ""), ("port", why) for a lost port, ("fail", why)."""
+        deadline = time.monotonic() + START_TIMEOUT
+        text = ""
+        while time.monotonic() < deadline:
+            with open(log, "rb") as f:
+                f.seek(mark)
+                text = f.read().decode("utf-8", "replace")
+            if "initialization completed" in text and proc.alive():
+                return "ok", ""
+            failed = "initialization failed" in text
+            if failed or not proc.alive():
+                if not failed:
+                    time.sleep(0.2)  # let a dying server finish its last line
+                    with open(log, "rb") as f:
+                        f.seek(mark)
+                        text = f.read().decode("utf-8", "replace")
+                errors = [ln.strip() for ln in text.splitlines()
+                          if any(w in ln for w in ("Unable", "rror", "nvalid", "prohibit", "failed"))]
+                why = errors[0] if errors else (text.strip().splitlines() or ["exited"])[-1]
+                return ("port" if "address already in use" in text else "fail"), why
+            time.sleep(0.05)
+        return "fail", f"no 'initialization completed' within {START_TIMEOUT:g} s"
+
+    # -- ready, targets -----------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        if not self.state.ports or not port_open(self.port):
+            return False
+        from XRootD import client
+
+        status, info = client.FileSystem(self.url).stat(f"/{EXPORT}", timeout=5)
+        return bool(status.ok and info is not None)
+
+    def targets(self) -> dict[str, dict[str, Any]]:
+        return {"xrootd": {"url": f"{self.url}//{EXPORT}"}}
+
+    def readv_limits(self) -> tuple[int, int]:
+        """``(readv_iov_max, readv_ior_max)`` as this server reports them."""
+        return query_readv_limits(self.url)
+
+
+__all__ = ["XrootdServer", "parse_trace", "pgwrite_payload", "query_readv_limits"]

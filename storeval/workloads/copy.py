@@ -1,0 +1,102 @@
+"""Copy workload: N workers each copy a whole chunk of random data to the target or back (seed 004).
+
+Every worker uploads ``chunk_size`` bytes (``transfer_size`` at a time: the part size of an object
+upload, the write size of a file copy) to an object or file of its own, and/or downloads it again.
+Worker k starts ``k * stagger`` seconds after the phase starts, as the MIT study launched its copies, so the
+aggregate covers the whole staggered run while each worker's own rate covers only its own copy. The study
+summary adds, per target, the number of workers at which the aggregate stops growing ("workers to peak").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import model_validator
+
+from ..drivers.base import Driver, join
+from ..engine.records import OpLog, PhaseRecorder, fold_cap
+from ..errors import StorevalError
+from ..fields import Duration, Size
+from ..units import format_size
+from .bandwidth import IOFailure, run_ops
+from .base import ClientContext, Params, Workload
+from .payload import Payload, aligned_buffer
+
+PHASES = ("upload", "download")
+
+
+class CopyParams(Params):
+    chunk_size: Size = 256 << 20  # per worker (10GiB in the full seed study)
+    transfer_size: Size = 16 << 20
+    direction: Literal["upload", "download", "both"] = "both"
+    stagger: Duration = 0.1
+    random_seed: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CopyParams:
+        if self.transfer_size <= 0 or self.chunk_size <= 0:
+            raise ValueError("chunk_size and transfer_size must be more than 0 bytes")
+        if self.chunk_size % self.transfer_size:
+            raise ValueError(f"chunk_size {format_size(self.chunk_size)} is not a whole number of transfers of "
+                             f"{format_size(self.transfer_size)} (make chunk_size a multiple of transfer_size)")
+        return self
+
+
+class Copy(Workload):
+    kind = "copy"
+    Params = CopyParams
+    PHASES = PHASES
+    summary = "whole-chunk uploads and downloads by staggered workers (the MIT Lustre vs S3 study)"
+    p: CopyParams
+
+    def phases(self) -> list[str]:
+        return list(PHASES) if self.p.direction == "both" else [self.p.direction]
+
+    def expected(self, phase: str, nclients: int) -> tuple[int, int]:
+        return nclients * self.p.chunk_size, nclients * (self.p.chunk_size // self.p.transfer_size)
+
+    def _path(self, c: ClientContext) -> str:
+        return join(c.cell_dir, f"copy.{c.rank}")
+
+    def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
+        for k in range(nclients):
+            driver.remove_quietly(join(cell_dir, f"copy.{k}"))
+
+    def prepare(self, c: ClientContext) -> None:
+        p = self.p
+        c.state["payload"] = Payload(p.transfer_size, c.rank, p.random_seed).write_buffer()
+        c.state["read_buf"] = aligned_buffer(p.transfer_size)
+        if self.phases()[0] == "download":  # the chunk must be there before it is downloaded
+            self._copy(c, "upload", OpLog(time.perf_counter_ns(), fold_cap(p.transfer_size)))
+
+    def _copy(self, c: ClientContext, phase: str, log: OpLog) -> None:
+        p = self.p
+        up = phase == "upload"
+        path = self._path(c)
+        h = c.driver.open(path, "w" if up else "r")
+        try:
+            if up:
+                buf, stamp = c.state["payload"]
+                run_ops(c.driver.writer(h), [buf], range(0, p.chunk_size, p.transfer_size), log, p.transfer_size, stamp)
+            else:
+                run_ops(c.driver.reader(h), [c.state["read_buf"]], range(0, p.chunk_size, p.transfer_size), log,
+                        p.transfer_size)
+        finally:
+            c.driver.close(h)
+
+    def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        delay = c.rank * self.p.stagger
+        if delay:
+            time.sleep(delay)
+            rec.start_ns = time.perf_counter_ns()  # this worker's own copy starts now
+        rec.extra["stagger_s"] = delay
+        log = rec.oplog(fold_cap(self.p.transfer_size))
+        try:
+            self._copy(c, phase, log)
+        except IOFailure as e:
+            rec.error(e.kind)
+            raise StorevalError(f"{phase} of {self._path(c)} {e}") from e
+
+    def cleanup(self, c: ClientContext) -> None:
+        c.driver.remove_quietly(self._path(c))

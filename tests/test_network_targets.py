@@ -1,0 +1,181 @@
+"""S3, XRootD and HDFS targets against real servers started by the testbed (no mocks anywhere)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from storeval.drivers import make_driver
+from storeval.testbed.base import free_port
+
+from .helpers import load_json, storeval
+
+MiB = 1 << 20
+NETWORK = ("minio", "xrootd", "hdfs")
+
+
+def study_file(tmp_path: Path, targets: dict) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"targets": targets}))
+    return path
+
+
+def run_json(tmp_path: Path, *args: str, rc: int = 0, timeout: float = 600) -> dict:
+    out = tmp_path / "out.json"
+    r = storeval("run", *args, "--json", str(out), "--quiet", cwd=tmp_path, timeout=timeout)
+    assert r.rc == rc, r.err
+    return load_json(out)
+
+
+def test_issue_check_bandwidth_and_metadata_on_every_server(tmp_path, testbed_targets, target):
+    targets = {**testbed_targets, "local": {"url": f"file://{target}"}}
+    study = study_file(tmp_path, targets)
+    doc = run_json(tmp_path, str(study), "--workload", "bandwidth", "--workload", "metadata", "--clients", "2",
+                   "--set", "file_size=16MiB", "--set", "items=100")
+    by_target: dict[str, dict] = {}
+    for cell in doc["cells"]:
+        assert cell["status"] == "ok", (cell["target"], cell["error"])
+        by_target.setdefault(cell["target"], {})[cell["workload"]] = cell
+    assert set(by_target) == {*NETWORK, "local"}
+    reference = {w: {p["phase"]: (p["bytes"], p["ops"]) for p in c["phases"]} for w, c in by_target["local"].items()}
+    for name, cells in by_target.items():
+        bw = {p["phase"]: (p["bytes"], p["ops"]) for p in cells["bandwidth"]["phases"]}
+        assert bw == reference["bandwidth"] == {"write": (2 * 16 * MiB, 32), "read": (2 * 16 * MiB, 32)}, name
+        for ph in cells["metadata"]["phases"]:
+            if ph["status"] == "skipped":
+                assert name == "minio" and ph["phase"].startswith(("tree-", "dir-"))
+                assert "no directories" in ph["reason"]
+                continue
+            assert (ph["bytes"], ph["ops"]) == reference["metadata"][ph["phase"]], (name, ph["phase"])
+    # directory phases run where there are directories, file phases everywhere
+    ran = {n: [p["phase"] for p in c["metadata"]["phases"] if p["status"] == "ok"] for n, c in by_target.items()}
+    assert ran["minio"] == ["file-create", "file-stat", "file-read", "file-remove"]
+    assert ran["xrootd"] == ran["hdfs"] == ran["local"]
+    assert os.listdir(target) == []
+
+
+def test_every_bandwidth_phase_and_verify_on_every_server(tmp_path, testbed_targets):
+    study = study_file(tmp_path, testbed_targets)
+    doc = run_json(tmp_path, str(study), "--workload", "bandwidth", "--clients", "2", "--set", "file_size=4MiB",
+                   "--set", "transfer_size=256KiB", "--set", "verify=true",
+                   "--set", "phases=write,rewrite,read,reread,randread,randwrite")
+    for cell in doc["cells"]:
+        status = {p["phase"]: p["status"] for p in cell["phases"]}
+        if cell["target"] == "xrootd":
+            assert set(status.values()) == {"ok"}
+        else:  # objects and HDFS files are written front to back
+            assert status["randwrite"] == "skipped"
+            assert {k: v for k, v in status.items() if k != "randwrite"} == dict.fromkeys(
+                ["write", "rewrite", "read", "reread", "randread"], "ok")
+        for ph in cell["phases"]:
+            if ph["status"] == "ok":
+                assert ph["bytes"] == 2 * 4 * MiB and ph["ops"] == 2 * 16
+
+
+def test_copy_workload_up_and_down_on_every_server(tmp_path, testbed_targets):
+    study = study_file(tmp_path, testbed_targets)
+    doc = run_json(tmp_path, str(study), "--workload", "copy", "--clients", "1,2", "--set", "chunk_size=32MiB",
+                   "--set", "transfer_size=8MiB", "--set", "stagger=0.2")
+    for cell in doc["cells"]:
+        assert cell["status"] == "ok", cell["error"]
+        for ph in cell["phases"]:
+            n = cell["clients"]
+            assert ph["bytes"] == n * 32 * MiB and ph["ops"] == n * 4
+            stats = ph["client_stats"]
+            assert all(c["MiBps"] > 0 and c["cpu_seconds_per_MB"] >= 0 for c in stats)
+            if n == 2:  # worker 1 started 0.2 s after worker 0: the aggregate spans both copies
+                assert ph["seconds"] >= 0.2
+    peaks = {(s["target"], s["phase"]): s["workers_to_peak"] for s in doc["scaling"]}
+    assert set(peaks) == {(t, p) for t in NETWORK for p in ("upload", "download")}
+    assert all(v in (1, 2) for v in peaks.values())
+
+
+def test_a_down_or_refusing_target_fails_its_cell_quickly_and_the_others_run(tmp_path, testbed_targets,
+                                                                              testbed_credentials):
+    closed = free_port()
+    bad_creds = tmp_path / "bad-credentials"
+    bad_creds.write_text("[default]\naws_access_key_id = storeval-wrong\naws_secret_access_key = WrongSecret123456\n")
+    minio = testbed_targets["minio"]
+    targets = {
+        "s3-down": {**minio, "endpoint": f"http://127.0.0.1:{closed}"},
+        "s3-bad-credentials": {**minio, "credentials_file": str(bad_creds)},
+        "xrootd-down": {"url": f"root://127.0.0.1:{closed}//storeval", "timeout": "5s"},
+        "hdfs-down": {"url": f"hdfs://127.0.0.1:{closed}/storeval", "timeout": "10s"},
+        "minio": minio,
+    }
+    study = study_file(tmp_path, targets)
+    t0 = time.monotonic()
+    doc = run_json(tmp_path, str(study), "--workload", "bandwidth", "--set", "file_size=1MiB", "--clients", "1", rc=1)
+    assert time.monotonic() - t0 < 4 * 30 + 30
+    errors = {c["target"]: c["error"] for c in doc["cells"]}
+    assert errors["minio"] is None
+    assert errors["s3-down"] == (f"target s3-down ({minio['url']}): cannot reach S3 at http://127.0.0.1:{closed} "
+                                 "(listing the bucket: no answer; is the server up?)")
+    assert errors["s3-bad-credentials"].startswith("target s3-bad-credentials")
+    assert f"refused the credentials from {bad_creds} [default]" in errors["s3-bad-credentials"]
+    assert "cannot reach XRootD at root://127.0.0.1" in errors["xrootd-down"]
+    assert "cannot reach the HDFS namenode at hdfs://127.0.0.1" in errors["hdfs-down"]
+    assert all("\n" not in e for e in errors.values() if e)
+    blob = everything_written(tmp_path)
+    assert "WrongSecret123456" not in blob
+    assert testbed_credentials[1] not in blob
+
+
+def everything_written(tmp_path: Path, *extra: str) -> str:
+    """The JSON document, every table of the results store, and any extra text (stdout, stderr)."""
+    texts = [*extra, (tmp_path / "out.json").read_text()]
+    con = duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True)
+    for (table,) in con.execute("SHOW TABLES").fetchall():
+        texts.append(str(con.execute(f"SELECT * FROM {table}").fetchall()))
+    con.close()
+    return "\n".join(texts)
+
+
+def test_credentials_from_the_environment_never_appear_in_results_or_output(tmp_path, testbed_targets,
+                                                                            testbed_credentials):
+    key_id, secret = testbed_credentials
+    minio = {k: v for k, v in testbed_targets["minio"].items() if k != "credentials_file"}
+    study = study_file(tmp_path, {"minio": {**minio, "access_key_env": "SV_TEST_KEY", "secret_key_env": "SV_TEST_SECRET"}})
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study), "--workload", "bandwidth", "--workload", "metadata", "--set", "file_size=1MiB",
+                 "--set", "items=20", "--json", str(out), cwd=tmp_path, env={"SV_TEST_KEY": key_id, "SV_TEST_SECRET": secret})
+    assert r.rc == 0, r.err
+    blob = everything_written(tmp_path, r.out, r.err)
+    assert "SV_TEST_SECRET" in blob  # the name of the variable is recorded …
+    assert secret not in blob and key_id not in blob  # … never its value
+
+
+@pytest.mark.parametrize("name", NETWORK)
+def test_driver_vector_reads_and_metadata_calls(name, testbed_targets):
+    entry = dict(testbed_targets[name])
+    driver = make_driver(entry.pop("url"), entry)
+    driver.connect()
+    data = os.urandom(3 * MiB + 123)
+    path = f"vread-{os.getpid()}"
+    try:
+        driver.put(path, data)
+        assert driver.stat(path).size == len(data)
+        assert path in driver.listdir("")
+        h = driver.open(path, "r")
+        ranges = [(0, 10), (5000, 4096), (MiB - 7, 2 * MiB + 14), (len(data) - 1, 1)]
+        if name == "xrootd":  # force splitting: tiny server limits must give the same bytes
+            driver.iov_max, driver.ior_max = 2, 100_000
+        got = driver.preadv(h, ranges)
+        assert [bytes(g) for g in got] == [data[o:o + n] for o, n in ranges]
+        buf = bytearray(4096)
+        assert driver.pread(h, buf, 4096) == 4096 and bytes(buf) == data[4096:8192]
+        driver.close(h)
+        whole = bytearray(len(data))
+        assert driver.get_into(path, whole) == len(data) and bytes(whole) == data
+    finally:
+        driver.remove_quietly(path)
+        driver.shutdown()
+    with pytest.raises(FileNotFoundError):
+        driver2 = make_driver(testbed_targets[name]["url"], {k: v for k, v in testbed_targets[name].items() if k != "url"})
+        driver2.connect()
+        driver2.stat(path)
