@@ -33,18 +33,21 @@ def quiesce() -> None:
     os.sync()
 
 
-def storeval_phase(target: str, phase: str, args: list[str]) -> dict:
-    """Run one storeval cell and return the JSON record of ``phase``."""
+def storeval_phase(target: str, phase: str, args: list[str], study_file: bool = False, all_iterations: bool = False):
+    """Run one storeval cell (on a target URL, or the targets of a study file) and return ``phase``'s record
+    (every iteration's record with ``all_iterations``)."""
     os.makedirs(OUT, exist_ok=True)
     out = os.path.join(OUT, "storeval.json")
-    cmd = [sys.executable, "-m", "storeval", "run", "--target", target, "--results", os.path.join(OUT, "results"),
+    where = [target] if study_file else ["--target", target]
+    cmd = [sys.executable, "-m", "storeval", "run", *where, "--results", os.path.join(OUT, "results"),
            "--json", out, "--quiet", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"storeval failed: {' '.join(cmd)}\n{proc.stderr}")
     with open(out) as f:
         doc = json.load(f)
-    return [p for p in doc["cells"][0]["phases"] if p["phase"] == phase][0]
+    found = [p for p in doc["cells"][0]["phases"] if p["phase"] == phase]
+    return found if all_iterations else found[0]
 
 
 @dataclass

@@ -62,8 +62,9 @@ def run(
     workload: Optional[list[str]] = typer.Option(None, "--workload", help="Workload kind (bandwidth, ...) with default "
                                                                           "parameters, or the name of a study workload."),
     clients: Optional[str] = typer.Option(None, "--clients", help="Client counts to sweep, e.g. 1,2,4."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE for every selected workload; a comma list "
-                                                                 "sweeps (--set transfer_size=64KiB,1MiB)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE for every selected workload that has KEY "
+                                                                 "(WORKLOAD.KEY=VALUE for one); a comma list sweeps "
+                                                                 "(--set transfer_size=64KiB,1MiB)."),
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions of every configuration."),
     results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the run as a JSON document to this file."),

@@ -392,15 +392,21 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
 
     for item in sets or []:
         key, text = _split_set(item)
+        scope, param = key.split(".", 1) if "." in key else (None, key)
+        chosen = {n: e for n, e in entries.items() if scope is None or scope in (n, e[0])}
+        if scope is not None and not chosen:
+            raise InputError(f"--set {key}: '{scope}' is not a selected workload or kind "
+                             f"(selected: {', '.join(sorted({*entries, *(k for k, _ in entries.values())}))})")
         applied = False
-        for name, (kind, params) in entries.items():
+        for name, (kind, params) in chosen.items():
             model = WORKLOADS[kind].Params
-            if key in model.model_fields:
-                params[key] = _parse_set_value(model, key, text)
+            if param in model.model_fields:
+                params[param] = _parse_set_value(model, param, text)
                 applied = True
         if not applied:
-            known = sorted({k for kind, _ in entries.values() for k in WORKLOADS[kind].Params.model_fields})
-            raise InputError(f"--set {key}: no selected workload has this parameter ({_suggest(key, known)})")
+            known = sorted({k for kind, _ in chosen.values() for k in WORKLOADS[kind].Params.model_fields})
+            what = "no selected workload has this parameter" if scope is None else f"{scope} has no parameter {param}"
+            raise InputError(f"--set {key}: {what} ({_suggest(param, known)})")
 
     specs = {n: expand_workload(n, kind, params, where_of[n]) for n, (kind, params) in entries.items()}
 

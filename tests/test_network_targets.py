@@ -32,11 +32,11 @@ def run_json(tmp_path: Path, *args: str, rc: int = 0, timeout: float = 600) -> d
     return load_json(out)
 
 
-def test_issue_check_bandwidth_and_metadata_on_every_server(tmp_path, testbed_targets, target):
+def test_same_byte_and_op_accounting_on_every_server_and_a_local_directory(tmp_path, testbed_targets, target):
     targets = {**testbed_targets, "local": {"url": f"file://{target}"}}
     study = study_file(tmp_path, targets)
     doc = run_json(tmp_path, str(study), "--workload", "bandwidth", "--workload", "metadata", "--clients", "2",
-                   "--set", "file_size=16MiB", "--set", "items=100")
+                   "--set", "bandwidth.file_size=16MiB", "--set", "metadata.file_size=4KiB")
     by_target: dict[str, dict] = {}
     for cell in doc["cells"]:
         assert cell["status"] == "ok", (cell["target"], cell["error"])
@@ -175,7 +175,22 @@ def test_driver_vector_reads_and_metadata_calls(name, testbed_targets):
     finally:
         driver.remove_quietly(path)
         driver.shutdown()
+    driver2 = make_driver(testbed_targets[name]["url"], {k: v for k, v in testbed_targets[name].items() if k != "url"})
+    driver2.connect()
     with pytest.raises(FileNotFoundError):
-        driver2 = make_driver(testbed_targets[name]["url"], {k: v for k, v in testbed_targets[name].items() if k != "url"})
-        driver2.connect()
         driver2.stat(path)
+    with pytest.raises(FileNotFoundError):
+        driver2.get_into(path, bytearray(10))
+    odd = "odd dir/with space+plus=é.bin"  # names that must be encoded in URLs and signatures
+    if name != "minio":
+        driver2.ensure_dir("odd dir")
+    driver2.put(odd, b"0123456789")
+    buf = bytearray(4)
+    h = driver2.open(odd, "r")
+    assert driver2.pread(h, buf, 3) == 4 and bytes(buf) == b"3456"
+    assert driver2.pread(h, buf, 10) == 0  # past the end: nothing, not an error
+    driver2.close(h)
+    driver2.remove(odd)
+    if name != "minio":
+        driver2.rmdir("odd dir")
+    driver2.shutdown()

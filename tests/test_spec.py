@@ -109,6 +109,16 @@ def test_cli_overrides_select_add_and_sweep(tmp_path, target):
     assert list(study.targets.values())[0].url == f"file://{target}"
 
 
+def test_set_can_be_scoped_to_one_workload(target):
+    study = load_study(None, targets=[str(target)], workloads=["bandwidth", "metadata"],
+                       sets=["bandwidth.file_size=8MiB", "metadata.file_size=4KiB,8KiB"])
+    cells = plan(study)
+    assert {c.params["file_size"] for c in cells if c.kind == "bandwidth"} == {8 << 20}
+    assert {c.params["file_size"] for c in cells if c.kind == "metadata"} == {4096, 8192}
+    study = load_study(None, targets=[str(target)], workloads=["bandwidth", "metadata"], sets=["bandwidth.file_size=8MiB"])
+    assert {(c.kind, c.params["file_size"]) for c in plan(study)} == {("bandwidth", 8 << 20), ("metadata", 0)}
+
+
 def test_targets_only_study_takes_workloads_from_the_command_line(tmp_path, target):
     path = write(tmp_path, f"targets: {{s: {{url: 'file://{target}'}}}}\n")
     with pytest.raises(InputError, match="defines no workloads"):
@@ -119,6 +129,8 @@ def test_targets_only_study_takes_workloads_from_the_command_line(tmp_path, targ
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"sets": ["trasnfer_size=1MiB"]}, "--set trasnfer_size: no selected workload has this parameter (did you mean 'transfer_size'?)"),
+    ({"workloads": ["bandwidth"], "sets": ["bandwidth.items=5"]}, "--set bandwidth.items: bandwidth has no parameter items"),
+    ({"workloads": ["bandwidth"], "sets": ["metadata.items=5"]}, "--set metadata.items: 'metadata' is not a selected workload or kind"),
     ({"sets": ["file_size"]}, "--set file_size: expected KEY=VALUE"),
     ({"clients": "0"}, "--clients: 0 is not a number of clients"),
     ({"clients": "1,x"}, "--clients: 'x' is not a whole number of clients"),

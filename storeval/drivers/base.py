@@ -66,7 +66,8 @@ class FastOps:
     stat: Callable[[Any], Any]
     listdir: Callable[[Any], list]
     create: Callable[[Any, Any], Any]  # create(path, data): a new file or object holding data (may be empty)
-    read_into: Callable[[Any, Any], int]  # read_into(path, buf): the whole file into buf, returns its size
+    read: Callable[[Any, Any], int]  # read(path, buf): the whole file, returns its size; drivers whose library
+    # hands back its own memory (object stores, HDFS, XRootD) leave buf untouched rather than copy for nothing
     remove: Callable[[Any], Any]
 
 
@@ -160,8 +161,11 @@ class Driver(ABC):
     def close(self, h: Handle) -> None:
         """Close the handle; for streaming writers this completes the upload."""
 
-    def reader(self, h: Handle) -> IOFunc:
-        """A fast callable ``f(buffers, offset) -> n`` reading into the first buffer."""
+    def reader(self, h: Handle, into_buffer: bool = True) -> IOFunc:
+        """A fast callable ``f(buffers, offset) -> n`` reading into the first buffer.
+
+        With ``into_buffer=False`` a driver whose library returns the data in memory of its own may skip the
+        copy into the buffer (nothing will look at it); the bytes still travel and are counted."""
         return lambda bufs, offset, _p=functools.partial(self.pread, h): _p(bufs[0], offset)
 
     def writer(self, h: Handle) -> IOFunc:
@@ -231,7 +235,7 @@ class Driver(ABC):
     def fast_ops(self) -> FastOps:
         """Metadata operations taking native paths; drivers override this with thinner callables."""
         return FastOps(mkdir=self.mkdir, rmdir=self.rmdir, stat=self.stat, listdir=self.listdir, create=self.put,
-                       read_into=self.get_into, remove=self.remove)
+                       read=self.get_into, remove=self.remove)
 
     # -- helpers used by the engine --------------------------------------------------------------
     def ensure_dir(self, path: str) -> None:

@@ -134,7 +134,7 @@ class HdfsDriver(Driver):
     def close(self, h: Handle) -> None:
         h.io.close()
 
-    def reader(self, h: Handle) -> IOFunc:
+    def reader(self, h: Handle, into_buffer: bool = True) -> IOFunc:
         read_range, size = h.io.read_range, len(h.io)
 
         def read(bufs, offset: int) -> int:
@@ -142,8 +142,10 @@ class HdfsDriver(Driver):
             n = min(len(buf), size - offset)  # hdfs-native panics on reads past the end
             if n <= 0:
                 return 0
-            memoryview(buf)[:n] = read_range(offset, n)
-            return n
+            data = read_range(offset, n)
+            if into_buffer:
+                memoryview(buf)[:n] = data
+            return len(data)
 
         return read
 
@@ -209,13 +211,11 @@ class HdfsDriver(Driver):
             finally:
                 w.close()
 
-        def read_into(path: str, buf) -> int:
+        def read(path: str, buf) -> int:
             r = client.read(path)
             try:
                 n = min(len(buf), len(r))
-                if n:
-                    memoryview(buf)[:n] = r.read_range(0, n)
-                return n
+                return len(r.read_range(0, n)) if n else 0  # new memory from the library: no copy into buf
             finally:
                 r.close()
 
@@ -227,4 +227,4 @@ class HdfsDriver(Driver):
             return list(client.list_status(path))
 
         return FastOps(mkdir=lambda p: client.mkdirs(p, create_parent=False), rmdir=remove, stat=client.get_file_info,
-                       listdir=listdir, create=create, read_into=read_into, remove=remove)
+                       listdir=listdir, create=create, read=read, remove=remove)

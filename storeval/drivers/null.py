@@ -63,12 +63,13 @@ class NullDriver(Driver):
     def close(self, h) -> None:
         pass
 
-    def reader(self, h) -> IOFunc:
+    def reader(self, h, into_buffer: bool = True) -> IOFunc:
         if self._fault is None:
             return lambda bufs, offset: len(bufs[0])
         return lambda bufs, offset: self.pread(h, bufs[0], offset)
 
-    writer = reader
+    def writer(self, h) -> IOFunc:
+        return self.reader(h)
 
     def put(self, path: str, data) -> None:
         self._tick()

@@ -105,7 +105,7 @@ class PosixDriver(Driver):
         finally:
             os.close(fd)
 
-    def reader(self, h: Handle) -> IOFunc:
+    def reader(self, h: Handle, into_buffer: bool = True) -> IOFunc:
         return functools.partial(os.preadv, h.fd)
 
     def writer(self, h: Handle) -> IOFunc:
@@ -152,7 +152,7 @@ class PosixDriver(Driver):
             finally:
                 os_close(fd)
 
-        def read_into(path: str, buf) -> int:
+        def read(path: str, buf) -> int:
             fd = os_open(path, flags_r)
             try:
                 total = n = os_readv(fd, [buf])
@@ -164,7 +164,7 @@ class PosixDriver(Driver):
                 os_close(fd)
 
         return FastOps(mkdir=os.mkdir, rmdir=os.rmdir, stat=os.stat, listdir=os.listdir, create=create,
-                       read_into=read_into, remove=os.unlink)
+                       read=read, remove=os.unlink)
 
     def stat(self, path: str) -> StatResult:
         st = os.stat(self._p(path))

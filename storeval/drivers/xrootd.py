@@ -167,7 +167,7 @@ class XrootdDriver(Driver):
         status, _ = h.file.close(timeout=self.timeout)
         _raise(status, f"close {h.path}")
 
-    def reader(self, h: Handle) -> IOFunc:
+    def reader(self, h: Handle, into_buffer: bool = True) -> IOFunc:
         read, timeout, path = h.file.read, self.timeout, h.path
 
         def fast(bufs, offset: int) -> int:
@@ -176,7 +176,8 @@ class XrootdDriver(Driver):
             if not status.ok:
                 _raise(status, f"read {path}")
             n = len(data)
-            memoryview(buf)[:n] = data
+            if into_buffer:
+                memoryview(buf)[:n] = data
             return n
 
         return fast
@@ -273,7 +274,7 @@ class XrootdDriver(Driver):
             finally:
                 f.close(timeout=timeout)
 
-        def read_into(path: str, buf) -> int:
+        def read(path: str, buf) -> int:
             f = xrd.File()
             check(f.open(f"{server}/{path}", OpenFlags.READ, timeout=timeout)[0], "open", path)
             try:
@@ -281,13 +282,12 @@ class XrootdDriver(Driver):
                     return 0
                 status, data = f.read(0, len(buf), timeout=timeout)
                 check(status, "read", path)
-                memoryview(buf)[: len(data)] = data
-                return len(data)
+                return len(data)  # the bindings return new memory: no copy into buf
             finally:
                 f.close(timeout=timeout)
 
         def remove(path: str) -> None:
             check(fs.rm(path, timeout=timeout)[0], "rm", path)
 
-        return FastOps(mkdir=mkdir, rmdir=rmdir, stat=stat, listdir=listdir, create=create, read_into=read_into,
+        return FastOps(mkdir=mkdir, rmdir=rmdir, stat=stat, listdir=listdir, create=create, read=read,
                        remove=remove)

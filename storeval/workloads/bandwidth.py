@@ -281,7 +281,7 @@ class Bandwidth(Workload):
             rec.extra["cache"] = "invalidated"
         h = self._open(c, path, "w" if write else "r", rec)
         try:
-            io = c.driver.writer(h) if write else c.driver.reader(h)
+            io = c.driver.writer(h) if write else c.driver.reader(h, into_buffer=p.verify)
             jobs = []
             for j, offsets in enumerate(st["offsets"][phase]):
                 if write:

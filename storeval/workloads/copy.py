@@ -80,7 +80,7 @@ class Copy(Workload):
                 buf, stamp = c.state["payload"]
                 run_ops(c.driver.writer(h), [buf], range(0, p.chunk_size, p.transfer_size), log, p.transfer_size, stamp)
             else:
-                run_ops(c.driver.reader(h), [c.state["read_buf"]], range(0, p.chunk_size, p.transfer_size), log,
+                run_ops(c.driver.reader(h, into_buffer=False), [c.state["read_buf"]], range(0, p.chunk_size, p.transfer_size), log,
                         p.transfer_size)
         finally:
             c.driver.close(h)

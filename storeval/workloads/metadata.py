@@ -36,6 +36,7 @@ Phase = Literal["tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove
 DIR_PHASES = frozenset({"dir-create", "dir-stat", "dir-list", "dir-remove"})
 FILE_PHASES = frozenset({"file-create", "file-stat", "file-read", "file-remove"})
 MAX_TREE_DIRS = 1_000_000
+DEFAULT_ITEMS = 100  # per client, as in the Fermilab study's `mdtest -n 100`
 
 
 def tree_size(depth: int, branching: int) -> int:
@@ -89,7 +90,7 @@ class MetadataParams(Params):
     def items_per_client(self) -> int:
         if self.items_per_dir is not None:
             return self.items_per_dir * self.item_dirs
-        return 1000 if self.items is None else self.items
+        return DEFAULT_ITEMS if self.items is None else self.items
 
 
 class Tree:
@@ -290,7 +291,7 @@ class Metadata(Workload):
         elif phase == "file-read":
             buf, size = st["buf"], p.file_size
 
-            def read(path, _read=ops.read_into, _buf=buf) -> None:
+            def read(path, _read=ops.read, _buf=buf) -> None:
                 n = _read(path, _buf)
                 if n != size:
                     raise OSError(f"short read: {n} of {size} bytes")
