@@ -71,6 +71,8 @@ def run(
     phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", help="Stop a cell whose phase runs longer "
                                                                               "than this (e.g. 30m); default 1h."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no tables."),
+    regenerate: bool = typer.Option(False, "--regenerate", help="Write the skim's ROOT event files anew even if "
+                                                                "matching ones are on the target."),
 ) -> None:
     """Run a study (or the default quick study) and report the results."""
     from .analysis.figures import analyze
@@ -94,7 +96,7 @@ def run(
     ui = QuietUI() if quiet else ProgressUI(err)
     command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
         else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
-    result = Runner(spec, cells, store, command_line=command_line, ui=ui).run()
+    result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate).run()
     data = store.load_run(result.run_id)
     cell_figs, summary = analyze(data)
     if json_out:

@@ -41,7 +41,7 @@ class RunResult:
 
 class Runner:
     def __init__(self, study: Study, cells: list[Cell], store: Store, *, command_line: str, ui: Any,
-                 engine: Any = None, run_id: str | None = None) -> None:
+                 engine: Any = None, run_id: str | None = None, regenerate: bool = False) -> None:
         self.study, self.cells, self.store, self.ui = study, cells, store, ui
         self.command_line = command_line
         self.engine = engine or LocalEngine()
@@ -50,6 +50,8 @@ class Runner:
         self.drivers: dict[str, Driver] = {}
         self.connect_errors: dict[str, str] = {}
         self.events: list[dict[str, Any]] = []
+        self.regenerate = regenerate
+        self.prepared: set[tuple[str, str]] = set()  # (target, data key) laid out in this run
 
     # -- targets ---------------------------------------------------------------------------------------
     def _driver(self, cell: Cell) -> Driver:
@@ -89,6 +91,11 @@ class Runner:
             driver = self._driver(cell)
             skips = wl.skipped(driver.caps)
             to_run = [st for st in planned if st[0] not in skips]
+            key = wl.target_data_key()
+            if to_run and key is not None:
+                fresh = (cell.target.name, key) not in self.prepared
+                wl.prepare_target(driver, regenerate=self.regenerate and fresh, log=self.ui.log)
+                self.prepared.add((cell.target.name, key))
             if to_run:
                 driver.ensure_dir(cell_dir)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
@@ -144,7 +151,7 @@ class Runner:
                     outcome = self.run_cell(cell)
                     if outcome.status == "failed":
                         failed += 1
-                    if outcome.status == "interrupted":
+                    if outcome.status == "interrupted" or outcome.stop_requested:
                         status = "interrupted"
                         break
         except KeyboardInterrupt:

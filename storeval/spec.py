@@ -38,6 +38,7 @@ DEFAULT_WORKLOADS: dict[str, dict[str, dict[str, Any]]] = {
     "bandwidth": {"bandwidth": {"file_size": "256MiB", "transfer_size": "1MiB",
                                 "phases": ["write", "read", "randread"], "direct": True}},
     "metadata": {"metadata": {"items": 2000, "depth": 1, "branching": 4, "mode": "unique"}},
+    "skim": {"skim": {"files": 2, "file_size": "16MiB", "fraction": 0.5}},
 }
 DEFAULT_CLIENTS = [1, 2]
 

@@ -79,6 +79,13 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
                     [[row[n] for n in names] for row in rows])
 
 
+def _json_default(value: Any) -> Any:
+    """numpy scalars become numbers, not strings; anything else unknown becomes its text."""
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
 def now() -> datetime:
     """Naive UTC (DuckDB TIMESTAMP columns hold UTC)."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
@@ -208,7 +215,7 @@ class Store:
                              "barrier_ns": r.barrier_ns, "cpu_user": r.cpu_user, "cpu_sys": r.cpu_sys,
                              "lat_index": idx, "lat_count": cnt, "lat_sum": r.hist.sum, "lat_min": r.hist.min,
                              "lat_max": r.hist.max, "tl_bytes": r.tl_bytes, "tl_ops": r.tl_ops,
-                             "extra": json.dumps(r.extra, default=str), "complete": not r.extra.get("partial", False)})
+                             "extra": json.dumps(r.extra, default=_json_default), "complete": not r.extra.get("partial", False)})
             _insert(con, "records", rows)
             _insert(con, "events", [self._event(run_id, cell.index, ev) for ev in events])
 

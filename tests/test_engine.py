@@ -66,7 +66,7 @@ def _clients_of(pid: int) -> list[psutil.Process]:
 def _start_long_run(tmp_path: Path, target: Path) -> subprocess.Popen:
     study = tmp_path / "long.yaml"
     study.write_text(f"targets: {{t: {{url: 'file://{target}'}}}}\n"
-                     "workloads: {bw: {bandwidth: {file_size: 64MiB, transfer_size: 4KiB, direct: true, "
+                     "workloads: {bw: {bandwidth: {file_size: 256MiB, transfer_size: 4KiB, direct: true, "
                      "phases: [write, read, randread, randwrite]}}}\nclients: [2]\n")
     return subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--quiet", "--json",
                              str(tmp_path / "out.json")], cwd=tmp_path, start_new_session=True,

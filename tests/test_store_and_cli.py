@@ -80,10 +80,11 @@ def test_run_with_no_arguments_evaluates_the_current_directory(tmp_path):
     r = storeval("run", cwd=tmp_path, timeout=600)
     assert r.rc == 0, r.err
     assert "bandwidth" in r.out and "MiB/s" in r.out and "metadata" in r.out and "mean ops/s" in r.out
-    assert sorted(os.listdir(tmp_path)) == ["storeval-results"]
+    assert "skim" in r.out and "events/s" in r.out
+    assert sorted(os.listdir(tmp_path)) == ["storeval-data", "storeval-results"]  # the skim's files stay for reuse
     con = duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True)
     assert con.execute("SELECT DISTINCT clients FROM cells ORDER BY 1").fetchall() == [(1,), (2,)]
-    assert con.execute("SELECT DISTINCT kind FROM cells ORDER BY 1").fetchall() == [("bandwidth",), ("metadata",)]
+    assert con.execute("SELECT DISTINCT kind FROM cells ORDER BY 1").fetchall() == [("bandwidth",), ("metadata",), ("skim",)]
     assert con.execute("SELECT count(*) FROM cells WHERE status <> 'ok'").fetchone() == (0,)
 
 

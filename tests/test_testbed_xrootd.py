@@ -89,7 +89,8 @@ def test_state_has_everything_a_rebuilt_server_needs(server: XrootdServer):
     assert st.info["version"].startswith("v5")
     # the recorded PID is the server itself: the one in its pid file, listening on the port
     pid = st.procs[0].pid
-    assert int((server.root / "run" / "xrootd.pid").read_text()) == pid
+    assert int((server.home / "run" / "xrootd.pid").read_text()) == pid
+    assert server.home.parent == Path("/var/tmp") and server.home.name.startswith("storeval-xrootd-")
     assert any(c.laddr.port == port and c.status == psutil.CONN_LISTEN
                for c in psutil.Process(pid).net_connections(kind="tcp"))
     assert psutil.Process(pid).children(recursive=True) == []
@@ -288,13 +289,13 @@ def test_stop_leaves_nothing(tmp_path_factory: pytest.TempPathFactory):
     _installed_or_skip()
     root = tmp_path_factory.mktemp("xrootd-stop") / "xrootd"
     s = _start(root)
-    pid, port = s.state.procs[0].pid, s.state.ports["xrootd"]
-    assert _ours(root) and port_open(port)
+    pid, port, home = s.state.procs[0].pid, s.state.ports["xrootd"], s.home
+    assert _ours(home) and port_open(port)
     # stop through a server rebuilt from the saved state, as `storeval testbed down` does
     rebuilt = XrootdServer(Path(s.state.root), {}, ServerState.from_json(s.state.to_json()))
     rebuilt.stop()
     assert not rebuilt.alive() and rebuilt.state.procs == []
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert _ours(root) == []
+    assert _ours(home) == []
     assert not port_open(port)
-    assert not root.exists()
+    assert not root.exists() and not home.exists()

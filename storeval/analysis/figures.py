@@ -36,11 +36,12 @@ class ClientStat:
     cpu_seconds: float
     MiBps: float | None
     ops_per_s: float | None
+    extra: dict[str, Any] = field(default_factory=dict)  # the workload's own figures (skim: events, counters …)
 
     def as_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "host": self.host, "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
                 "cpu_seconds": self.cpu_seconds, "MiBps": self.MiBps, "ops_per_s": self.ops_per_s,
-                "cpu_seconds_per_MB": self.cpu_seconds / (self.bytes / 1e6) if self.bytes else None}
+                "cpu_seconds_per_MB": self.cpu_seconds / (self.bytes / 1e6) if self.bytes else None, **self.extra}
 
 
 @dataclass
@@ -64,6 +65,7 @@ class PhaseFigures:
     errors: dict[str, int] = field(default_factory=dict)
     warnings: list[dict[str, str]] = field(default_factory=list)
     hist: Histogram | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the workload's own figures of the phase
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +80,7 @@ class PhaseFigures:
             "cpu_seconds_per_GB": self.cpu_seconds / (self.bytes / 1e9) if self.bytes else None,
             "errors": self.errors, "warnings": self.warnings,
             "client_stats": [c.as_dict() for c in self.client_stats],
+            **self.extra,
         }
 
 
@@ -101,7 +104,7 @@ def bytes_until(rec: PhaseRecord, t_ns: int) -> float:
 
 
 def phase_figures(phase: str, status: str, reason: str | None, records: list[PhaseRecord], nclients: int,
-                  include_barrier: bool = False, iteration: int = 0) -> PhaseFigures:
+                  include_barrier: bool = False, iteration: int = 0, workload: Any = None) -> PhaseFigures:
     fig = PhaseFigures(phase=phase, status=status, reason=reason, clients=nclients, iteration=iteration)
     for r in records:
         for kind, count in r.errors.items():
@@ -133,8 +136,12 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
     fig.latency_us["mean"] = hist.mean / 1e3 if hist.mean is not None else None
     for r in sorted(records, key=lambda r: r.rank):
         secs = max(r.end_ns - r.start_ns, 1) / NS
+        extra = workload.client_extra(r.extra, secs, r.cpu_seconds) if workload is not None else {}
         fig.client_stats.append(ClientStat(rank=r.rank, host=r.host, bytes=r.bytes, ops=r.ops, seconds=secs,
-                                           cpu_seconds=r.cpu_seconds, MiBps=r.bytes / MiB / secs, ops_per_s=r.ops / secs))
+                                           cpu_seconds=r.cpu_seconds, MiBps=r.bytes / MiB / secs, ops_per_s=r.ops / secs,
+                                           extra=extra))
+    if workload is not None:
+        fig.extra = workload.phase_extra([c.extra for c in fig.client_stats], seconds)
     fig.client_MiBps = mean_stderr([c.MiBps for c in fig.client_stats])
     fig.client_ops_per_s = mean_stderr([c.ops_per_s for c in fig.client_stats])
     return fig
@@ -149,11 +156,12 @@ class CellFigures:
 def cell_figures(cell: CellRow) -> CellFigures:
     from ..workloads import WORKLOADS
 
-    include_barrier = getattr(WORKLOADS.get(cell.kind), "rate_includes_barrier", False)
+    workload = WORKLOADS.get(cell.kind)
+    include_barrier = getattr(workload, "rate_includes_barrier", False)
     by_step: dict[tuple[str, int], list[PhaseRecord]] = defaultdict(list)
     for r in cell.records:
         by_step[r.step].append(r)
-    phases = [phase_figures(ph, status, reason, by_step.get((ph, it), []), cell.clients, include_barrier, it)
+    phases = [phase_figures(ph, status, reason, by_step.get((ph, it), []), cell.clients, include_barrier, it, workload)
               for ph, it, status, reason in cell.phases]
     return CellFigures(cell=cell, phases=phases)
 
@@ -178,6 +186,7 @@ class ConfigSummary:
     latency_p99_us: Summary | None
     per_client_MiBps: Summary | None  # the mean per-client rate of each cell, summarised over repetitions
     cpu_seconds_per_GB: Summary | None
+    extras: dict[str, Summary]  # the workload's own numeric phase figures, summarised over repetitions
     reason: str | None
     warnings: list[dict[str, str]]
     errors: dict[str, int]
@@ -191,7 +200,8 @@ class ConfigSummary:
                 "bandwidth_MiBps": s(self.bandwidth), "stonewall_MiBps": s(self.stonewall),
                 "ops_per_s": s(self.ops_per_s), "latency_p50_us": s(self.latency_p50_us),
                 "latency_p99_us": s(self.latency_p99_us), "per_client_MiBps": s(self.per_client_MiBps),
-                "cpu_seconds_per_GB": s(self.cpu_seconds_per_GB), **({"reason": self.reason} if self.reason else {}),
+                "cpu_seconds_per_GB": s(self.cpu_seconds_per_GB), **{k: s(v) for k, v in self.extras.items()},
+                **({"reason": self.reason} if self.reason else {}),
                 "warnings": self.warnings, "errors": self.errors}
 
 
@@ -226,8 +236,28 @@ def summarize_run(cells: list[CellFigures]) -> list[ConfigSummary]:
             latency_p99_us=summarize([ph.latency_us.get("p99") for ph in ok if ph.latency_us.get("p99") is not None]),
             per_client_MiBps=summarize([ph.client_MiBps[0] for ph in ok if ph.client_MiBps[0] is not None]),
             cpu_seconds_per_GB=summarize([ph.cpu_seconds / (ph.bytes / 1e9) for ph in ok if ph.bytes]),
+            extras=_extra_summaries(ok),
             reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors))
     return out
+
+
+def _numbers(extra: dict[str, Any]) -> dict[str, float]:
+    """The numeric figures of a phase's extra dict, nested ones as ``outer.inner``."""
+    out: dict[str, float] = {}
+    for k, v in extra.items():
+        if isinstance(v, dict) and k != "counters":
+            out.update({f"{k}.{kk}": vv for kk, vv in v.items() if isinstance(vv, (int, float)) and not isinstance(vv, bool)})
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = v
+    return out
+
+
+def _extra_summaries(phases: list[PhaseFigures]) -> dict[str, Summary]:
+    values: dict[str, list[float]] = defaultdict(list)
+    for ph in phases:
+        for k, v in _numbers(ph.extra).items():
+            values[k].append(v)
+    return {k: s for k, vs in sorted(values.items()) if (s := summarize(vs)) is not None}
 
 
 def analyze(run: RunData) -> tuple[list[CellFigures], list[ConfigSummary]]:

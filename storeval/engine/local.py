@@ -37,6 +37,7 @@ class CellOutcome:
     records: list[PhaseRecord] = field(default_factory=list)
     complete_steps: list[tuple[str, int]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    stop_requested: bool = False  # Ctrl-C came while a finished cell was being wound down: stop the run after it
 
 
 class LocalComm:
@@ -123,7 +124,8 @@ class LocalEngine:
         except KeyboardInterrupt:
             watch.fail("interrupted", watch.current_step(), "interrupted by the user (Ctrl-C)")
         finally:
-            old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping and cleaning up first
+            deferred: list[int] = []  # a Ctrl-C now waits until the clients are stopped and cleaned up
+            old = signal.signal(signal.SIGINT, lambda signum, frame: deferred.append(signum))
             try:
                 if watch.status == "ok":
                     for p in procs:
@@ -135,7 +137,14 @@ class LocalEngine:
                 out.close()
             finally:
                 signal.signal(signal.SIGINT, old)
-        return watch.outcome()
+        outcome = watch.outcome()
+        if deferred and outcome.status == "ok":
+            outcome.stop_requested = True
+        elif deferred and outcome.status != "interrupted":
+            outcome.events.append({"kind": "interrupted", "rank": None, "phase": None,
+                                   "message": "interrupted by the user (Ctrl-C) while the cell was stopping"})
+            outcome.stop_requested = True
+        return outcome
 
 
 class _Watch:

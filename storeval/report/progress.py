@@ -49,6 +49,9 @@ class ProgressUI:
     def cell(self, label: str, expected: Any) -> CellBar:
         return CellBar(self, label, expected)
 
+    def log(self, message: str) -> None:
+        self.progress.console.print(message, highlight=False)
+
 
 class QuietUI:
     def __enter__(self) -> QuietUI:
@@ -59,3 +62,6 @@ class QuietUI:
 
     def cell(self, label: str, expected: Any) -> CellBar:
         return CellBar(None, label, expected)
+
+    def log(self, message: str) -> None:
+        pass

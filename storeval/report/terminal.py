@@ -18,6 +18,9 @@ HOW_MEASURED = {
     "bandwidth": ("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
                   "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished. "
                   "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
+    "skim": ("events/s and MB/s (bytes requested / wall, 10^6 B) over all clients; per client: mean ± stderr of the "
+             "clients' MB/s, as the seed studies report it; CPU eff. = client CPU seconds / wall seconds; amplification"
+             " = bytes requested (req.) or moved by the client's storage stack (moved) / bytes the selected baskets need."),
     "copy": ("MiB/s: aggregate = bytes of all workers / (last end − first start), staggered starts included; per "
              "worker: each worker's bytes over its own copy time, mean over workers; CPU: client CPU seconds per GB moved."),
     "metadata": ("ops/s: operations of all clients / (exit of the closing barrier − first client start), mdtest's rate; "
@@ -65,6 +68,20 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
                  ({"file_size"}, f"{format_size_compact(mp.file_size)} written and read per file" if mp.file_size else ""),
                  ({"stat_stride"}, f"stat/list/read/remove the items of rank+{mp.stat_stride}" if mp.stat_stride else ""),
                  ({"iterations"}, f"{mp.iterations} iterations" if mp.iterations > 1 else "")]
+        return ", ".join(text for keys, text in parts if text and not keys & exclude)
+    if kind == "skim":
+        parts = [({"files", "file_size"}, f"{p.get('files')} file(s) of {format_size_compact(p.get('file_size', 0))}"),
+                 ({"compression", "compression_level"}, f"{p.get('compression')} {p.get('compression_level')}"),
+                 ({"cluster_size"}, f"clusters of {format_size_compact(p.get('cluster_size', 0))}"),
+                 ({"fraction", "event_fraction"}, f"{p['event_fraction']:.0%} of the events" if p.get("event_fraction")
+                  else f"{p.get('fraction', 0.5):.0%} of each file's basket bytes"),
+                 ({"strategy"}, f"strategy {p.get('strategy')}"),
+                 ({"cpu_per_event"}, f"{p['cpu_per_event'] * 1e6:.0f} µs CPU per event" if p.get("cpu_per_event") else "")]
+        return ", ".join(text for keys, text in parts if text and not keys & exclude)
+    if kind == "copy":
+        parts = [({"chunk_size"}, f"{format_size_compact(p.get('chunk_size', 0))} per worker"),
+                 ({"transfer_size"}, f"in {format_size_compact(p.get('transfer_size', 0))} pieces"),
+                 ({"stagger"}, f"worker k starts k × {p.get('stagger', 0):g} s late")]
         return ", ".join(text for keys, text in parts if text and not keys & exclude)
     if kind != "bandwidth":
         return ""
@@ -143,6 +160,14 @@ def print_summary(summary: list[ConfigSummary], console: Console | None = None) 
         console.print(table)
 
 
+def fmt_per_client(r: ConfigSummary) -> str:
+    """The seed's figure: the clients' mean MB/s ± the standard error over clients (averaged over repetitions)."""
+    mean, err = r.extras.get("MBps_per_client.mean"), r.extras.get("MBps_per_client.stderr")
+    if mean is None:
+        return "–"
+    return f"{sig(mean.mean)} ± {sig(err.mean, 2)}" if err is not None else sig(mean.mean)
+
+
 def _stat(attr: str, which: str):
     def cell(r: ConfigSummary) -> str:
         s = getattr(r, attr)
@@ -156,6 +181,13 @@ RATE_COLUMNS = {
                   ("ops/s", lambda r: fmt_summary(r.ops_per_s))],
     "copy": [("MiB/s", lambda r: fmt_summary(r.bandwidth)), ("per worker MiB/s", lambda r: fmt_summary(r.per_client_MiBps)),
              ("CPU s/GB", lambda r: fmt_summary(r.cpu_seconds_per_GB))],
+    "skim": [("events/s", lambda r: fmt_summary(r.extras.get("events_per_s"))),
+             ("MB/s", lambda r: fmt_summary(r.extras.get("MBps"))),
+             ("MB/s per client", lambda r: fmt_per_client(r)),
+             ("CPU eff.", lambda r: fmt_summary(r.extras.get("cpu_efficiency"))),
+             ("needed MB", lambda r: fmt_summary(r.extras.get("bytes_needed"), 1e-6)),
+             ("ampl. req./moved", lambda r: f"{fmt_summary(r.extras.get('request_amplification'))} / "
+                                            f"{fmt_summary(r.extras.get('read_amplification'))}")],
     # mdtest's SUMMARY: max, min, mean and standard deviation of the rate
     "metadata": [("max ops/s", _stat("ops_per_s", "max")), ("min ops/s", _stat("ops_per_s", "min")),
                  ("mean ops/s", _stat("ops_per_s", "mean")), ("std dev", _stat("ops_per_s", "stddev"))],

@@ -11,10 +11,11 @@ so its path stays valid for as long as the server runs.
 
 XRootD binds 0.0.0.0 (it has no option for one address); the ``xrd.allow`` lines reject other hosts.
 
-``-R xrootd`` only changes the *effective* user, so the server must be able to traverse every directory
-above ``root``: where one keeps it out (pytest's temporary directories are 0700), ``start()`` adds a
-search-only ACL entry for the ``xrootd`` user to that directory (``setfacl``, Debian package ``acl``) and
-records the directories in ``state.info["acl_granted"]``; they are left in place on stop.
+``-R xrootd`` makes the server work as the ``xrootd`` user, which must reach its files. The testbed
+directory may sit where that user cannot go (a home directory, pytest's 0700 temporary directories), so
+the server's own files — data, log, configuration, admin and pid directories — live in a *home* of their
+own under ``/var/tmp`` (``storeval-xrootd-*``, recorded in the state) and are removed with it on stop.
+Nothing outside storeval's own directories is touched.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pwd
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -126,18 +128,28 @@ class XrootdServer(Server):
             raise TestbedError("xrootd: the xrootd binary is missing although xrootd-server is installed; "
                                "run apt-get install --reinstall xrootd-server")
 
-    # -- paths (all derived from self.root, so a rebuilt server finds them too) --------------------------
+    # -- paths (all derived from the recorded home, so a rebuilt server finds them too) --------------------
+    @property
+    def home(self) -> Path:
+        """Where the server's files live: a directory every user can reach (see the module docstring)."""
+        if "home" not in self.state.info:
+            base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
+            home = Path(tempfile.mkdtemp(prefix="storeval-xrootd-", dir=base))
+            home.chmod(0o755)
+            self.state.info["home"] = str(home)
+        return Path(self.state.info["home"])
+
     @property
     def data_dir(self) -> Path:
-        return self.root / "data"
+        return self.home / "data"
 
     @property
     def config_file(self) -> Path:
-        return self.root / "xrootd.cfg"
+        return self.home / "xrootd.cfg"
 
     @property
     def log_file(self) -> Path:
-        return Path(self.state.info.get("log") or self.root / "log" / "xrootd.log")
+        return Path(self.state.info.get("log") or self.home / "log" / "xrootd.log")
 
     @property
     def port(self) -> int:
@@ -185,31 +197,23 @@ class XrootdServer(Server):
         return RUN_AS
 
     def _prepare_dirs(self, user: str | None) -> None:
-        for d in (self.data_dir / EXPORT, self.root / "admin", self.root / "run", self.root / "log"):
+        for d in (self.data_dir / EXPORT, self.home / "admin", self.home / "run", self.home / "log"):
             d.mkdir(parents=True, exist_ok=True)
         if user is None:
             return
         ent = pwd.getpwnam(user)
-        for top, dirs, files in os.walk(self.root):
+        for top, dirs, files in os.walk(self.home):
             for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
                 os.chown(name, ent.pw_uid, ent.pw_gid, follow_symlinks=False)
-        self._grant_traverse(user)
+        if not _can_reach(self.data_dir, user):
+            raise TestbedError(f"xrootd: user {user} cannot reach {self.data_dir}; set TMPDIR to a directory every "
+                               "user can traverse")
 
-    def _grant_traverse(self, user: str) -> None:
-        """Let ``user`` traverse the directories above ``self.root`` that keep it out (pytest's temporary
-        directories are mode 0700): a search-only ACL entry for that user on each, nothing else."""
-        if _can_reach(self.root, user):
-            return
-        apt_install("acl")
-        granted = []
-        for d in [*reversed(self.root.parents), self.root]:
-            if not _can_reach(d, user):
-                run(["setfacl", "-m", f"u:{user}:x", str(d)], f"xrootd: letting user {user} traverse {d}")
-                granted.append(str(d))
-        self.state.info["acl_granted"] = granted
-        if not _can_reach(self.root, user):
-            raise TestbedError(f"xrootd: user {user} cannot reach {self.root}; "
-                               "put the testbed directory where every user can traverse")
+    def stop(self) -> None:
+        home = self.state.info.get("home")
+        super().stop()
+        if home and Path(home).name.startswith("storeval-xrootd-"):
+            shutil.rmtree(home, ignore_errors=True)
 
     def _write_config(self, port: int) -> None:
         self.config_file.write_text("\n".join([
@@ -220,8 +224,8 @@ class XrootdServer(Server):
             "all.role server",
             "all.export /",
             f"oss.localroot {self.data_dir}",
-            f"all.adminpath {self.root / 'admin'}",
-            f"all.pidpath {self.root / 'run'}",
+            f"all.adminpath {self.home / 'admin'}",
+            f"all.pidpath {self.home / 'run'}",
             "xrootd.trace fsio",
             "",
         ]))
@@ -238,20 +242,20 @@ class XrootdServer(Server):
         user = self._user()
         self.root.mkdir(parents=True, exist_ok=True)
         self._prepare_dirs(user)
-        log = self.root / "log" / "xrootd.log"
+        log = self.home / "log" / "xrootd.log"
         self.state.info.update({"log": str(log), "data": str(self.data_dir), "config": str(self.config_file),
                                 "export": f"/{EXPORT}", "version": self._version(xrootd)})
         last = ""
         for _attempt in range(START_ATTEMPTS):
             port = free_port()
             self._write_config(port)
-            (self.root / "run" / "xrootd.pid").unlink(missing_ok=True)
+            (self.home / "run" / "xrootd.pid").unlink(missing_ok=True)
             log.touch()
             if user:  # the server (re)opens its log as that user
                 ent = pwd.getpwnam(user)
                 os.chown(log, ent.pw_uid, ent.pw_gid)
             mark = log.stat().st_size
-            proc = spawn(self._command(user), name="xrootd", log=log, cwd=self.root)
+            proc = spawn(self._command(user), name="xrootd", log=log, cwd=self.home)
             self.state.procs = [proc]
             self.state.ports = {"xrootd": port}
             outcome, last = self._await_start(proc, log, mark)

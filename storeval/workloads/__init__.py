@@ -6,8 +6,9 @@ from .bandwidth import Bandwidth
 from .base import ClientContext, Params, Workload
 from .copy import Copy
 from .metadata import Metadata
+from .skim import Skim
 
-WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth, Metadata, Copy)}
+WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth, Metadata, Copy, Skim)}
 
 
 def make_workload(kind: str, params: dict) -> Workload:

@@ -87,6 +87,23 @@ class Workload(ABC):
         """Total (bytes, ops) of a phase across clients, for progress bars; 0 when unknown."""
         return 0, 0
 
+    def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None) -> None:
+        """Untimed work on the target before a cell (e.g. writing input files that later cells reuse)."""
+
+    def target_data_key(self) -> str | None:
+        """Identity of the input data ``prepare_target`` lays out, so a run regenerates it once, not per cell."""
+        return None
+
+    @staticmethod
+    def client_extra(extra: dict[str, Any], seconds: float, cpu_seconds: float) -> dict[str, Any]:
+        """Workload-specific figures of one client's phase record (added to ``client_stats``)."""
+        return {}
+
+    @staticmethod
+    def phase_extra(clients: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+        """Workload-specific figures of a phase, from its clients' ``client_extra`` (added to the phase)."""
+        return {}
+
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         """Remove whatever the cell's clients may have left behind (after a failure); idempotent."""
 

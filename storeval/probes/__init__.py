@@ -1,0 +1,1 @@
+"""Probes of the machine storeval runs on: caches, counters."""

@@ -1,0 +1,387 @@
+"""Skim workload: a ROOT-based physics skim, the application benchmark of seeds 000 and 003.
+
+Every client opens ``files`` event files in its own random order and reads, through uproot and storeval's
+driver layer (so on every kind of target), either the branches that make up ``fraction`` of each file's
+basket bytes for every event, or — with ``event_fraction`` — every branch of a random sparse subset of the
+events. How the bytes are fetched is the ``strategy``:
+
+* ``uproot``: uproot's own iteration; each of its requests for baskets becomes one vector read;
+* ``ttreecache``: like ROOT's TTreeCache, the first ``learn_entries`` entries are read basket by basket while
+  the cache learns the used branches, then each cluster's baskets of those branches are fetched in one
+  vector read sorted by offset and served from the cache;
+* ``basket``: one read per basket, the unoptimised CMSSW 3 pattern.
+
+Counters are named as in a CMSSW job report (``read-numOperations``, ``readv-numChunks`` …). Bytes
+*needed* are those of the selected baskets; bytes *requested* all bytes asked of the storage (file opening
+included); bytes *moved* those the client's storage stack fetched (``/proc/self/io`` for local files).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import uproot
+from pydantic import Field, model_validator
+
+from ..drivers.base import Driver, join
+from ..engine.records import OpLog, PhaseRecorder
+from ..fields import Duration, Size
+from ..probes.cache import drop_page_cache, fits_in_ram, is_root, process_read_bytes
+from ..units import format_size
+from .base import ClientContext, Params, Workload
+from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
+
+MiB = float(1 << 20)
+
+
+class SkimParams(Params):
+    files: Annotated[int, Field(ge=1, le=10_000)] = 3
+    file_size: Size = 64 << 20  # 1.5GiB in the seed studies
+    cluster_size: Size = 1 << 20  # uncompressed bytes per cluster: one basket per branch each
+    compression: Literal["zlib", "lz4", "zstd", "none"] = "zlib"
+    compression_level: Annotated[int, Field(ge=1, le=9)] = 4
+    fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
+    event_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    strategy: Literal["uproot", "ttreecache", "basket"] = "ttreecache"
+    learn_entries: Annotated[int, Field(ge=1)] = 100
+    cpu_per_event: Duration = 0.0
+    random_seed: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SkimParams:
+        if self.file_size < 256 << 10:
+            raise ValueError(f"file_size {format_size(self.file_size)} is too small for a ROOT event file (at least 256KiB)")
+        if self.cluster_size < 16 << 10:
+            raise ValueError("cluster_size must be at least 16KiB")
+        return self
+
+    def generation(self) -> GenParams:
+        return GenParams(files=self.files, file_size=self.file_size, cluster_size=self.cluster_size,
+                         compression=self.compression, compression_level=self.compression_level, seed=self.random_seed)
+
+
+COUNTERS = ("read-numOperations", "read-totalMegabytes", "readv-numOperations", "readv-numChunks",
+            "readv-totalMegabytes", "open-numOperations", "open-totalMegabytes")
+
+
+class SkimIO:
+    """Between uproot and the driver: does what the strategy says, counts it, and serves the cache."""
+
+    def __init__(self, driver: Driver, log: OpLog, strategy: str) -> None:
+        self.driver, self.log, self.strategy = driver, log, strategy
+        self.mode = "open"  # "open" while uproot reads headers and metadata; "data" for baskets
+        self.cache: dict[tuple[int, int], bytes] = {}
+        self.use_cache = False
+        self.ops = {"read": 0, "readv": 0, "chunks": 0, "open": 0}
+        self.bytes = {"read": 0, "readv": 0, "open": 0}
+        self.handle = None
+
+    def _timed(self, fn, nbytes: int):
+        t0 = time.perf_counter_ns()
+        out = fn()
+        self.log.add(t0, time.perf_counter_ns(), nbytes)
+        return out
+
+    def read(self, start: int, stop: int) -> bytes:
+        start, stop = int(start), int(stop)
+        n = stop - start
+        buf = bytearray(n)
+        got = self._timed(lambda: self.driver.pread(self.handle, buf, start), n)
+        kind = "open" if self.mode == "open" else "read"
+        self.ops[kind] += 1
+        self.bytes[kind] += n
+        return bytes(buf[:got])
+
+    def readv(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        ranges = [(int(start), int(stop)) for start, stop in ranges]
+        total = sum(stop - start for start, stop in ranges)
+        data = self._timed(lambda: self.driver.preadv(self.handle, [(s, e - s) for s, e in ranges]), total)
+        kind = "open" if self.mode == "open" else "readv"
+        self.ops[kind] += 1
+        self.bytes[kind] += total
+        if kind == "readv":
+            self.ops["chunks"] += len(ranges)
+        return [bytes(d) for d in data]
+
+    def fetch(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """What uproot asked for, fetched the strategy's way."""
+        if self.mode == "open":
+            return [self.read(s, e) for s, e in ranges] if len(ranges) == 1 else self.readv(ranges)
+        if self.use_cache:
+            missing = [r for r in ranges if r not in self.cache]
+            for r in missing:  # cache misses are read one by one, as ROOT does outside its cache
+                self.cache[r] = self.read(*r)
+            return [self.cache[r] for r in ranges]
+        if self.strategy == "uproot":
+            return self.readv(ranges) if len(ranges) > 1 else [self.read(*ranges[0])]
+        out = [self.read(s, e) for s, e in ranges]  # basket, and ttreecache while it learns
+        if self.strategy == "ttreecache":
+            self.cache.update(zip(ranges, out))
+        return out
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """TTreeCache: one vector read of the cluster's baskets, sorted by offset."""
+        wanted = sorted(r for r in set(ranges) if r not in self.cache)
+        if wanted:
+            self.cache.update(zip(wanted, self.readv(wanted)))
+
+    def counters(self) -> dict[str, float]:
+        return {"read-numOperations": self.ops["read"], "read-totalMegabytes": self.bytes["read"] / MiB,
+                "readv-numOperations": self.ops["readv"], "readv-numChunks": self.ops["chunks"],
+                "readv-totalMegabytes": self.bytes["readv"] / MiB, "open-numOperations": self.ops["open"],
+                "open-totalMegabytes": self.bytes["open"] / MiB}
+
+
+def driver_source(io: SkimIO, size: int) -> type:
+    """An uproot Source class reading through ``io`` (uproot builds it from a path and its options)."""
+
+    class DriverSource(uproot.source.chunk.Source):
+        def __init__(self, file_path: str, **options: Any) -> None:
+            super().__init__()
+            self._file_path = file_path
+            self._num_bytes = size
+
+        def chunk(self, start: int, stop: int) -> uproot.source.chunk.Chunk:
+            self._num_requests += 1
+            self._num_requested_chunks += 1
+            self._num_requested_bytes += stop - start
+            (data,) = io.fetch([(start, stop)])
+            return uproot.source.chunk.Chunk.wrap(self, data, start)
+
+        def chunks(self, ranges, notifications):
+            self._num_requests += 1
+            self._num_requested_chunks += len(ranges)
+            self._num_requested_bytes += sum(stop - start for start, stop in ranges)
+            chunks = [uproot.source.chunk.Chunk.wrap(self, d, start) for (start, _), d in zip(ranges, io.fetch(list(ranges)))]
+            for c in chunks:
+                notifications.put(c)
+            return chunks
+
+        @property
+        def num_bytes(self) -> int:
+            return self._num_bytes
+
+        def close(self) -> None:
+            pass
+
+        @property
+        def closed(self) -> bool:
+            return False
+
+    return DriverSource
+
+
+def baskets(branch: Any) -> list[tuple[int, int, int, int]]:
+    """(entry start, entry stop, seek, bytes) of every basket of a branch."""
+    n = branch.num_baskets
+    seek, size, entry = branch.member("fBasketSeek"), branch.member("fBasketBytes"), branch.member("fBasketEntry")
+    return [(int(entry[i]), int(entry[i + 1]), int(seek[i]), int(size[i])) for i in range(n)]
+
+
+def select_branches(tree: Any, fraction: float, seed: int) -> list[str]:
+    """Branches whose baskets make up ``fraction`` of the tree's basket bytes (fixed pseudo-random choice)."""
+    names = list(tree.keys())
+    sizes = {n: sum(b[3] for b in baskets(tree[n])) for n in names}
+    total = sum(sizes.values())
+    order = [names[i] for i in np.random.default_rng([seed & 0xFFFFFFFF, 0xB2A]).permutation(len(names))]
+    chosen, acc = [], 0
+    for name in order:
+        if acc >= fraction * total:
+            break
+        if abs(acc + sizes[name] - fraction * total) <= abs(acc - fraction * total) or not chosen:
+            chosen.append(name)
+            acc += sizes[name]
+    return chosen
+
+
+def burn_cpu(seconds: float) -> None:
+    """Busy work standing in for analysis code, so CPU efficiency means something."""
+    if seconds <= 0:
+        return
+    end = time.process_time() + seconds
+    x = 0
+    while time.process_time() < end:
+        for i in range(2000):
+            x += i * i
+
+
+class Skim(Workload):
+    kind = "skim"
+    Params = SkimParams
+    PHASES = ("skim",)
+    summary = "a ROOT physics skim through uproot: events/s, CPU efficiency, read amplification (seeds 000, 003)"
+    p: SkimParams
+
+    # -- coordinator side --------------------------------------------------------------------------------
+    def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None) -> None:
+        ensure_dataset(driver, self.p.generation(), regenerate=regenerate, log=log)
+
+    def target_data_key(self) -> str | None:
+        return self.p.generation().key()
+
+    # -- client side -------------------------------------------------------------------------------------
+    def prepare(self, c: ClientContext) -> None:
+        g = self.p.generation()
+        manifest = read_manifest(c.driver, g.directory())
+        if manifest is None:
+            raise FileNotFoundError(2, "the skim's event files are missing (the coordinator writes them)", g.directory())
+        c.state["manifest"] = manifest
+        c.state["dir"] = g.directory()
+        c.state["order"] = np.random.default_rng([self.p.random_seed & 0xFFFFFFFF, c.rank, 0x5C1]).permutation(
+            len(manifest["files"])).tolist()
+
+    def before_phase(self, c: ClientContext, phase: str) -> None:
+        """Start cold: the page cache of the files dropped (root), or at least this client's pages of them."""
+        files = c.state["manifest"]["files"]
+        dropped = drop_page_cache() if c.rank == 0 else is_root()
+        invalidated = all(c.driver.invalidate(join(c.state["dir"], f["name"])) for f in files)
+        c.state["cache"] = "dropped" if dropped else "invalidated" if invalidated else "not-cleared"
+        c.state["data_bytes"] = sum(f["bytes"] for f in files)
+
+    def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        p, st = self.p, c.state
+        log = rec.oplog(256)
+        io = SkimIO(c.driver, log, p.strategy)
+        moved0 = process_read_bytes() if c.driver.scheme == "file" else None
+        events = needed = 0
+        order_names = []
+        for index in st["order"]:
+            entry = st["manifest"]["files"][index]
+            order_names.append(entry["name"])
+            e, n = self._skim_file(c, io, join(st["dir"], entry["name"]), entry["bytes"], index)
+            events += e
+            needed += n
+        log.flush()
+        moved1 = process_read_bytes() if moved0 is not None else None
+        rec.extra.update({
+            "events": events, "bytes_needed": needed,
+            "bytes_requested": io.bytes["read"] + io.bytes["readv"] + io.bytes["open"],
+            "bytes_moved": (moved1 - moved0) if moved0 is not None and moved1 is not None else None,
+            "counters": io.counters(), "files_order": order_names, "cache": st["cache"]})
+        if st["cache"] == "not-cleared":
+            fit = "fit" if fits_in_ram(st["data_bytes"]) else "do not fit"
+            c.warn(rec, "page-cache", f"the page cache was not cleared before the skim (not root) and the "
+                                      f"{format_size(st['data_bytes'])} of files {fit} in RAM: reads may be served "
+                                      "from memory")
+
+    def _skim_file(self, c: ClientContext, io: SkimIO, path: str, size: int, index: int) -> tuple[int, int]:
+        """Skim one file; return (events processed, bytes the selected baskets need)."""
+        p = self.p
+        io.handle = c.driver.open(path, "r")
+        io.mode, io.use_cache = "open", False
+        io.cache = {}
+        try:
+            f = uproot.open(path, handler=driver_source(io, size), object_cache=None, array_cache=None)
+            tree = f[TREE]
+            io.mode = "data"
+            n_entries = tree.num_entries
+            clusters = list(zip(tree.common_entry_offsets()[:-1], tree.common_entry_offsets()[1:]))
+            if p.event_fraction is None:
+                branches = select_branches(tree, p.fraction, p.random_seed)
+                wanted = [(a, b) for a, b in clusters]
+                picks = None
+            else:
+                branches = list(tree.keys())
+                k = max(1, round(p.event_fraction * n_entries))
+                rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, index, 0xE7])
+                picks = np.sort(rng.choice(n_entries, size=k, replace=False))
+                wanted = [(a, b) for a, b in clusters if np.any((picks >= a) & (picks < b))]
+            catalogue = {name: baskets(tree[name]) for name in branches}
+            needed = sum(sz for name in branches for (a, b, _, sz) in catalogue[name]
+                         if any(a < we and ws < b for ws, we in wanted))
+            events = self._read(tree, io, branches, catalogue, clusters, wanted, picks)
+            burn_cpu(events * p.cpu_per_event)
+            return events, needed
+        finally:
+            c.driver.close(io.handle)
+
+    def _read(self, tree: Any, io: SkimIO, branches: list[str], catalogue: dict, clusters: list, wanted: list,
+              picks: np.ndarray | None) -> int:
+        p = self.p
+        events = 0
+        if p.strategy == "uproot" and picks is None:
+            for arrays in tree.iterate(branches, library="np"):
+                events += len(next(iter(arrays.values())))
+                _touch(arrays)
+            return events
+        if p.strategy == "uproot":  # uproot's sparse access: one request per selected event
+            for e in picks:
+                _touch(tree.arrays(branches, entry_start=int(e), entry_stop=int(e) + 1, library="np"))
+            return len(picks)
+        learned = p.strategy != "ttreecache"
+        for start, stop in wanted:
+            if not learned:  # TTreeCache's learning phase: baskets one by one, remembered in the cache
+                first = min(stop, start + p.learn_entries)
+                _touch(tree.arrays(branches, entry_start=start, entry_stop=first, library="np"))
+                learned, io.use_cache = True, True
+            if p.strategy == "ttreecache":
+                io.prefetch([(seek, seek + sz) for name in branches for (a, b, seek, sz) in catalogue[name]
+                             if a < stop and b > start])
+            arrays = tree.arrays(branches, entry_start=start, entry_stop=stop, library="np")
+            if picks is None:
+                events += stop - start
+                _touch(arrays)
+            else:
+                local = picks[(picks >= start) & (picks < stop)] - start
+                events += len(local)
+                _touch({k: v[local] for k, v in arrays.items()})
+        return events
+
+    def cleanup(self, c: ClientContext) -> None:
+        pass  # the event files are kept on the target for later cells and runs (see rootfiles.py)
+
+    # -- figures -------------------------------------------------------------------------------------------
+    @staticmethod
+    def client_extra(extra: dict[str, Any], seconds: float, cpu_seconds: float) -> dict[str, Any]:
+        events, requested = extra.get("events", 0), extra.get("bytes_requested", 0)
+        needed, moved = extra.get("bytes_needed", 0), extra.get("bytes_moved")
+        return {"events": events, "events_per_s": events / seconds if seconds else None,
+                "MBps": requested / 1e6 / seconds if seconds else None,
+                "cpu_efficiency": cpu_seconds / seconds if seconds else None,
+                "bytes_needed": needed, "bytes_requested": requested, "bytes_moved": moved,
+                "read_amplification": moved / needed if moved is not None and needed else None,
+                "request_amplification": requested / needed if needed else None,
+                "counters": extra.get("counters", {}), "files_order": extra.get("files_order", []),
+                "cache": extra.get("cache")}
+
+    @staticmethod
+    def phase_extra(clients: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+        """The skim figures of a phase: sums and rates over all clients, per-client mean ± stderr."""
+        from ..analysis.stats import mean_stderr
+
+        def total(key: str) -> float:
+            return sum(c[key] or 0 for c in clients)
+
+        moved = None if any(c["bytes_moved"] is None for c in clients) else total("bytes_moved")
+        needed, requested = total("bytes_needed"), total("bytes_requested")
+        counters: dict[str, float] = {}
+        for c in clients:
+            for k, v in c["counters"].items():
+                counters[k] = counters.get(k, 0) + v
+        mbps = mean_stderr([c["MBps"] for c in clients if c["MBps"] is not None])
+        eps = mean_stderr([c["events_per_s"] for c in clients if c["events_per_s"] is not None])
+        eff = mean_stderr([c["cpu_efficiency"] for c in clients if c["cpu_efficiency"] is not None])
+        return {"events": int(total("events")), "events_per_s": total("events") / seconds if seconds else None,
+                "MBps": requested / 1e6 / seconds if seconds else None,
+                "MBps_per_client": {"mean": mbps[0], "stderr": mbps[1]},
+                "events_per_s_per_client": {"mean": eps[0], "stderr": eps[1]},
+                "cpu_efficiency": eff[0], "cpu_efficiency_stderr": eff[1],
+                "bytes_needed": int(needed), "bytes_requested": int(requested), "bytes_moved": moved,
+                "read_amplification": moved / needed if moved is not None and needed else None,
+                "request_amplification": requested / needed if needed else None,
+                "counters": counters}
+
+
+def _touch(arrays: dict[str, Any]) -> None:
+    """Use the data, as an analysis would: sum every array (jagged ones through their content)."""
+    for value in arrays.values():
+        if value.dtype == object:
+            for item in value[:: max(1, len(value) // 64)]:
+                np.asarray(item).sum()
+        else:
+            np.asarray(value).sum()
+
+
+__all__ = ["Skim", "SkimParams", "SkimIO", "select_branches", "baskets"]
