@@ -68,9 +68,11 @@ def _start_long_run(tmp_path: Path, target: Path) -> subprocess.Popen:
     study.write_text(f"targets: {{t: {{url: 'file://{target}'}}}}\n"
                      "workloads: {bw: {bandwidth: {file_size: 256MiB, transfer_size: 4KiB, direct: true, "
                      "phases: [write, read, randread, randwrite]}}}\nclients: [2]\n")
+    # a shell's background jobs ignore SIGINT and children inherit that: give the run the terminal's default
     return subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--quiet", "--json",
                              str(tmp_path / "out.json")], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_clients_and_data(proc: subprocess.Popen, target: Path) -> list[psutil.Process]:

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import stat
+import time
 from pathlib import Path
 
 import obstore
@@ -118,6 +119,9 @@ def test_listens_on_localhost_only(minio: MinioServer) -> None:
     # MinIO adds every loopback address ([::1] too) to the API listener by design; nothing else
     assert "127.0.0.1" in _listening_addresses(minio) <= {"127.0.0.1", "::1"}
     assert set(minio.state.ports) == {"api", "console"}
+    deadline = time.monotonic() + 15  # the console may open its port a moment after the API answers
+    while not all(port_open(p) for p in minio.state.ports.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert all(port_open(p) for p in minio.state.ports.values())
 
 
