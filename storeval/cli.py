@@ -73,6 +73,12 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no tables."),
     regenerate: bool = typer.Option(False, "--regenerate", help="Write the skim's ROOT event files anew even if "
                                                                 "matching ones are on the target."),
+    keep_cache: bool = typer.Option(False, "--keep-cache", help="Do not clear the page cache before reads (results "
+                                                                "then say they may come from memory)."),
+    probe_interval: Optional[str] = typer.Option(None, "--probe-interval", help="Sample system counters this often "
+                                                                                "while cells run (default 1s; 0: off)."),
+    exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
+                                                                            "of the summaries (the output says so)."),
 ) -> None:
     """Run a study (or the default quick study) and report the results."""
     from .analysis.figures import analyze
@@ -85,7 +91,8 @@ def run(
     from .store import Store
 
     spec = load_study(study, targets=target, workloads=workload, sets=set_, clients=clients,
-                      repetitions=repetitions, phase_timeout=phase_timeout)
+                      repetitions=repetitions, phase_timeout=phase_timeout, keep_cache=keep_cache,
+                      probe_interval=probe_interval)
     if json_out:
         _check_json_path(json_out)
     Store.check_location(results)
@@ -98,7 +105,7 @@ def run(
         else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
     result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate).run()
     data = store.load_run(result.run_id)
-    cell_figs, summary = analyze(data)
+    cell_figs, summary = analyze(data, exclude_outliers)
     if json_out:
         write_json_atomic(json_out, run_document(data, cell_figs, summary))
     if not quiet:
@@ -125,6 +132,8 @@ def report(
     results: str = typer.Argument("storeval-results", help="Results directory."),
     run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file."),
+    exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
+                                                                            "of the summaries (the output says so)."),
 ) -> None:
     """Print the summary of a stored run."""
     from .analysis.figures import analyze
@@ -138,7 +147,7 @@ def report(
         _check_json_path(json_out)
     store = Store(results, create=False)
     data = store.load_run(store.resolve_run(run_id))
-    cells, summary = analyze(data)
+    cells, summary = analyze(data, exclude_outliers)
     print_summary(summary, _console())
     if json_out:
         write_json_atomic(json_out, run_document(data, cells, summary))

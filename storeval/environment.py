@@ -85,12 +85,15 @@ def library_versions() -> dict[str, str]:
 def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
     """Facts about this machine, the software and the targets of ``study``."""
     from .drivers.posix import url_path
+    from .probes.topology import target_path
 
     targets: dict[str, Any] = {}
     for name, t in study.targets.items():
-        info: dict[str, Any] = {"url": redact_url(t.url)}
+        info: dict[str, Any] = {"url": redact_url(t.url), "path": target_path(t.url, t.options)}
         if t.url.startswith("file://"):
             info["mount"] = mount_of(url_path(t.url))
+        if t.limits:
+            info["limits"] = t.limits
         targets[name] = info
     vm = psutil.virtual_memory()
     uname = platform.uname()

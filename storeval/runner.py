@@ -67,6 +67,10 @@ class Runner:
                 self.connect_errors[name] = f"target {name} ({cell.target.url}): {one_line(e)}"
                 raise StorevalError(self.connect_errors[name]) from e
             self.drivers[name] = driver
+            try:  # what the server says it is, for the environment record (never credentials)
+                self.store.add_environment(self.run_id, f"target:{name}", driver.describe())
+            except Exception as e:  # noqa: BLE001 - a description is a nicety, not a reason to fail
+                self.events.append({"kind": "warning", "message": f"cannot describe target {name}: {one_line(e)}"})
         return self.drivers[name]
 
     def _release_targets(self) -> None:
@@ -99,7 +103,8 @@ class Runner:
             if to_run:
                 driver.ensure_dir(cell_dir)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
-                               cell_dir=cell_dir, steps=to_run, seed=cell.index)
+                               cell_dir=cell_dir, steps=to_run, seed=cell.index, keep_cache=self.study.keep_cache,
+                               probe_interval=self.study.probe_interval)
                 outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, bar.update)
             else:
                 outcome = CellOutcome(status="ok")
@@ -124,7 +129,7 @@ class Runner:
         events = outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
                                    if outcome.status == "failed" and not outcome.events else [])
         self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,
-                              phases=phases, records=outcome.records, events=events)
+                              phases=phases, records=outcome.records, events=events, samples=outcome.samples)
         bar.done(outcome.status)
         return outcome
 

@@ -18,19 +18,32 @@ import os
 import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .drivers import driver_class, normalize_url
 from .errors import InputError
+from .fields import Rate
 from .units import UnitError, parse_duration
 from .workloads import WORKLOADS
 from .workloads.base import Params
 
-TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description")
-TARGET_KEYS = ("url", "description")
+TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
+            "probe_interval")
+TARGET_KEYS = ("url", "description", "limits")
+DEFAULT_PROBE_INTERVAL = 1.0
+
+
+class Limits(BaseModel):
+    """What the hardware can deliver, declared per target; a figure above one is flagged not-physical."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    network: Rate | None = None  # per host, e.g. 10Gbit
+    device_read: Rate | None = None  # e.g. 3GB/s
+    device_write: Rate | None = None
+    iops: Annotated[float, Field(gt=0)] | None = None  # operations per second
 DEFAULT_PHASE_TIMEOUT = 3600.0
 
 # The study `storeval run` runs when given nothing: quick, honest (O_DIRECT where the file system allows it).
@@ -48,6 +61,7 @@ class TargetSpec:
     name: str
     url: str
     options: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)  # bytes/s (iops: ops/s), only those declared
 
 
 @dataclass(frozen=True)
@@ -73,15 +87,20 @@ class Study:
     phase_timeout: float
     source: str | None = None
     description: str | None = None
+    keep_cache: bool = False
+    probe_interval: float = DEFAULT_PROBE_INTERVAL
 
     def resolved(self) -> dict[str, Any]:
         """The fully resolved study, JSON-able (stored with every run, hashed for identity)."""
         return {
-            "targets": {n: {"url": t.url, **t.options} for n, t in self.targets.items()},
+            "targets": {n: {"url": t.url, **t.options, **({"limits": t.limits} if t.limits else {})}
+                        for n, t in self.targets.items()},
             "workloads": {n: w.as_dict() for n, w in self.workloads.items()},
             "clients": list(self.clients),
             "repetitions": self.repetitions,
             "phase_timeout": self.phase_timeout,
+            "keep_cache": self.keep_cache,
+            "probe_interval": self.probe_interval,
             **({"description": self.description} if self.description else {}),
         }
 
@@ -247,6 +266,10 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
         cls = driver_class(url)
     except InputError as e:
         raise InputError(f"{url_where}: {e}") from None
+    try:
+        limits = Limits.model_validate(entry.get("limits") or {})
+    except ValidationError as e:
+        raise pydantic_error(e, f"{where}.limits", known=Limits.model_fields) from None
     raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS}
     try:
         options = cls.Options.model_validate(raw_opts)
@@ -256,7 +279,8 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
         cls.check_url(url, options)
     except InputError as e:
         raise InputError(f"{url_where}: {e}") from None
-    return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True))
+    return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True),
+                      limits=limits.model_dump(exclude_none=True))
 
 
 def _target_name(url: str, taken: typing.Container[str]) -> str:
@@ -338,7 +362,8 @@ def _parse_set_value(model: type[Params], key: str, text: str) -> Any:
 
 def load_study(path: str | None = None, *, targets: list[str] | None = None, workloads: list[str] | None = None,
                sets: list[str] | None = None, clients: str | None = None, repetitions: int | None = None,
-               phase_timeout: str | None = None, default_dir: str | None = None) -> Study:
+               phase_timeout: str | None = None, default_dir: str | None = None, keep_cache: bool | None = None,
+               probe_interval: str | None = None) -> Study:
     """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
     raw = read_yaml(path) if path else {}
     for key in raw:
@@ -430,7 +455,17 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         raise InputError(f"{where}: {_show(timeout_raw)} {e}") from None
     if timeout <= 0:
         raise InputError("phase_timeout: must be more than 0 seconds (e.g. 30m)")
+    interval_raw = probe_interval if probe_interval is not None else raw.get("probe_interval", DEFAULT_PROBE_INTERVAL)
+    try:
+        interval = parse_duration(interval_raw)
+    except UnitError as e:
+        where = "--probe-interval" if probe_interval is not None else "probe_interval"
+        raise InputError(f"{where}: {_show(interval_raw)} {e} (0 turns the sampling off)") from None
+    keep = keep_cache if keep_cache else raw.get("keep_cache", False)
+    if not isinstance(keep, bool):
+        raise InputError(f"keep_cache: {_show(keep)} is not true or false")
     description = raw.get("description")
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,
-                 description=str(description) if description is not None else None)
+                 description=str(description) if description is not None else None, keep_cache=keep,
+                 probe_interval=interval)

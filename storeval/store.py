@@ -190,13 +190,17 @@ class Store:
             _insert(con, "environment", [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
                                          for k, v in environment.items()])
 
+    def add_environment(self, run_id: str, key: str, value: Any) -> None:
+        with self.transaction() as con:
+            _insert(con, "environment", [{"run_id": run_id, "key": key, "value": json.dumps(value, default=str)}])
+
     def end_run(self, run_id: str, status: str) -> None:
         with self.transaction() as con:
             con.execute("UPDATE studies SET finished = ?, status = ? WHERE run_id = ?", [now(), status, run_id])
 
     def write_cell(self, run_id: str, cell: Any, *, status: str, error: str | None, started: datetime,
                    phases: list[tuple[str, int, str, str | None]], records: list[PhaseRecord],
-                   events: list[dict[str, Any]]) -> None:
+                   events: list[dict[str, Any]], samples: list[tuple] | None = None) -> None:
         with self.transaction() as con:
             _insert(con, "cells", [{
                 "run_id": run_id, "cell_id": cell.index, "config": cell.config, "target": cell.target.name,
@@ -218,6 +222,8 @@ class Store:
                              "extra": json.dumps(r.extra, default=_json_default), "complete": not r.extra.get("partial", False)})
             _insert(con, "records", rows)
             _insert(con, "events", [self._event(run_id, cell.index, ev) for ev in events])
+            _insert(con, "samples", [{"run_id": run_id, "cell_id": cell.index, "t_ns": t, "probe": probe, "device": device,
+                                      "metric": metric, "value": value} for t, probe, device, metric, value in samples or []])
 
     @staticmethod
     def _event(run_id: str, cell_id: int | None, ev: dict[str, Any]) -> dict[str, Any]:

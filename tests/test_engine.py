@@ -52,12 +52,12 @@ def test_a_failing_client_fails_its_cell_and_the_run_goes_on(tmp_path, target, a
 
 
 def _clients_of(pid: int) -> list[psutil.Process]:
-    """Client processes of a storeval run: the children of its fork server."""
+    """Client processes of a storeval run: the children of its fork server named storeval-client."""
     out = []
     for child in psutil.Process(pid).children():
         try:
             if "forkserver" in " ".join(child.cmdline()):
-                out += child.children()
+                out += [c for c in child.children() if c.name() == "storeval-client"]
         except psutil.NoSuchProcess:
             pass
     return out

@@ -156,7 +156,8 @@ def test_same_skim_on_every_testbed_server(tmp_path, testbed_targets):
     assert len(set(needed.values())) == 1 and len(set(events.values())) == 1
     for cell in doc["cells"]:
         ph = skim_phase({"cells": [cell]})
-        assert ph["bytes_moved"] is None  # not known for network targets from /proc/self/io
+        # moved = what crossed the loopback interface to the server: at least what was requested
+        assert ph["bytes_moved"] >= 0.95 * ph["bytes_requested"] and ph["read_amplification"] >= 0.95
         assert ph["counters"]["readv-numOperations"] > 0  # TTreeCache's vector reads through every driver
     # the event files stay on the targets for later runs, with a manifest
     for name, entry in testbed_targets.items():

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from ..engine.records import NS, PhaseRecord
 from ..histogram import Histogram
 from ..store import CellRow, RunData
+from .sanity import check, moved
 from .stats import Summary, mean_stderr, summarize
 
 MiB = float(1 << 20)
@@ -66,6 +68,10 @@ class PhaseFigures:
     warnings: list[dict[str, str]] = field(default_factory=list)
     hist: Histogram | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # the workload's own figures of the phase
+    probes: dict[str, Any] | None = None  # what the host counters say moved (analysis/sanity.py)
+    read_amplification: float | None = None
+    write_amplification: float | None = None
+    flags: list[dict[str, str]] = field(default_factory=list)  # not-physical figures
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +84,8 @@ class PhaseFigures:
             "client_ops_per_s": {"mean": self.client_ops_per_s[0], "stderr": self.client_ops_per_s[1]},
             "cpu_seconds": self.cpu_seconds,
             "cpu_seconds_per_GB": self.cpu_seconds / (self.bytes / 1e9) if self.bytes else None,
+            "probes": self.probes, "read_amplification": self.read_amplification,
+            "write_amplification": self.write_amplification, "flags": self.flags,
             "errors": self.errors, "warnings": self.warnings,
             "client_stats": [c.as_dict() for c in self.client_stats],
             **self.extra,
@@ -104,7 +112,9 @@ def bytes_until(rec: PhaseRecord, t_ns: int) -> float:
 
 
 def phase_figures(phase: str, status: str, reason: str | None, records: list[PhaseRecord], nclients: int,
-                  include_barrier: bool = False, iteration: int = 0, workload: Any = None) -> PhaseFigures:
+                  include_barrier: bool = False, iteration: int = 0, workload: Any = None,
+                  where: dict[str, Any] | None = None, limits: dict[str, float] | None = None,
+                  params: dict[str, Any] | None = None) -> PhaseFigures:
     fig = PhaseFigures(phase=phase, status=status, reason=reason, clients=nclients, iteration=iteration)
     for r in records:
         for kind, count in r.errors.items():
@@ -140,8 +150,11 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
         fig.client_stats.append(ClientStat(rank=r.rank, host=r.host, bytes=r.bytes, ops=r.ops, seconds=secs,
                                            cpu_seconds=r.cpu_seconds, MiBps=r.bytes / MiB / secs, ops_per_s=r.ops / secs,
                                            extra=extra))
+    direction = workload.direction(phase, params or {}) if workload is not None else None
+    check(fig, records, where or {}, limits or {}, direction, len({r.host for r in records}))
     if workload is not None:
-        fig.extra = workload.phase_extra([c.extra for c in fig.client_stats], seconds)
+        moved_bytes = moved(fig.probes, where or {}, direction) if direction else None
+        fig.extra = workload.phase_extra([c.extra for c in fig.client_stats], seconds, moved_bytes)
     fig.client_MiBps = mean_stderr([c.MiBps for c in fig.client_stats])
     fig.client_ops_per_s = mean_stderr([c.ops_per_s for c in fig.client_stats])
     return fig
@@ -153,7 +166,7 @@ class CellFigures:
     phases: list[PhaseFigures]
 
 
-def cell_figures(cell: CellRow) -> CellFigures:
+def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dict[str, float] | None = None) -> CellFigures:
     from ..workloads import WORKLOADS
 
     workload = WORKLOADS.get(cell.kind)
@@ -161,7 +174,8 @@ def cell_figures(cell: CellRow) -> CellFigures:
     by_step: dict[tuple[str, int], list[PhaseRecord]] = defaultdict(list)
     for r in cell.records:
         by_step[r.step].append(r)
-    phases = [phase_figures(ph, status, reason, by_step.get((ph, it), []), cell.clients, include_barrier, it, workload)
+    phases = [phase_figures(ph, status, reason, by_step.get((ph, it), []), cell.clients, include_barrier, it, workload,
+                            where, limits, cell.params)
               for ph, it, status, reason in cell.phases]
     return CellFigures(cell=cell, phases=phases)
 
@@ -190,6 +204,9 @@ class ConfigSummary:
     reason: str | None
     warnings: list[dict[str, str]]
     errors: dict[str, int]
+    outliers: list[dict[str, Any]] = field(default_factory=list)
+    outliers_excluded: bool = False
+    flags: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         def s(x: Summary | None) -> dict | None:
@@ -202,10 +219,34 @@ class ConfigSummary:
                 "latency_p99_us": s(self.latency_p99_us), "per_client_MiBps": s(self.per_client_MiBps),
                 "cpu_seconds_per_GB": s(self.cpu_seconds_per_GB), **{k: s(v) for k, v in self.extras.items()},
                 **({"reason": self.reason} if self.reason else {}),
-                "warnings": self.warnings, "errors": self.errors}
+                "warnings": self.warnings, "flags": self.flags, "errors": self.errors, "outliers": self.outliers,
+                "outlier_rule": OUTLIER_RULE, "outliers_excluded": self.outliers_excluded}
 
 
-def summarize_run(cells: list[CellFigures]) -> list[ConfigSummary]:
+OUTLIER_MADS = 3.0
+OUTLIER_RULE = (f"a repetition is an outlier when its figure lies more than {OUTLIER_MADS:g} scaled median absolute "
+                "deviations (1.4826 × MAD) from the median of its configuration (at least 3 repetitions)")
+
+
+def key_figure(ph: PhaseFigures) -> float | None:
+    """The figure a phase is judged by: its bandwidth when it moves data, else its rate of operations."""
+    return ph.bandwidth_MiBps if ph.bytes else ph.ops_per_s
+
+
+def outliers(phases: list[tuple[CellRow, PhaseFigures]]) -> list[tuple[CellRow, PhaseFigures]]:
+    """The repetitions beyond OUTLIER_RULE."""
+    values = [(c, ph, key_figure(ph)) for c, ph in phases if key_figure(ph) is not None]
+    if len(values) < 3:
+        return []
+    xs = sorted(v for _, _, v in values)
+    med = statistics.median(xs)
+    mad = statistics.median(abs(x - med) for x in xs) * 1.4826
+    if mad == 0:
+        return []
+    return [(c, ph) for c, ph, v in values if abs(v - med) > OUTLIER_MADS * mad]
+
+
+def summarize_run(cells: list[CellFigures], exclude_outliers: bool = False) -> list[ConfigSummary]:
     groups: dict[tuple[int, str], list[tuple[CellRow, PhaseFigures]]] = defaultdict(list)
     order: list[tuple[int, str]] = []
     for cf in cells:
@@ -218,11 +259,15 @@ def summarize_run(cells: list[CellFigures]) -> list[ConfigSummary]:
     for key in order:
         items = groups[key]
         cell0 = items[0][0]
-        ok = [ph for _, ph in items if ph.status == "ok"]
+        flagged = outliers([(c, ph) for c, ph in items if ph.status == "ok"])
+        flagged_ids = {id(ph) for _, ph in flagged}
+        ok = [ph for _, ph in items if ph.status == "ok" and not (exclude_outliers and id(ph) in flagged_ids)]
         warnings: list[dict[str, str]] = []
+        flags: list[dict[str, str]] = []
         errors: dict[str, int] = {}
         for _, ph in items:
             warnings += [w for w in ph.warnings if w not in warnings]
+            flags += [f for f in ph.flags if f not in flags]
             for k, v in ph.errors.items():
                 errors[k] = errors.get(k, 0) + v
         out.append(ConfigSummary(
@@ -237,7 +282,10 @@ def summarize_run(cells: list[CellFigures]) -> list[ConfigSummary]:
             per_client_MiBps=summarize([ph.client_MiBps[0] for ph in ok if ph.client_MiBps[0] is not None]),
             cpu_seconds_per_GB=summarize([ph.cpu_seconds / (ph.bytes / 1e9) for ph in ok if ph.bytes]),
             extras=_extra_summaries(ok),
-            reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors))
+            reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors,
+            outliers=[{"cell": c.cell_id, "repetition": c.repetition, "iteration": ph.iteration,
+                       "value": key_figure(ph)} for c, ph in flagged],
+            outliers_excluded=exclude_outliers and bool(flagged), flags=flags))
     return out
 
 
@@ -260,6 +308,8 @@ def _extra_summaries(phases: list[PhaseFigures]) -> dict[str, Summary]:
     return {k: s for k, vs in sorted(values.items()) if (s := summarize(vs)) is not None}
 
 
-def analyze(run: RunData) -> tuple[list[CellFigures], list[ConfigSummary]]:
-    cells = [cell_figures(c) for c in run.cells]
-    return cells, summarize_run(cells)
+def analyze(run: RunData, exclude_outliers: bool = False) -> tuple[list[CellFigures], list[ConfigSummary]]:
+    where = run.environment.get("targets", {})
+    limits = {name: t.get("limits", {}) for name, t in run.study.get("targets", {}).items()}
+    cells = [cell_figures(c, where.get(c.target, {}).get("path", {}), limits.get(c.target, {})) for c in run.cells]
+    return cells, summarize_run(cells, exclude_outliers)

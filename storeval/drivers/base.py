@@ -38,6 +38,7 @@ class Capabilities:
     append_only: bool = False  # files are written once, front to back
     fsync: bool = False  # durable flush of a file's data
     shared_write: bool = True  # several clients may write disjoint ranges of one file
+    client_page_cache: bool = False  # reads go through this host's kernel page cache (POSIX file systems)
 
     def as_dict(self) -> dict[str, bool]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

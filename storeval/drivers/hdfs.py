@@ -94,7 +94,8 @@ class HdfsDriver(Driver):
         self.client = None
 
     def describe(self) -> dict[str, Any]:
-        return {"url": self.url, "driver": self.scheme, "namenode": self.namenode,
+        return {"url": self.url, "driver": self.scheme, "namenode": self.namenode, "client": "hdfs-native",
+                "server": "unknown (the HDFS RPC protocol does not name the server version)",
                 "replication": self.options.replication, "block_size": self.options.block_size}
 
     # -- data ---------------------------------------------------------------------------------------

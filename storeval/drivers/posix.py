@@ -40,7 +40,7 @@ class PosixDriver(Driver):
     scheme = "file"
     Options = DriverOptions
     caps = Capabilities(random_write=True, direct_io=hasattr(os, "O_DIRECT"), vector_read=False,
-                        directories=True, append_only=False, fsync=True, shared_write=True)
+                        directories=True, append_only=False, fsync=True, shared_write=True, client_page_cache=True)
 
     def __init__(self, url: str, options: DriverOptions | None = None, *, client: int = -1) -> None:
         super().__init__(url, options, client=client)

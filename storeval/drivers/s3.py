@@ -183,8 +183,22 @@ class S3Driver(Driver):
             raise self._error(e, f"reading {path}") from None
 
     def describe(self) -> dict[str, Any]:
-        return {"url": self.url, "driver": self.scheme, "endpoint": self.options.endpoint or "AWS",
-                "region": self.options.region, "bucket": self.bucket, "prefix": self.prefix}
+        out = {"url": self.url, "driver": self.scheme, "endpoint": self.options.endpoint or "AWS",
+               "region": self.options.region, "bucket": self.bucket, "prefix": self.prefix}
+        if self.options.endpoint:  # the server names itself in its response headers (MinIO, Ceph RGW …)
+            import http.client
+
+            ep = urlsplit(self.options.endpoint)
+            cls = http.client.HTTPSConnection if ep.scheme == "https" else http.client.HTTPConnection
+            try:
+                conn = cls(ep.netloc, timeout=5)
+                conn.request("HEAD", "/")
+                resp = conn.getresponse()
+                out["server"] = resp.getheader("Server") or "unknown"
+                conn.close()
+            except OSError:
+                out["server"] = "unknown (no answer)"
+        return out
 
     # -- data -------------------------------------------------------------------------------------------
     def open(self, path: str, mode: str, *, direct: bool = False) -> S3Handle:

@@ -14,6 +14,7 @@ happens, it removes what it created. Messages go out through ``send``:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 
 from ..drivers import make_driver
 from ..errors import error_kind, one_line
+from ..probes.counters import delta, read_process_io, snapshot
 from ..workloads import make_workload
 from ..workloads.base import ClientContext, Comm
 from .records import PROGRESS_SLOTS, ClientStopped, PhaseRecorder
@@ -29,10 +31,15 @@ Send = Callable[[tuple], None]
 
 
 def make_job(*, url: str, options: dict, kind: str, params: dict, cell_dir: str, steps: list[tuple[str, int]],
-             seed: int) -> dict[str, Any]:
+             seed: int, keep_cache: bool = False, probe_interval: float = 1.0) -> dict[str, Any]:
     """The picklable description of a cell that every client receives; steps are (phase, iteration)."""
     return {"url": url, "options": options, "kind": kind, "params": params, "cell_dir": cell_dir,
-            "steps": [list(s) for s in steps], "seed": seed}
+            "steps": [list(s) for s in steps], "seed": seed, "keep_cache": keep_cache, "probe_interval": probe_interval}
+
+
+def _own_io() -> dict[str, float]:
+    """This process's /proc/self/io counters (bytes through syscalls, and from/to storage)."""
+    return read_process_io({"self": os.getpid()}).get("self", {})
 
 
 def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None) -> None:
@@ -44,8 +51,9 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
         driver = make_driver(job["url"], job["options"], client=rank)
         driver.connect()
         wl = make_workload(job["kind"], job["params"])
+        leader = getattr(comm, "host_leader", rank == 0)
         ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job["cell_dir"],
-                            seed=job["seed"], comm=comm)
+                            seed=job["seed"], comm=comm, keep_cache=job.get("keep_cache", False), host_leader=leader)
         phase, iteration = "prepare", 0
         wl.prepare(ctx)
         comm.barrier()
@@ -53,6 +61,9 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
             rec = PhaseRecorder(rank, phase, progress, iteration)
             wl.before_phase(ctx, phase)
             comm.barrier()
+            # one client per host counts what the whole host moved; every client what its own process did
+            host0 = snapshot() if leader else None
+            io0 = _own_io()
             rec.begin()
             try:
                 wl.run_phase(ctx, phase, rec)
@@ -61,6 +72,10 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
                 send(("partial", rank, rec.record(0).to_wire()))
                 raise
             rec.finish()
+            io1 = _own_io()
+            rec.extra["proc_io"] = {k: io1[k] - io0.get(k, 0) for k in io1}
+            if host0 is not None:
+                rec.extra["probes"] = delta(host0, snapshot())
             if progress is not None:
                 progress[PROGRESS_SLOTS * rank + 2] = seq + 1
             comm.barrier()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import PROGRESS_SLOTS, STOP, ClientStopped, PhaseRecord
+from .records import PROGRESS_SLOTS, STOP, ClientStopped, PhaseRecord, set_process_name
 
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
@@ -38,6 +38,7 @@ class CellOutcome:
     complete_steps: list[tuple[str, int]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     stop_requested: bool = False  # Ctrl-C came while a finished cell was being wound down: stop the run after it
+    samples: list[tuple[int, str, str, str, float]] = field(default_factory=list)  # (t_ns, probe, device, metric, value)
 
 
 class LocalComm:
@@ -45,15 +46,22 @@ class LocalComm:
 
     def __init__(self, rank: int, size: int, barrier: Any, shared: Any) -> None:
         self.rank, self.size = rank, size
+        self.host_leader = rank == 0  # every local client is on this host
         self._barrier, self._shared = barrier, shared
 
     def barrier(self) -> None:
         self._barrier.wait()
 
     def allreduce_max(self, value: int) -> int:
+        return self._allreduce(value, max)
+
+    def allreduce_min(self, value: int) -> int:
+        return self._allreduce(value, min)
+
+    def _allreduce(self, value: int, op: Any) -> int:
         self._shared[self.rank] = value
         self._barrier.wait()
-        out = max(self._shared[: self.size])
+        out = op(self._shared[: self.size])
         self._barrier.wait()
         return out
 
@@ -64,6 +72,7 @@ class LocalComm:
 def _client_entry(job: dict, rank: int, size: int, barrier: Any, shared: Any, out: Any, progress: Any) -> None:
     """Entry point of a client process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    set_process_name("storeval-client")
 
     def stop(signum: int, frame: Any) -> None:
         if not STOP.is_set():
@@ -117,9 +126,12 @@ class LocalEngine:
         procs = [ctx.Process(target=_client_entry, args=(job, r, nclients, barrier, shared, out, progress),
                              name=f"storeval-client-{r}", daemon=True) for r in range(nclients)]
         watch = _Watch(procs, [tuple(st) for st in job["steps"]], nclients, progress, timeout)
+        sampler = None
+        samples: list = []
         try:
             for p in procs:
                 p.start()
+            sampler = self._start_sampler(procs, job.get("probe_interval", 1.0))
             watch.loop(out, on_progress)
         except KeyboardInterrupt:
             watch.fail("interrupted", watch.current_step(), "interrupted by the user (Ctrl-C)")
@@ -136,8 +148,10 @@ class LocalEngine:
                     p.join(timeout=1)
                 out.close()
             finally:
+                samples = self._stop_sampler(sampler)
                 signal.signal(signal.SIGINT, old)
         outcome = watch.outcome()
+        outcome.samples = samples
         if deferred and outcome.status == "ok":
             outcome.stop_requested = True
         elif deferred and outcome.status != "interrupted":
@@ -145,6 +159,34 @@ class LocalEngine:
                                    "message": "interrupted by the user (Ctrl-C) while the cell was stopping"})
             outcome.stop_requested = True
         return outcome
+
+    def _start_sampler(self, procs: list, interval: float) -> tuple | None:
+        if not interval or interval <= 0:
+            return None
+        from ..probes.sampler import sampler_main
+
+        stop, out = self.ctx.Event(), self.ctx.Queue()
+        pids = {f"client{r}": p.pid for r, p in enumerate(procs) if p.pid}
+        proc = self.ctx.Process(target=sampler_main, args=(pids, interval, stop, out), name="storeval-sampler",
+                                daemon=True)
+        proc.start()
+        return proc, stop, out
+
+    @staticmethod
+    def _stop_sampler(sampler: tuple | None) -> list:
+        if sampler is None:
+            return []
+        proc, stop, out = sampler
+        stop.set()
+        try:
+            rows = out.get(timeout=30)
+        except queue_mod.Empty:
+            rows = []
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+        out.close()
+        return rows
 
 
 class _Watch:

@@ -17,6 +17,8 @@ def _iso(t: Any) -> str | None:
 
 
 def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary]) -> dict[str, Any]:
+    from ..analysis.figures import OUTLIER_RULE
+
     return {
         "storeval_version": run.storeval_version,
         "run_id": run.run_id,
@@ -36,6 +38,8 @@ def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSum
             "phases": [ph.as_dict() for ph in cf.phases],
         } for cf in cells],
         "summary": [s.as_dict() for s in summary],
+        "outlier_rule": OUTLIER_RULE,
+        "outliers_excluded": any(s.outliers_excluded for s in summary),
         "scaling": scaling(cells),
         "events": [{**ev, "t": _iso(ev.get("t"))} for ev in run.events],
     }

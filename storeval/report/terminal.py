@@ -96,8 +96,6 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
         words.append("fsync before close" if p["fsync"] else "no fsync")
     if "layout" in p:
         words.append(p["layout"].replace("-", " "))
-    if p.get("invalidate") and not p.get("direct"):
-        words.append("page cache of each file dropped before read and randread")
     if p.get("reorder"):
         words.append("reads of rank+1's data")
     if p.get("iodepth", 1) > 1:
@@ -107,6 +105,10 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
 
 def notes_for(s: ConfigSummary) -> str:
     notes = []
+    for code in dict.fromkeys(f["code"] for f in s.flags):
+        notes.append(f"✗ {code}")
+    if s.outliers:
+        notes.append(f"{len(s.outliers)} outlier rep.{' excluded' if s.outliers_excluded else ''}")
     failed = [st for st in s.statuses if st not in ("ok", "skipped")]
     if s.reason:
         notes.append(f"skipped: {s.reason}")
@@ -145,6 +147,12 @@ def print_summary(summary: list[ConfigSummary], console: Console | None = None) 
         caption.append(HOW_MEASURED.get(kind, ""))
         if reps > 1:
             caption.append(f"a ± b = mean ± stderr over {reps} repetitions.")
+        if any(r.outliers for r in rows):
+            from ..analysis.figures import OUTLIER_RULE
+
+            excluded = any(r.outliers_excluded for r in rows)
+            caption.append(("Outlier repetitions are EXCLUDED from these figures (--exclude-outliers); " if excluded
+                            else "Outlier repetitions are flagged and still included; ") + OUTLIER_RULE + ".")
         table = Table(title=f"{kind} — {WORKLOADS[kind].summary}" if kind in WORKLOADS else kind,
                       caption="\n".join(c for c in caption if c), caption_justify="left")
         rate_columns = RATE_COLUMNS.get(kind, RATE_COLUMNS["bandwidth"])
@@ -158,6 +166,24 @@ def print_summary(summary: list[ConfigSummary], console: Console | None = None) 
                           *[cell(r) for _, cell in rate_columns],
                           fmt_latency(r.latency_p50_us), fmt_latency(r.latency_p99_us), notes_for(r))
         console.print(table)
+        print_messages(rows, console)
+
+
+def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12) -> None:
+    """Each distinct flag and warning once, with the first configuration it concerns: the notes' meaning."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        for mark, items in (("✗", r.flags), ("⚠", r.warnings)):
+            for item in items:
+                key = f"{item['code']}|{item['message'][:40]}|{r.target}|{r.workload}|{r.clients}|{r.phase}"
+                if key not in seen:
+                    seen[key] = (f"{mark} {item['code']}: {item['message']} "
+                                 f"[{r.target} · {r.workload} · {r.clients} client(s) · {r.phase}]")
+    lines = list(seen.values())
+    for line in lines[:limit]:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if len(lines) > limit:
+        console.print(f"… and {len(lines) - limit} more in the JSON document", highlight=False)
 
 
 def fmt_per_client(r: ConfigSummary) -> str:

@@ -28,7 +28,7 @@ from .payload import Payload, aligned_buffer
 
 PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
 WRITES = frozenset({"write", "rewrite", "randwrite"})
-INVALIDATED = frozenset({"read", "randread"})  # reread measures re-reading what read just pulled in (IOZone)
+READS = frozenset({"read", "reread", "randread"})
 RANDOM = frozenset({"randread", "randwrite"})
 Phase = Literal["write", "rewrite", "read", "reread", "randread", "randwrite"]
 
@@ -42,7 +42,6 @@ class BandwidthParams(Params):
     fsync: bool = True
     reorder: bool = False
     iodepth: Annotated[int, Field(ge=1, le=1024)] = 1
-    invalidate: bool = True  # drop the client's cached pages of the data before read and randread (fio's default)
     random_seed: int = 0
     verify: bool = False
 
@@ -183,6 +182,10 @@ class Bandwidth(Workload):
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         return nclients * self.p.file_size, nclients * (self.p.file_size // self.p.transfer_size)
 
+    @staticmethod
+    def direction(phase: str, params: dict) -> str | None:
+        return "write" if phase in WRITES else "read"
+
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         for name in [f"bw.{k}" for k in range(nclients)] + ["bw.shared"]:
             driver.remove_quietly(join(cell_dir, name))
@@ -267,8 +270,18 @@ class Bandwidth(Workload):
             c.driver.close(h)
 
     def before_phase(self, c: ClientContext, phase: str) -> None:
-        if self.p.invalidate and phase in INVALIDATED:
-            c.state["invalidated"] = c.driver.invalidate(self._path(c, self._owner(c, phase)))
+        """Reads start from the storage, not from memory: the page cache is cleared before every read phase
+        but ``reread`` (which measures re-reading what ``read`` pulled in, as in IOZone) — and before a
+        reread too when data was written since the last clearing. --keep-cache leaves it alone."""
+        st = c.state
+        if phase in WRITES:
+            st["dirty"] = True
+            return
+        if phase != "reread" or st.get("dirty", True):
+            st["cache"] = "direct" if st["direct"] else c.clear_cache([self._path(c, self._owner(c, phase))])
+            st["dirty"] = False
+        else:
+            st["cache"] = "warm"  # reread after read: whatever read left in memory
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
@@ -277,8 +290,8 @@ class Bandwidth(Workload):
         path = self._path(c, owner)
         cap = fold_cap(p.transfer_size)
         logs = [rec.oplog(cap) for _ in range(p.iodepth)]
-        if phase in INVALIDATED and st.pop("invalidated", False):
-            rec.extra["cache"] = "invalidated"
+        if not write:
+            rec.extra["cache"] = st.setdefault("cache", "not-cleared")  # before_phase sets it in a real run
         h = self._open(c, path, "w" if write else "r", rec)
         try:
             io = c.driver.writer(h) if write else c.driver.reader(h, into_buffer=p.verify)
@@ -299,6 +312,29 @@ class Bandwidth(Workload):
                 c.driver.fsync(h)
         finally:
             c.driver.close(h)
+        self._warn_about_memory(c, phase, rec)
+
+    def _warn_about_memory(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        """Say when a figure may be the page cache's rather than the storage's."""
+        from ..probes.cache import fits_in_ram
+
+        p, st = self.p, c.state
+        if not c.driver.caps.client_page_cache or st["direct"]:
+            return
+        if phase in WRITES:
+            if not p.fsync:
+                c.warn(rec, "write-back", f"{phase} may have ended with data still in the page cache (no fsync, no "
+                                          "O_DIRECT): the figure can exceed what the storage accepts")
+            return
+        data = p.file_size * c.nclients  # what the clients of this host read
+        if st["cache"] in ("dropped", "invalidated") or not fits_in_ram(data):
+            return
+        why = {"kept": "the page cache was kept (--keep-cache)", "warm": "it re-reads what the read phase cached",
+               "not-cleared": "the page cache could not be cleared"}[st["cache"]]
+        if p.reorder:
+            why += "; reading rank+1's data does not help when the clients share one host's page cache"
+        c.warn(rec, "page-cache", f"read may be served from page cache: {why}, and the "
+                                  f"{format_size(data)} read fit in RAM")
 
     def cleanup(self, c: ClientContext) -> None:
         if self.p.layout == "file-per-client":

@@ -36,6 +36,8 @@ class Comm(Protocol):
 
     def allreduce_max(self, value: int) -> int: ...
 
+    def allreduce_min(self, value: int) -> int: ...
+
     def abort(self) -> None: ...
 
 
@@ -49,7 +51,30 @@ class ClientContext:
     cell_dir: str
     seed: int
     comm: Comm
+    keep_cache: bool = False  # --keep-cache: leave the page cache alone (reads may be served from memory)
+    host_leader: bool = True  # the one client of its host that acts for the host (drop caches, count its traffic)
     state: dict[str, Any] = field(default_factory=dict)  # the workload's per-client state
+
+    def clear_cache(self, paths: list[str]) -> str:
+        """Make the next read of ``paths`` come from the storage, not this host's page cache.
+
+        Collective (every client calls it for the same phase). Returns how: ``dropped`` (root: the host's
+        page cache emptied), ``invalidated`` (each file's cached pages dropped, posix_fadvise), ``kept``
+        (--keep-cache), ``none`` (the target's client keeps no page cache), or ``not-cleared``."""
+        if not self.driver.caps.client_page_cache:
+            return "none"
+        if self.keep_cache:
+            return "kept"
+        from ..probes.cache import drop_page_cache, is_root
+
+        if is_root():
+            mine = int(drop_page_cache()) if self.host_leader else 1
+            if self.comm.allreduce_min(mine):
+                return "dropped"
+        try:
+            return "invalidated" if all(self.driver.invalidate(p) for p in paths) else "not-cleared"
+        except OSError:
+            return "not-cleared"
 
     def warn(self, rec: PhaseRecorder, code: str, message: str) -> None:
         """Attach a warning (code + sentence) to this client's record of a phase."""
@@ -100,9 +125,15 @@ class Workload(ABC):
         return {}
 
     @staticmethod
-    def phase_extra(clients: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-        """Workload-specific figures of a phase, from its clients' ``client_extra`` (added to the phase)."""
+    def phase_extra(clients: list[dict[str, Any]], seconds: float, moved: float | None) -> dict[str, Any]:
+        """Workload-specific figures of a phase, from its clients' ``client_extra`` (added to the phase);
+        ``moved`` is what the probes saw move for it (device or network bytes), None when unknown."""
         return {}
+
+    @staticmethod
+    def direction(phase: str, params: dict[str, Any]) -> str | None:
+        """Whether a phase reads or writes data ("read", "write"), for amplification and physical limits."""
+        return None
 
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         """Remove whatever the cell's clients may have left behind (after a failure); idempotent."""

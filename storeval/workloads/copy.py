@@ -53,6 +53,10 @@ class Copy(Workload):
     def phases(self) -> list[str]:
         return list(PHASES) if self.p.direction == "both" else [self.p.direction]
 
+    @staticmethod
+    def direction(phase: str, params: dict) -> str | None:
+        return "write" if phase == "upload" else "read"
+
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         return nclients * self.p.chunk_size, nclients * (self.p.chunk_size // self.p.transfer_size)
 
@@ -85,7 +89,13 @@ class Copy(Workload):
         finally:
             c.driver.close(h)
 
+    def before_phase(self, c: ClientContext, phase: str) -> None:
+        if phase == "download":  # a download reads the storage, not what the upload left in memory
+            c.state["cache"] = c.clear_cache([self._path(c)])
+
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        if phase == "download":
+            rec.extra["cache"] = c.state["cache"]
         delay = c.rank * self.p.stagger
         if delay:
             time.sleep(delay)

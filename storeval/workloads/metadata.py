@@ -166,6 +166,12 @@ class Metadata(Workload):
             return nclients * min(p.items_per_client, p.item_dirs)
         return nclients * p.items_per_client
 
+    @staticmethod
+    def direction(phase: str, params: dict) -> str | None:
+        if not params.get("file_size"):
+            return None
+        return {"file-create": "write", "file-read": "read"}.get(phase)
+
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         return 0, self._ops(phase, nclients)
 

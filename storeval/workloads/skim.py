@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 from ..drivers.base import Driver, join
 from ..engine.records import OpLog, PhaseRecorder
 from ..fields import Duration, Size
-from ..probes.cache import drop_page_cache, fits_in_ram, is_root, process_read_bytes
+from ..probes.cache import fits_in_ram, process_read_bytes
 from ..units import format_size
 from .base import ClientContext, Params, Workload
 from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
@@ -218,6 +218,10 @@ class Skim(Workload):
     def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None) -> None:
         ensure_dataset(driver, self.p.generation(), regenerate=regenerate, log=log)
 
+    @staticmethod
+    def direction(phase: str, params: dict) -> str | None:
+        return "read"
+
     def target_data_key(self) -> str | None:
         return self.p.generation().key()
 
@@ -233,11 +237,9 @@ class Skim(Workload):
             len(manifest["files"])).tolist()
 
     def before_phase(self, c: ClientContext, phase: str) -> None:
-        """Start cold: the page cache of the files dropped (root), or at least this client's pages of them."""
+        """Start cold, as the seed studies did: the page cache cleared before the skim (unless --keep-cache)."""
         files = c.state["manifest"]["files"]
-        dropped = drop_page_cache() if c.rank == 0 else is_root()
-        invalidated = all(c.driver.invalidate(join(c.state["dir"], f["name"])) for f in files)
-        c.state["cache"] = "dropped" if dropped else "invalidated" if invalidated else "not-cleared"
+        c.state["cache"] = c.clear_cache([join(c.state["dir"], f["name"]) for f in files])
         c.state["data_bytes"] = sum(f["bytes"] for f in files)
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
@@ -260,9 +262,10 @@ class Skim(Workload):
             "bytes_requested": io.bytes["read"] + io.bytes["readv"] + io.bytes["open"],
             "bytes_moved": (moved1 - moved0) if moved0 is not None and moved1 is not None else None,
             "counters": io.counters(), "files_order": order_names, "cache": st["cache"]})
-        if st["cache"] == "not-cleared":
+        if st["cache"] in ("not-cleared", "kept"):
+            why = "kept (--keep-cache)" if st["cache"] == "kept" else "not cleared"
             fit = "fit" if fits_in_ram(st["data_bytes"]) else "do not fit"
-            c.warn(rec, "page-cache", f"the page cache was not cleared before the skim (not root) and the "
+            c.warn(rec, "page-cache", f"the page cache was {why} before the skim and the "
                                       f"{format_size(st['data_bytes'])} of files {fit} in RAM: reads may be served "
                                       "from memory")
 
@@ -347,14 +350,16 @@ class Skim(Workload):
                 "cache": extra.get("cache")}
 
     @staticmethod
-    def phase_extra(clients: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-        """The skim figures of a phase: sums and rates over all clients, per-client mean ± stderr."""
+    def phase_extra(clients: list[dict[str, Any]], seconds: float, moved: float | None) -> dict[str, Any]:
+        """The skim figures of a phase: sums and rates over all clients, per-client mean ± stderr. Bytes moved
+        come from the clients' own storage counters (local files) or else from the probes (network)."""
         from ..analysis.stats import mean_stderr
 
         def total(key: str) -> float:
             return sum(c[key] or 0 for c in clients)
 
-        moved = None if any(c["bytes_moved"] is None for c in clients) else total("bytes_moved")
+        if not any(c["bytes_moved"] is None for c in clients):
+            moved = total("bytes_moved")
         needed, requested = total("bytes_needed"), total("bytes_requested")
         counters: dict[str, float] = {}
         for c in clients:

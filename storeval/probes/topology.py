@@ -1,0 +1,105 @@
+"""Where a target's bytes travel on this machine: the block device or the network interface, and its speed.
+
+A local file system moves bytes through a block device (``/proc/diskstats`` counts them); a network file
+system (NFS, Lustre, CephFS, GlusterFS, BeeGFS, GPFS …) and every network target move them through the
+interface that routes to the server (``/proc/net/dev``). The link speed of that interface is the physical
+limit a figure cannot honestly exceed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shutil
+import socket
+import subprocess
+from typing import Any
+from urllib.parse import urlsplit
+
+NETWORK_FS = {"nfs", "nfs4", "lustre", "ceph", "fuse.ceph", "fuse.glusterfs", "glusterfs", "beegfs", "gpfs", "cifs",
+              "smb3", "fuse.sshfs", "9p", "fuse.s3fs", "fuse.rclone", "afs", "orangefs", "pvfs2", "fuse.hdfs"}
+
+
+def block_device(source: str) -> str | None:
+    """The /proc/diskstats name of a mount source such as /dev/vda1 or /dev/mapper/vg-root."""
+    if not source.startswith("/dev/"):
+        return None
+    name = os.path.basename(os.path.realpath(source))
+    try:
+        with open("/proc/diskstats", encoding="ascii") as f:
+            names = {line.split()[2] for line in f if len(line.split()) > 2}
+    except OSError:
+        return None
+    return name if name in names else None
+
+
+def server_host(fstype: str, source: str) -> str | None:
+    """The server of a network file system mount (``host:/export``, ``10.0.0.1@tcp:/lustre``, ``mon1,mon2:/``)."""
+    if ":" not in source:
+        return None
+    host = source.split(":", 1)[0].split(",")[0].split("@")[0]
+    return host or None
+
+
+def interface_for_host(host: str) -> str | None:
+    """The interface this machine uses to reach ``host``."""
+    try:
+        addr = socket.getaddrinfo(host, None)[0][4][0]
+    except (socket.gaierror, IndexError, UnicodeError):
+        return None
+    try:
+        if ipaddress.ip_address(addr).is_loopback:
+            return "lo"
+    except ValueError:
+        return None
+    if shutil.which("ip"):
+        try:
+            out = subprocess.run(["ip", "-o", "route", "get", addr], capture_output=True, text=True, timeout=5).stdout
+            m = re.search(r"\bdev\s+(\S+)", out)
+            if m:
+                return m.group(1)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return None
+
+
+def link_speed_Bps(interface: str | None) -> float | None:
+    """Bytes per second of an interface's link (``/sys/class/net/IF/speed`` in Mbit/s); None when unknown."""
+    if not interface:
+        return None
+    try:
+        with open(f"/sys/class/net/{interface}/speed", encoding="ascii") as f:
+            mbit = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return mbit * 1e6 / 8 if mbit > 0 else None
+
+
+def target_path(url: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How a target's bytes move: {"medium": "device"|"network"|"memory"|"unknown", "device", "interface",
+    "link_speed_Bps", "fstype"}."""
+    from ..environment import mount_of  # the environment record owns findmnt
+
+    parts = urlsplit(url)
+    if parts.scheme == "null":
+        return {"medium": "none"}
+    if parts.scheme != "file":
+        host = parts.hostname
+        if parts.scheme == "s3":  # the URL names the bucket; the server is the endpoint
+            endpoint = (options or {}).get("endpoint")
+            host = urlsplit(endpoint).hostname if endpoint else None
+        iface = interface_for_host(host) if host else None
+        return {"medium": "network", "interface": iface, "link_speed_Bps": link_speed_Bps(iface)}
+    from ..drivers.posix import url_path
+
+    mount = mount_of(url_path(url))
+    fstype, source = mount.get("fstype", ""), mount.get("source", "")
+    if fstype in NETWORK_FS or fstype.startswith("nfs"):
+        host = server_host(fstype, source)
+        iface = interface_for_host(host) if host else None
+        return {"medium": "network", "fstype": fstype, "interface": iface, "link_speed_Bps": link_speed_Bps(iface)}
+    if fstype in ("tmpfs", "ramfs"):
+        return {"medium": "memory", "fstype": fstype}
+    device = block_device(source)
+    return {"medium": "device" if device else "unknown", "fstype": fstype, "device": device}
