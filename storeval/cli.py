@@ -79,8 +79,15 @@ def run(
                                                                                 "while cells run (default 1s; 0: off)."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
                                                                             "of the summaries (the output says so)."),
+    placement: Optional[str] = typer.Option(None, "--placement", help="Under mpiexec: spread a cell's clients across "
+                                                                      "hosts (default) or pack them host by host."),
+    clients_per_host: Optional[int] = typer.Option(None, "--clients-per-host", help="Under mpiexec: at most this many "
+                                                                                    "clients on one host."),
 ) -> None:
-    """Run a study (or the default quick study) and report the results."""
+    """Run a study (or the default quick study) and report the results.
+
+    Under mpiexec every rank runs this command: rank 0 plans, stores and reports, and the cells' clients
+    are MPI ranks (``mpiexec -n 64 -hostfile hosts storeval run study.yaml``)."""
     from .analysis.figures import analyze
     from .plan import plan
     from .report.document import run_document, write_json_atomic
@@ -92,18 +99,36 @@ def run(
 
     spec = load_study(study, targets=target, workloads=workload, sets=set_, clients=clients,
                       repetitions=repetitions, phase_timeout=phase_timeout, keep_cache=keep_cache,
-                      probe_interval=probe_interval)
+                      probe_interval=probe_interval, placement=placement, clients_per_host=clients_per_host)
+    cells = plan(spec)
+    engine = None
+    from .engine.mpi import launched_by_mpiexec
+
+    if launched_by_mpiexec():
+        from .engine.mpi import MpiEngine
+
+        engine = MpiEngine(spec.placement, spec.clients_per_host)  # every rank: learns the hosts
+        if max(spec.clients) > engine.capacity():
+            per = f" with at most {spec.clients_per_host} per host" if spec.clients_per_host else ""
+            raise InputError(f"clients {max(spec.clients)}: mpiexec started {engine.size} rank(s), room for "
+                             f"{engine.capacity()} client(s){per} (start more ranks or lower --clients)")
+        if engine.rank != 0:
+            raise typer.Exit(engine.serve())
     if json_out:
         _check_json_path(json_out)
     Store.check_location(results)
-    cells = plan(spec)
     out = _console()
     err = Console(stderr=True, soft_wrap=True)
     store = Store(results)
     ui = QuietUI() if quiet else ProgressUI(err)
     command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
         else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
-    result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate).run()
+    try:
+        result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
+                        engine=engine).run()
+    finally:
+        if engine is not None and hasattr(engine, "shutdown"):
+            engine.shutdown()
     data = store.load_run(result.run_id)
     cell_figs, summary = analyze(data, exclude_outliers)
     if json_out:
@@ -121,6 +146,10 @@ def run(
         if cf.cell.status == "failed":
             err.print(f"[red]cell {cf.cell.cell_id} ({cf.cell.target} · {cf.cell.workload} · {cf.cell.clients} clients) "
                       f"failed:[/] {cf.cell.error}", highlight=False)
+    if result.fatal:
+        err.print(f"[red]error:[/] {result.fatal}; the job is aborted (the cell's files were removed)", highlight=False)
+        if engine is not None:
+            engine.abort_job(1)
     if result.status == "interrupted":
         err.print("[yellow]interrupted: the running cell was stopped, its files removed and it is stored as interrupted[/]")
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -243,6 +272,16 @@ def testbed_datanode(
         raise InputError(f"testbed datanode {action}: choose stop, start or list")
 
 
+def _mpi_rank() -> int:
+    for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if key in os.environ:
+            try:
+                return int(os.environ[key])
+            except ValueError:
+                return 0
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -259,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         code = EXIT_INTERRUPTED
     except StorevalError as e:
-        err.print(f"error: {e}", markup=False)
+        if _mpi_rank() == 0:  # under mpiexec every rank meets the same mistake; one says it
+            err.print(f"error: {e}", markup=False)
         code = e.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED

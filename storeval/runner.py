@@ -37,6 +37,7 @@ class RunResult:
     status: str  # ok | failed | interrupted
     cells: int
     failed: int
+    fatal: str | None = None  # why the engine could not go on (the job must end)
 
 
 class Runner:
@@ -149,13 +150,16 @@ class Runner:
         self.store.begin_run(self.run_id, study=self.study.resolved(), study_hash=self.study.hash(),
                              version=__version__, command_line=self.command_line, source=self.study.source,
                              engine=self.engine.name, environment=env)
-        status, failed = "ok", 0
+        status, failed, fatal = "ok", 0, None
         try:
             with self.ui:
                 for cell in self.cells:
                     outcome = self.run_cell(cell)
                     if outcome.status == "failed":
                         failed += 1
+                    if outcome.fatal:
+                        fatal = outcome.error
+                        break
                     if outcome.status == "interrupted" or outcome.stop_requested:
                         status = "interrupted"
                         break
@@ -168,4 +172,4 @@ class Runner:
             if status == "ok" and failed:
                 status = "failed"
             self.store.end_run(self.run_id, status)
-        return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed)
+        return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed, fatal=fatal)

@@ -31,7 +31,7 @@ from .workloads import WORKLOADS
 from .workloads.base import Params
 
 TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
-            "probe_interval")
+            "probe_interval", "placement", "clients_per_host")
 TARGET_KEYS = ("url", "description", "limits")
 DEFAULT_PROBE_INTERVAL = 1.0
 
@@ -89,6 +89,8 @@ class Study:
     description: str | None = None
     keep_cache: bool = False
     probe_interval: float = DEFAULT_PROBE_INTERVAL
+    placement: str = "spread"  # MPI: which ranks a cell of k clients uses (spread across hosts, or pack)
+    clients_per_host: int | None = None  # MPI: at most this many clients per host
 
     def resolved(self) -> dict[str, Any]:
         """The fully resolved study, JSON-able (stored with every run, hashed for identity)."""
@@ -101,6 +103,8 @@ class Study:
             "phase_timeout": self.phase_timeout,
             "keep_cache": self.keep_cache,
             "probe_interval": self.probe_interval,
+            "placement": self.placement,
+            **({"clients_per_host": self.clients_per_host} if self.clients_per_host else {}),
             **({"description": self.description} if self.description else {}),
         }
 
@@ -363,7 +367,8 @@ def _parse_set_value(model: type[Params], key: str, text: str) -> Any:
 def load_study(path: str | None = None, *, targets: list[str] | None = None, workloads: list[str] | None = None,
                sets: list[str] | None = None, clients: str | None = None, repetitions: int | None = None,
                phase_timeout: str | None = None, default_dir: str | None = None, keep_cache: bool | None = None,
-               probe_interval: str | None = None) -> Study:
+               probe_interval: str | None = None, placement: str | None = None,
+               clients_per_host: int | None = None) -> Study:
     """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
     raw = read_yaml(path) if path else {}
     for key in raw:
@@ -464,8 +469,16 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     keep = keep_cache if keep_cache else raw.get("keep_cache", False)
     if not isinstance(keep, bool):
         raise InputError(f"keep_cache: {_show(keep)} is not true or false")
+    place = placement if placement is not None else raw.get("placement", "spread")
+    if place not in ("spread", "pack"):
+        where = "--placement" if placement is not None else "placement"
+        raise InputError(f"{where}: {_show(place)} is not one of spread, pack")
+    per_host = clients_per_host if clients_per_host is not None else raw.get("clients_per_host")
+    if per_host is not None and (isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1):
+        where = "--clients-per-host" if clients_per_host is not None else "clients_per_host"
+        raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, at least 1)")
     description = raw.get("description")
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,
                  description=str(description) if description is not None else None, keep_cache=keep,
-                 probe_interval=interval)
+                 probe_interval=interval, placement=place, clients_per_host=per_host)

@@ -21,6 +21,7 @@ from typing import Any
 from ..engine.records import NS, PhaseRecord
 from ..histogram import Histogram
 from ..store import CellRow, RunData
+from .fairness import fairness
 from .sanity import check, moved
 from .stats import Summary, mean_stderr, summarize
 
@@ -72,6 +73,9 @@ class PhaseFigures:
     read_amplification: float | None = None
     write_amplification: float | None = None
     flags: list[dict[str, str]] = field(default_factory=list)  # not-physical figures
+    fairness: dict[str, Any] | None = None  # multi-client phases (analysis/fairness.py)
+    stonewall_ops_per_s: float | None = None
+    stonewall_rule: str | None = None  # "first-finisher" or "deadline"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +83,8 @@ class PhaseFigures:
             **({"reason": self.reason} if self.reason else {}),
             "clients": self.clients, "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
             "bandwidth_MiBps": self.bandwidth_MiBps, "stonewall_MiBps": self.stonewall_MiBps,
+            "stonewall_ops_per_s": self.stonewall_ops_per_s, "stonewall_rule": self.stonewall_rule,
+            "fairness": self.fairness,
             "ops_per_s": self.ops_per_s, "latency_us": self.latency_us,
             "client_MiBps": {"mean": self.client_MiBps[0], "stderr": self.client_MiBps[1]},
             "client_ops_per_s": {"mean": self.client_ops_per_s[0], "stderr": self.client_ops_per_s[1]},
@@ -135,9 +141,18 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
     fig.cpu_seconds = sum(r.cpu_seconds for r in records)
     fig.bandwidth_MiBps = fig.bytes / MiB / seconds
     fig.ops_per_s = fig.ops / seconds
-    first_end = min(r.end_ns for r in records)
-    if first_end > start:
-        fig.stonewall_MiBps = sum(bytes_until(r, first_end) for r in records) / MiB / ((first_end - start) / NS)
+    walls = [r.extra.get("stonewall") for r in records]
+    if all(walls):  # a deadline: the work done by all clients until it (IOR -D), beside the full figure
+        t_wall = max(w["t_ns"] for w in walls)
+        span = max(t_wall - start, 1) / NS
+        fig.stonewall_MiBps = sum(w["bytes"] for w in walls) / MiB / span
+        fig.stonewall_ops_per_s = sum(w["ops"] for w in walls) / span
+        fig.stonewall_rule = "deadline"
+    else:
+        first_end = min(r.end_ns for r in records)
+        if first_end > start:
+            fig.stonewall_MiBps = sum(bytes_until(r, first_end) for r in records) / MiB / ((first_end - start) / NS)
+            fig.stonewall_rule = "first-finisher"
     hist = Histogram.merged(r.hist for r in records)
     fig.hist = hist
     values = hist.percentiles([q for _, q in PERCENTILES])
@@ -150,6 +165,7 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
         fig.client_stats.append(ClientStat(rank=r.rank, host=r.host, bytes=r.bytes, ops=r.ops, seconds=secs,
                                            cpu_seconds=r.cpu_seconds, MiBps=r.bytes / MiB / secs, ops_per_s=r.ops / secs,
                                            extra=extra))
+    fig.fairness = fairness(fig.client_stats)
     direction = workload.direction(phase, params or {}) if workload is not None else None
     check(fig, records, where or {}, limits or {}, direction, len({r.host for r in records}))
     if workload is not None:

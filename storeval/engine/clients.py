@@ -25,7 +25,7 @@ from ..errors import error_kind, one_line
 from ..probes.counters import delta, read_process_io, snapshot
 from ..workloads import make_workload
 from ..workloads.base import ClientContext, Comm
-from .records import PROGRESS_SLOTS, ClientStopped, PhaseRecorder
+from .records import ClientStopped, PhaseRecorder
 
 Send = Callable[[tuple], None]
 
@@ -76,8 +76,7 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
             rec.extra["proc_io"] = {k: io1[k] - io0.get(k, 0) for k in io1}
             if host0 is not None:
                 rec.extra["probes"] = delta(host0, snapshot())
-            if progress is not None:
-                progress[PROGRESS_SLOTS * rank + 2] = seq + 1
+            comm.phase_done(seq + 1)
             comm.barrier()
             send(("record", rank, rec.record(time.perf_counter_ns()).to_wire()))
         phase, iteration = "cleanup", 0

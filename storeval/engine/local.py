@@ -38,16 +38,22 @@ class CellOutcome:
     complete_steps: list[tuple[str, int]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     stop_requested: bool = False  # Ctrl-C came while a finished cell was being wound down: stop the run after it
+    fatal: bool = False  # the engine cannot go on (an MPI rank hung): store this cell, clean up, end the job
     samples: list[tuple[int, str, str, str, float]] = field(default_factory=list)  # (t_ns, probe, device, metric, value)
 
 
 class LocalComm:
     """Comm over a multiprocessing barrier and a shared array (for all-reduce)."""
 
-    def __init__(self, rank: int, size: int, barrier: Any, shared: Any) -> None:
+    def __init__(self, rank: int, size: int, barrier: Any, shared: Any, progress: Any = None) -> None:
         self.rank, self.size = rank, size
         self.host_leader = rank == 0  # every local client is on this host
-        self._barrier, self._shared = barrier, shared
+        self._barrier, self._shared, self._progress = barrier, shared, progress
+
+    def phase_done(self, steps: int) -> None:
+        """Tell the coordinator this client finished its share of ``steps`` steps (it names laggards)."""
+        if self._progress is not None:
+            self._progress[PROGRESS_SLOTS * self.rank + 2] = steps
 
     def barrier(self) -> None:
         self._barrier.wait()
@@ -83,7 +89,7 @@ def _client_entry(job: dict, rank: int, size: int, barrier: Any, shared: Any, ou
     from .clients import run_client
 
     try:
-        run_client(job, LocalComm(rank, size, barrier, shared), out.put, progress)
+        run_client(job, LocalComm(rank, size, barrier, shared, progress), out.put, progress)
     except ClientStopped:
         out.put(("stopped", rank, "?"))
     finally:

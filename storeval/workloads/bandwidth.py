@@ -11,6 +11,7 @@ flight (the GIL is released during ``preadv``/``pwritev``).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from array import array
@@ -23,7 +24,7 @@ from ..drivers.base import Capabilities, Driver, join
 from ..engine.records import STOP, ClientStopped, OpLog, PhaseRecorder, fold_cap
 from ..errors import DirectIOUnsupported, StorevalError, VerifyError, error_kind, one_line
 from ..units import format_size
-from .base import ClientContext, Params, Size, Workload
+from .base import ClientContext, Duration, Params, Size, Workload
 from .payload import Payload, aligned_buffer
 
 PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
@@ -42,6 +43,7 @@ class BandwidthParams(Params):
     fsync: bool = True
     reorder: bool = False
     iodepth: Annotated[int, Field(ge=1, le=1024)] = 1
+    deadline: Duration | None = None  # stonewall (IOR -D): at it clients agree on the most work done, all finish to it
     random_seed: int = 0
     verify: bool = False
 
@@ -60,6 +62,8 @@ class BandwidthParams(Params):
         if len(set(self.phases)) != len(self.phases):
             raise ValueError("phases lists a phase twice (each runs once, in the order write, rewrite, read, "
                              "reread, randread, randwrite)")
+        if self.deadline is not None and self.deadline <= 0:
+            raise ValueError("deadline must be more than 0 seconds (e.g. 30s)")
         return self
 
 
@@ -76,8 +80,14 @@ class IOFailure(StorevalError):
         super().__init__(f"at offset {offset}: {one_line(exc)}")
 
 
-def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None) -> None:
-    """The hot loop: one ``io(bufs, offset)`` per offset, timed into ``log``; nothing allocated per op."""
+NEVER = 1 << 62
+
+
+def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None, deadline_ns: int = NEVER) -> None:
+    """The hot loop: one ``io(bufs, offset)`` per offset, timed into ``log``; nothing allocated per op.
+
+    With a ``deadline_ns`` it stops after the first operation that ends past it (the stonewall); pass an
+    iterator as ``offsets`` to carry on from there later (the wear-out)."""
     clock = time.perf_counter_ns
     ends, lats, cap = log.ends, log.lats, log.cap
     i = 0
@@ -98,6 +108,8 @@ def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None) ->
                 if i == cap:
                     log.fold(i, size)
                     i = 0
+                if t1 >= deadline_ns:
+                    break
         elif check is not None:
             buf = bufs[0]
             for off in offsets:
@@ -115,6 +127,8 @@ def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None) ->
                 if i == cap:
                     log.fold(i, size)
                     i = 0
+                if t1 >= deadline_ns:
+                    break
         else:
             for off in offsets:
                 t0 = clock()
@@ -128,6 +142,8 @@ def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None) ->
                 if i == cap:
                     log.fold(i, size)
                     i = 0
+                if t1 >= deadline_ns:
+                    break
     except ClientStopped:
         raise
     except Exception as e:
@@ -204,14 +220,16 @@ class Bandwidth(Workload):
             return c.rank
         return (c.rank + 1) % c.nclients
 
-    def _offsets(self, c: ClientContext, phase: str, owner: int) -> list:
-        """Per-thread offset sequences; random orders are drawn here, before the timed region."""
+    def _offsets(self, c: ClientContext, phase: str, owner: int, blocks: int | None = None) -> list:
+        """Per-thread offset sequences over the first ``blocks`` transfers (all by default); random orders
+        are drawn here, before the timed region."""
         p = self.p
         ts, depth, base = p.transfer_size, p.iodepth, self._base(owner)
+        blocks = p.file_size // ts if blocks is None else blocks
         if phase not in RANDOM:
-            return [range(base + j * ts, base + p.file_size, ts * depth) for j in range(depth)]
+            return [range(base + j * ts, base + blocks * ts, ts * depth) for j in range(depth)]
         rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase)])
-        order = rng.permutation(p.file_size // ts).astype(np.int64) * ts + base
+        order = rng.permutation(blocks).astype(np.int64) * ts + base
         flat = array("q", order.tobytes())
         return [flat[j::depth] for j in range(depth)]
 
@@ -274,6 +292,8 @@ class Bandwidth(Workload):
         but ``reread`` (which measures re-reading what ``read`` pulled in, as in IOZone) — and before a
         reread too when data was written since the last clearing. --keep-cache leaves it alone."""
         st = c.state
+        if "extent" in st and phase != "write":  # a stonewalled write left this much: later phases use it
+            st["offsets"][phase] = self._offsets(c, phase, self._owner(c, phase), st["extent"])
         if phase in WRITES:
             st["dirty"] = True
             return
@@ -296,7 +316,8 @@ class Bandwidth(Workload):
         try:
             io = c.driver.writer(h) if write else c.driver.reader(h, into_buffer=p.verify)
             jobs = []
-            for j, offsets in enumerate(st["offsets"][phase]):
+            sources = [iter(o) for o in st["offsets"][phase]]
+            for j, offsets in enumerate(sources):
                 if write:
                     buf, stamp = st["write_bufs"][j]
                     jobs.append((io, [buf], offsets, logs[j], p.transfer_size, stamp, None))
@@ -304,7 +325,10 @@ class Bandwidth(Workload):
                     check = st["checkers"][owner][j] if p.verify else None
                     jobs.append((io, [st["read_bufs"][j]], offsets, logs[j], p.transfer_size, None, check))
             try:
-                run_threads(jobs)
+                if p.deadline is None:
+                    run_threads(jobs)
+                else:
+                    self._stonewall(c, phase, rec, jobs, sources, logs)
             except IOFailure as e:
                 rec.error(e.kind)
                 raise StorevalError(f"{phase} of {path} {e}") from e
@@ -313,6 +337,29 @@ class Bandwidth(Workload):
         finally:
             c.driver.close(h)
         self._warn_about_memory(c, phase, rec)
+
+    def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, jobs: list, sources: list,
+                   logs: list[OpLog]) -> None:
+        """IOR's stonewall with wear-out: work until the deadline, agree on the most work any client did,
+        and every client finishes up to it, so all clients move the same amount."""
+        p, st = self.p, c.state
+        deadline_ns = rec.start_ns + int(p.deadline * 1e9)
+        run_threads([(*job, deadline_ns) for job in jobs])
+        done = [log.ops for log in logs]
+        rec.extra["stonewall"] = {"bytes": sum(done) * p.transfer_size, "ops": sum(done), "t_ns": time.perf_counter_ns()}
+        target = c.comm.allreduce_max(sum(done))
+        remaining = target - sum(done)
+        left = [len(o) - d for o, d in zip(st["offsets"][phase], done)]
+        quota = [0] * len(jobs)
+        while remaining > 0:  # deal the rest round-robin to the threads that still have work
+            for j in range(len(jobs)):
+                if remaining and quota[j] < left[j]:
+                    quota[j] += 1
+                    remaining -= 1
+        run_threads([(job[0], job[1], itertools.islice(sources[j], quota[j]), *job[3:])
+                     for j, job in enumerate(jobs) if quota[j]])
+        if phase == "write":  # later phases work on what was written
+            st["extent"] = target
 
     def _warn_about_memory(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         """Say when a figure may be the page cache's rather than the storage's."""

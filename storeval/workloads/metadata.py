@@ -17,6 +17,7 @@ run) is created untimed before it, and whatever is left at the end is removed un
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Annotated, Literal
 
@@ -26,7 +27,7 @@ from pydantic import Field, model_validator
 from ..drivers.base import Capabilities, Driver, join
 from ..engine.records import ClientStopped, OpLog, PhaseRecorder
 from ..errors import StorevalError, error_kind, one_line
-from .base import ClientContext, Params, Size, Workload
+from .base import ClientContext, Duration, Params, Size, Workload
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
           "file-create", "file-stat", "file-read", "file-remove", "tree-remove")
@@ -58,6 +59,7 @@ class MetadataParams(Params):
     mode: Literal["unique", "single", "shared"] = "unique"
     random_order: bool = False  # stat, list and read in a random order (mdtest -R)
     random_seed: int = 0
+    deadline: Duration | None = None  # stonewall of the create phases (mdtest -W): agree on the most, finish to it
     phases: list[Phase] = DEFAULT_PHASES
 
     @model_validator(mode="after")
@@ -75,6 +77,10 @@ class MetadataParams(Params):
         if len(set(self.phases)) != len(self.phases):
             raise ValueError("phases lists a phase twice (each runs once per iteration, in the order "
                              + ", ".join(PHASES) + ")")
+        if self.deadline is not None and self.mode == "shared":
+            raise ValueError("deadline needs every client to create its own items (mode unique or single, not shared)")
+        if self.deadline is not None and self.deadline <= 0:
+            raise ValueError("deadline must be more than 0 seconds (e.g. 30s)")
         return self
 
     @property
@@ -110,8 +116,9 @@ def _fail(phase: str, path: str, exc: BaseException, rec: PhaseRecorder) -> Stor
     return StorevalError(f"{phase} of {path}: {one_line(exc)}")
 
 
-def timed_loop(fn, args: list, log: OpLog, nbytes: int, phase: str, rec: PhaseRecorder) -> None:
-    """One ``fn(arg)`` per argument, each timed into ``log`` (the same buffer pattern as the bandwidth loop)."""
+def timed_loop(fn, args, log: OpLog, nbytes: int, phase: str, rec: PhaseRecorder, deadline_ns: int = 1 << 62) -> None:
+    """One ``fn(arg)`` per argument, each timed into ``log`` (the same buffer pattern as the bandwidth loop);
+    with ``deadline_ns``, stop after the first operation that ends past it."""
     clock = time.perf_counter_ns
     ends, lats, cap = log.ends, log.lats, log.cap
     i = 0
@@ -127,6 +134,8 @@ def timed_loop(fn, args: list, log: OpLog, nbytes: int, phase: str, rec: PhaseRe
             if i == cap:
                 log.fold(i, nbytes)
                 i = 0
+            if t1 >= deadline_ns:
+                break
     except ClientStopped:
         raise
     except Exception as e:
@@ -187,7 +196,8 @@ class Metadata(Workload):
     def _items(self, c: ClientContext, owner: int, kind: str) -> list[str]:
         """Paths of client ``owner``'s directory (``d``) or file (``f``) items, round-robin over the item dirs."""
         dirs = self._tree(c, owner).item_dirs
-        return [f"{dirs[j % len(dirs)]}/{kind}.{owner}.{j}" for j in range(self.p.items_per_client)]
+        count = c.state.get("count", {}).get(kind, self.p.items_per_client)  # fewer after a stonewalled create
+        return [f"{dirs[j % len(dirs)]}/{kind}.{owner}.{j}" for j in range(count)]
 
     def _target(self, c: ClientContext) -> int:
         """Whose items this client stats, lists, reads and removes (mdtest -N)."""
@@ -277,15 +287,18 @@ class Metadata(Workload):
             paths = list(reversed(self._tree(c, c.rank).paths)) if self._tree_owner(c) else []
             timed_loop(ops.rmdir, self._native(c, paths), log, 0, phase, rec)
             has["tree"] = False
-        elif phase == "dir-create":
-            paths = [x for owner in self._creators(c) for x in self._items(c, owner, "d")]
-            timed_loop(ops.mkdir, self._native(c, paths), log, 0, phase, rec)
-            has["dir"] = True
-        elif phase == "file-create":
+        elif phase in ("dir-create", "file-create"):
+            kind = phase[0]
+            st.setdefault("count", {}).pop(kind, None)  # a create makes the full set again (or stonewalls anew)
+            paths = self._native(c, [x for owner in self._creators(c) for x in self._items(c, owner, kind)])
             data = st["data"]
-            paths = self._native(c, [x for owner in self._creators(c) for x in self._items(c, owner, "f")])
-            timed_loop(lambda path: ops.create(path, data), paths, log, p.file_size, phase, rec)
-            has["file"] = True
+            fn = ops.mkdir if kind == "d" else (lambda path: ops.create(path, data))
+            nbytes = 0 if kind == "d" else p.file_size
+            if p.deadline is None:
+                timed_loop(fn, paths, log, nbytes, phase, rec)
+            else:
+                self._stonewall(c, phase, rec, log, fn, paths, nbytes, kind)
+            has["dir" if kind == "d" else "file"] = True
         elif phase in ("dir-remove", "file-remove"):
             kind = phase[0]
             paths = [x for owner in self._removes(c) for x in self._items(c, owner, kind)]
@@ -312,6 +325,18 @@ class Metadata(Workload):
 
             timed_loop(listing, self._ordered(self._native(c, dirs), c), log, 0, phase, rec)
             rec.extra["entries_listed"] = counted[0]
+
+    def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, log: OpLog, fn, paths: list, nbytes: int,
+                   kind: str) -> None:
+        """mdtest's stonewall with wear-out: create until the deadline, agree on the most any client made,
+        everyone finishes to that many; later phases use that count."""
+        source = iter(paths)
+        timed_loop(fn, source, log, nbytes, phase, rec, rec.start_ns + int(self.p.deadline * 1e9))
+        done = log.ops
+        rec.extra["stonewall"] = {"bytes": done * nbytes, "ops": done, "t_ns": time.perf_counter_ns()}
+        target = c.comm.allreduce_max(done)
+        timed_loop(fn, itertools.islice(source, target - done), log, nbytes, phase, rec)
+        c.state.setdefault("count", {})[kind] = target
 
     def _ordered(self, items: list, c: ClientContext) -> list:
         if not self.p.random_order:
