@@ -88,12 +88,8 @@ def run(
 
     Under mpiexec every rank runs this command: rank 0 plans, stores and reports, and the cells' clients
     are MPI ranks (``mpiexec -n 64 -hostfile hosts storeval run study.yaml``)."""
-    from .analysis.figures import analyze
     from .plan import plan
-    from .report.document import run_document, write_json_atomic
     from .report.progress import ProgressUI, QuietUI
-    from .report.terminal import print_summary
-    from .runner import Runner
     from .spec import load_study
     from .store import Store
 
@@ -114,21 +110,37 @@ def run(
                              f"{engine.capacity()} client(s){per} (start more ranks or lower --clients)")
         if engine.rank != 0:
             raise typer.Exit(engine.serve())
-    if json_out:
-        _check_json_path(json_out)
-    Store.check_location(results)
-    out = _console()
-    err = Console(stderr=True, soft_wrap=True)
-    store = Store(results)
-    ui = QuietUI() if quiet else ProgressUI(err)
-    command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
-        else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
     try:
-        result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
-                        engine=engine).run()
-    finally:
-        if engine is not None and hasattr(engine, "shutdown"):
-            engine.shutdown()
+        if json_out:
+            _check_json_path(json_out)
+        Store.check_location(results)
+        out = _console()
+        err = Console(stderr=True, soft_wrap=True)
+        store = Store(results)
+        ui = QuietUI() if quiet else ProgressUI(err)
+        command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
+            else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
+        code = _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, json_out, quiet,
+                               exclude_outliers, out, err)
+    except BaseException as e:
+        if engine is not None:  # the other ranks wait for rank 0's word: tell them before leaving
+            engine.shutdown(e.exit_code if isinstance(e, StorevalError) else EXIT_FAILED)
+        raise
+    if engine is not None:
+        engine.shutdown(code)
+    raise typer.Exit(code)
+
+
+def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, json_out, quiet, exclude_outliers,
+                    out, err) -> int:
+    """Run the cells, store them, print the summary; returns the exit code."""
+    from .analysis.figures import analyze
+    from .report.document import run_document, write_json_atomic
+    from .report.terminal import print_summary
+    from .runner import Runner
+
+    result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
+                    engine=engine).run()
     data = store.load_run(result.run_id)
     cell_figs, summary = analyze(data, exclude_outliers)
     if json_out:
@@ -149,11 +161,14 @@ def run(
     if result.fatal:
         err.print(f"[red]error:[/] {result.fatal}; the job is aborted (the cell's files were removed)", highlight=False)
         if engine is not None:
-            engine.abort_job(1)
+            engine.abort_job(EXIT_FAILED)
+    code = EXIT_OK
     if result.status == "interrupted":
         err.print("[yellow]interrupted: the running cell was stopped, its files removed and it is stored as interrupted[/]")
-        raise typer.Exit(EXIT_INTERRUPTED)
-    raise typer.Exit(EXIT_FAILED if result.status == "failed" else EXIT_OK)
+        code = EXIT_INTERRUPTED
+    elif result.status == "failed":
+        code = EXIT_FAILED
+    return code
 
 
 @app.command()

@@ -10,6 +10,7 @@ and directories are removed only when empty.
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,7 @@ from typing import Any
 from . import __version__
 from .drivers import Driver, join, make_driver
 from .engine.clients import make_job
+from .engine import watchdog
 from .engine.local import CellOutcome, LocalEngine
 from .environment import collect_environment
 from .errors import StorevalError, one_line
@@ -53,6 +55,7 @@ class Runner:
         self.events: list[dict[str, Any]] = []
         self.regenerate = regenerate
         self.prepared: set[tuple[str, str]] = set()  # (target, data key) laid out in this run
+        self.guard = _Guard(self)
 
     # -- targets ---------------------------------------------------------------------------------------
     def _driver(self, cell: Cell) -> Driver:
@@ -68,6 +71,7 @@ class Runner:
                 self.connect_errors[name] = f"target {name} ({cell.target.url}): {one_line(e)}"
                 raise StorevalError(self.connect_errors[name]) from e
             self.drivers[name] = driver
+            self.guard.target(cell)
             try:  # what the server says it is, for the environment record (never credentials)
                 self.store.add_environment(self.run_id, f"target:{name}", driver.describe())
             except Exception as e:  # noqa: BLE001 - a description is a nicety, not a reason to fail
@@ -106,7 +110,9 @@ class Runner:
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
                                cell_dir=cell_dir, steps=to_run, seed=cell.index, keep_cache=self.study.keep_cache,
                                probe_interval=self.study.probe_interval)
-                outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, bar.update)
+                self.guard.cell(cell, cell_dir)
+                outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
+                                               on_clients=self.guard.clients)
             else:
                 outcome = CellOutcome(status="ok")
         except KeyboardInterrupt:
@@ -116,6 +122,7 @@ class Runner:
         finally:
             if driver is not None:
                 self._clean_cell(wl, driver, cell, cell_dir)
+            self.guard.cell(None, None)
         phases = []
         for step in planned:
             phase, iteration = step
@@ -151,6 +158,7 @@ class Runner:
                              version=__version__, command_line=self.command_line, source=self.study.source,
                              engine=self.engine.name, environment=env)
         status, failed, fatal = "ok", 0, None
+        self.guard.start()
         try:
             with self.ui:
                 for cell in self.cells:
@@ -172,4 +180,77 @@ class Runner:
             if status == "ok" and failed:
                 status = "failed"
             self.store.end_run(self.run_id, status)
+            self.guard.done()
         return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed, fatal=fatal)
+
+
+class _Guard:
+    """Keeps the watchdog's state file true: which cell runs, its clients' PIDs and hosts, the phase.
+
+    If this process is killed (SIGKILL, the OOM killer, ``mpiexec`` ending the job because a rank died)
+    the watchdog reads the file, cleans up what the cell created and names the client that died first.
+    """
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.path = f"{runner.store.dir}/.storeval-{runner.run_id}.watch"
+        self.state: dict[str, Any] = {"run_id": runner.run_id, "results_dir": runner.store.dir,
+                                      "scratch": runner.scratch, "targets": [], "cell": None, "phase": None,
+                                      "done": False}
+        self.proc: Any = None
+
+    def _save(self) -> None:
+        if self.proc is not None:
+            try:
+                watchdog.save_state(self.path, self.state)
+            except OSError:
+                pass
+
+    def start(self) -> None:
+        try:
+            watchdog.save_state(self.path, self.state)
+        except OSError:
+            return  # no watchdog; the run itself is unaffected
+        self.proc = watchdog.start(self.path)
+
+    def target(self, cell: Cell) -> None:
+        self.state["targets"].append({"name": cell.target.name, "url": cell.target.url,
+                                      "options": cell.target.options})
+        self._save()
+
+    def cell(self, cell: Cell | None, cell_dir: str | None) -> None:
+        self.state["phase"] = None
+        self.state["cell"] = None if cell is None else {
+            "index": cell.index, "config": cell.config, "target": cell.target.name, "url": cell.target.url,
+            "options": cell.target.options, "workload": cell.workload, "kind": cell.kind, "params": cell.params,
+            "factors": cell.factors, "nclients": cell.clients, "repetition": cell.repetition,
+            "cell_dir": cell_dir, "clients": []}
+        self._save()
+
+    def clients(self, clients: list[dict[str, Any]]) -> None:
+        if self.state["cell"] is not None:
+            self.state["cell"]["clients"] = clients
+            self._save()
+
+    def progress(self, update: Any) -> Any:
+        def on_progress(label: str, done: int, total: int) -> None:
+            if label != self.state["phase"]:
+                self.state["phase"] = label
+                self._save()
+            update(label, done, total)
+        return on_progress
+
+    def done(self) -> None:
+        if self.proc is None:
+            return
+        self.state["done"] = True
+        self._save()
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - it leaves by itself at its next poll
+            pass
+        for path in (self.path, f"{self.path}.tmp"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

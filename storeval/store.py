@@ -148,6 +148,11 @@ class Store:
             raise InputError(f"--results {results_dir}: {probe} is not a directory (choose another results directory)")
         if not os.access(probe, os.W_OK | os.X_OK):
             raise InputError(f"--results {results_dir}: {probe} is not writable (choose another results directory)")
+        try:  # the last check before running: create it now, so a place that refuses says so up front
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"--results {results_dir}: cannot create {path}: {e.strerror} "
+                             "(choose another results directory)") from e
         db = os.path.join(path, DB_NAME)
         if os.path.exists(db) and not os.access(db, os.W_OK):
             raise InputError(f"--results {results_dir}: {db} is not writable (choose another results directory)")

@@ -123,7 +123,8 @@ class LocalEngine:
     def __init__(self) -> None:
         self.ctx = _context()
 
-    def run_cell(self, job: dict, nclients: int, timeout: float, on_progress: ProgressFn | None = None) -> CellOutcome:
+    def run_cell(self, job: dict, nclients: int, timeout: float, on_progress: ProgressFn | None = None,
+                 on_clients: Callable[[list[dict[str, Any]]], None] | None = None) -> CellOutcome:
         ctx = self.ctx
         barrier = ctx.Barrier(nclients)
         shared = ctx.RawArray("q", nclients)
@@ -137,6 +138,8 @@ class LocalEngine:
         try:
             for p in procs:
                 p.start()
+            if on_clients is not None:
+                on_clients(_describe(procs))
             sampler = self._start_sampler(procs, job.get("probe_interval", 1.0))
             watch.loop(out, on_progress)
         except KeyboardInterrupt:
@@ -193,6 +196,20 @@ class LocalEngine:
             proc.kill()
         out.close()
         return rows
+
+
+def _describe(procs: list) -> list[dict[str, Any]]:
+    """Rank, PID, start time and host of each client process (what the watchdog needs to find them)."""
+    import psutil
+
+    host, out = os.uname().nodename, []
+    for rank, p in enumerate(procs):
+        try:
+            created = psutil.Process(p.pid).create_time()
+        except psutil.Error:
+            created = None
+        out.append({"rank": rank, "pid": p.pid, "created": created, "host": host})
+    return out
 
 
 class _Watch:

@@ -65,8 +65,6 @@ class MpiComm:
         self._wait(self.sub.Ibarrier())
 
     def _allreduce(self, value: int, op: Any) -> int:
-        from mpi4py import MPI
-
         import array
 
         send, recv = array.array("q", [value]), array.array("q", [0])
@@ -200,17 +198,22 @@ class MpiEngine:
     def __init__(self, placement: str = "spread", clients_per_host: int | None = None) -> None:
         w = world()  # every rank builds one: the allgathers below are collective
         self.size, self.rank = w.Get_size(), w.Get_rank()
+        import psutil
+
         self.hosts = w.allgather(socket.gethostname())
-        self.pids = w.allgather(os.getpid())
+        self.procs = w.allgather((os.getpid(), psutil.Process().create_time(), os.uname().nodename))
         self.placement, self.per_host = placement, clients_per_host
         self.order = placement_order(self.hosts, placement, clients_per_host)
 
     def capacity(self) -> int:
         return len(self.order)
 
-    def run_cell(self, job: dict, nclients: int, timeout: float, on_progress=None) -> CellOutcome:
+    def run_cell(self, job: dict, nclients: int, timeout: float, on_progress=None, on_clients=None) -> CellOutcome:
         w = world()
         ranks = self.order[:nclients]
+        if on_clients is not None:
+            on_clients([{"rank": r, "pid": self.procs[r][0], "created": self.procs[r][1], "host": self.procs[r][2],
+                         "coordinator": r == 0} for r in ranks])
         leaders = {r for i, r in enumerate(ranks) if self.hosts[r] not in {self.hosts[x] for x in ranks[:i]}}
         w.bcast(("cell", job, ranks, leaders), root=0)
         steps = [tuple(s) for s in job["steps"]]
@@ -237,8 +240,11 @@ class MpiEngine:
                 watch.handle(m)
         return watch.outcome()
 
-    def shutdown(self) -> None:
-        world().bcast(("stop", None, None, None), root=0)
+    def shutdown(self, code: int = 0) -> None:
+        """End the other ranks' :func:`serve` with the job's exit code (every rank exits with the same one)."""
+        w = world()
+        w.bcast(("stop", code, None, None), root=0)
+        _settle(w)
 
     def abort_job(self, code: int) -> None:
         """End every rank now (a rank hung): MPI_Abort, after rank 0 stored and cleaned up."""
@@ -251,10 +257,26 @@ class MpiEngine:
         while True:
             what, job, ranks, leaders = w.bcast(None, root=0)
             if what == "stop":
-                return 0
+                _settle(w)
+                return job
             msgs = participate(job, ranks, leaders)
             if msgs is not None:
                 w.send(msgs, dest=0, tag=TAG_RESULT)
+
+
+def _settle(w: Any) -> None:
+    """Receive the messages nobody waits for any more (late aborts and phase ends), then meet: MPI_Finalize
+    with unreceived messages can hang, and a launcher kills the ranks still running when one exits non-zero."""
+    from mpi4py import MPI
+
+    def drain() -> None:
+        status = MPI.Status()
+        while w.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+            w.recv(source=status.Get_source(), tag=status.Get_tag())
+
+    drain()
+    w.Barrier()
+    drain()
 
 
 class _MpiWatch(_Watch):
@@ -271,7 +293,7 @@ class _MpiWatch(_Watch):
 
         w = world()
         started = time.monotonic()
-        last = 0
+        last = -1
         while client0.is_alive():
             while w.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_DONE):
                 status = MPI.Status()

@@ -39,7 +39,6 @@ from .base import (
     apt_install,
     free_port,
     port_open,
-    run,
     spawn,
 )
 
