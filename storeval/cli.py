@@ -43,14 +43,15 @@ def _console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
-def _check_json_path(path: str) -> None:
+def _check_json_path(path: str, option: str = "--json") -> None:
+    """An output file's place must exist and be writable before anything runs (nothing half-done after)."""
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise InputError(f"--json {path}: is a directory (give a file name)")
+        raise InputError(f"{option} {path}: is a directory (give a file name)")
     if not os.path.isdir(directory):
-        raise InputError(f"--json {path}: directory {directory} does not exist (create it or choose another path)")
+        raise InputError(f"{option} {path}: directory {directory} does not exist (create it or choose another path)")
     if not os.access(directory, os.W_OK):
-        raise InputError(f"--json {path}: directory {directory} is not writable (choose another path)")
+        raise InputError(f"{option} {path}: directory {directory} is not writable (choose another path)")
 
 
 @app.command()
@@ -68,6 +69,9 @@ def run(
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions of every configuration."),
     results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the run as a JSON document to this file."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here (default: "
+                                                                "RESULTS/report-RUN_ID.html)."),
+    no_html: bool = typer.Option(False, "--no-html", help="Do not write the HTML report."),
     phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", help="Stop a cell whose phase runs longer "
                                                                               "than this (e.g. 30m); default 1h."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no tables."),
@@ -113,6 +117,8 @@ def run(
     try:
         if json_out:
             _check_json_path(json_out)
+        if html_out and not no_html:
+            _check_json_path(html_out, "--html")
         Store.check_location(results)
         out = _console()
         err = Console(stderr=True, soft_wrap=True)
@@ -121,7 +127,7 @@ def run(
         command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
             else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
         code = _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, json_out, quiet,
-                               exclude_outliers, out, err)
+                               exclude_outliers, out, err, None if no_html else (html_out or ""))
     except BaseException as e:
         if engine is not None:  # the other ranks wait for rank 0's word: tell them before leaving
             engine.shutdown(e.exit_code if isinstance(e, StorevalError) else EXIT_FAILED)
@@ -132,11 +138,10 @@ def run(
 
 
 def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, json_out, quiet, exclude_outliers,
-                    out, err) -> int:
+                    out, err, html_out) -> int:
     """Run the cells, store them, print the summary; returns the exit code."""
     from .analysis.figures import analyze
     from .report.document import run_document, write_json_atomic
-    from .report.terminal import print_summary
     from .runner import Runner
 
     result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
@@ -145,15 +150,19 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
     cell_figs, summary = analyze(data, exclude_outliers)
     if json_out:
         write_json_atomic(json_out, run_document(data, cell_figs, summary))
+    if html_out is not None:
+        html_out = html_out or os.path.join(store.dir, f"report-{result.run_id}.html")
+        try:
+            _write_html(store, data, cell_figs, summary, html_out)
+        except OSError as e:  # the run is stored: `storeval report --html` can write it later
+            err.print(f"[yellow]warning:[/] cannot write the HTML report {html_out}: {e.strerror} (the run is stored; "
+                      f"write it with storeval report {store.dir} --html FILE)", highlight=False)
+            html_out = None
     if not quiet:
-        print_summary(summary, out)
-        from .analysis.scaling import scaling
-        from .report.terminal import print_scaling
-
-        print_scaling(scaling(cell_figs), out)
+        _print_all(summary, cell_figs, out)
         failed = f", {result.failed} failed" if result.failed else ""
         out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {store.dir}"
-                  + (f", JSON in {json_out}" if json_out else ""))
+                  + (f", JSON in {json_out}" if json_out else "") + (f", report in {html_out}" if html_out else ""))
     for cf in cell_figs:
         if cf.cell.status == "failed":
             err.print(f"[red]cell {cf.cell.cell_id} ({cf.cell.target} · {cf.cell.workload} · {cf.cell.clients} clients) "
@@ -176,25 +185,134 @@ def report(
     results: str = typer.Argument("storeval-results", help="Results directory."),
     run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Write the self-contained HTML report to this file."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
                                                                             "of the summaries (the output says so)."),
 ) -> None:
-    """Print the summary of a stored run."""
+    """Print the summary of a stored run; write it as JSON or as an HTML report."""
     from .analysis.figures import analyze
     from .report.document import run_document, write_json_atomic
-    from .report.terminal import print_summary
+
+    if json_out:
+        _check_json_path(json_out)
+    if html_out:
+        _check_json_path(html_out, "--html")
+    store = _open_results(results)
+    data = store.load_run(store.resolve_run(run_id))
+    cells, summary = analyze(data, exclude_outliers)
+    _print_all(summary, cells, _console())
+    if json_out:
+        write_json_atomic(json_out, run_document(data, cells, summary))
+    if html_out:
+        _write_html(store, data, cells, summary, html_out)
+        _console().print(f"report in {html_out}", highlight=False)
+
+
+def _open_results(results: str):
     from .store import Store
 
     if not os.path.isdir(results):
         raise InputError(f"{results} is not a results directory (run storeval run first, or pass the directory)")
+    return Store(results, create=False)
+
+
+def _print_all(summary, cells, console) -> None:
+    """The phase tables per workload, the scaling lines, and the one-glance summary table last."""
+    from .analysis.scaling import scaling
+    from .analysis.table import summary_table
+    from .report.terminal import print_scaling, print_summary, print_table
+
+    print_summary(summary, console)
+    print_scaling(scaling(cells), console)
+    print_table(summary_table(summary), console)
+
+
+def _write_html(store, data, cells, summary, path: str) -> None:
+    from .report.document import write_text_atomic
+    from .report.html import render_report
+
+    write_text_atomic(path, render_report(data, cells, summary, store.load_samples(data.run_id)), ".html")
+
+
+def _run_of(ref: str, results: str):
+    """A run named as a results directory (its latest run), DIR:RUN_ID, or a run id in --results."""
+    if os.path.isdir(ref):
+        store = _open_results(ref)
+        return store, store.resolve_run(None)
+    directory, sep, run_id = ref.rpartition(":")
+    if sep and os.path.isdir(directory):
+        store = _open_results(directory)
+        return store, store.resolve_run(run_id)
+    if not os.path.isdir(results):
+        raise InputError(f"{ref}: neither a results directory nor a run id in {results} (pass a results directory, "
+                         "DIR:RUN_ID, or --results DIR)")
+    store = _open_results(results)
+    return store, store.resolve_run(ref)
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="Run A: a results directory (its latest run), DIR:RUN_ID, or a run id."),
+    b: str = typer.Argument(..., help="Run B, the same way."),
+    results: str = typer.Option("storeval-results", "--results", help="Where run ids are looked up."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the comparison as JSON."),
+    exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Compare without outlier repetitions."),
+) -> None:
+    """Figure by figure: B's change from A in percent, and whether it exceeds the combined stderr."""
+    from rich.table import Table
+
+    from .analysis.figures import analyze
+    from .report.compare import COLUMNS, RULE, change_rows, compare as compare_runs, render_compare_html
+    from .report.document import write_json_atomic, write_text_atomic
+
     if json_out:
         _check_json_path(json_out)
-    store = Store(results, create=False)
-    data = store.load_run(store.resolve_run(run_id))
-    cells, summary = analyze(data, exclude_outliers)
-    print_summary(summary, _console())
+    if html_out:
+        _check_json_path(html_out, "--html")
+    (store_a, id_a), (store_b, id_b) = _run_of(a, results), _run_of(b, results)
+    run_a, run_b = store_a.load_run(id_a), store_b.load_run(id_b)
+    changes, only_a, only_b = compare_runs(analyze(run_a, exclude_outliers)[1], analyze(run_b, exclude_outliers)[1])
+    console = _console()
+    if not changes:
+        raise InputError(f"runs {id_a} and {id_b} have no configuration in common (compare runs of the same study)")
+    table = Table(title=f"B = {id_b} against A = {id_a}", caption=RULE, caption_justify="left")
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in ("clients", "A", "B", "change") else "left", overflow="fold")
+    colour = {"better": "green", "worse": "red"}
+    for change, row in zip(changes, change_rows(changes)):
+        style = colour.get(change.verdict)
+        table.add_row(*row, style=style)
+    console.print(table)
+    for label, items in (("only in A", only_a), ("only in B", only_b)):
+        if items:
+            console.print(f"{label}: " + "; ".join(items), highlight=False)
     if json_out:
-        write_json_atomic(json_out, run_document(data, cells, summary))
+        write_json_atomic(json_out, {"a": id_a, "b": id_b, "rule": RULE, "changes": [c.as_dict() for c in changes],
+                                     "only_in_a": only_a, "only_in_b": only_b})
+    if html_out:
+        write_text_atomic(html_out, render_compare_html(run_a, run_b, changes, only_a, only_b), ".html")
+        console.print(f"comparison in {html_out}", highlight=False)
+
+
+@app.command()
+def export(
+    results: str = typer.Argument("storeval-results", help="Results directory."),
+    fmt: str = typer.Option(..., "--format", help="json, csv or parquet."),
+    out: Optional[str] = typer.Option(None, "--out", help="New directory for the files (default: "
+                                                          "RESULTS/export-FORMAT[-RUN_ID])."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Only this run (default: every run in the store)."),
+) -> None:
+    """Write the results store's tables as JSON, CSV or Parquet files, one per table."""
+    from .report.export import FORMATS, export as export_tables
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: not a format storeval exports (choose json, csv or parquet)")
+    store = _open_results(results)
+    run = store.resolve_run(run_id) if run_id is not None else None
+    out = out or os.path.join(store.dir, f"export-{fmt}" + (f"-{run}" if run else ""))
+    names = export_tables(store, fmt, out, run)
+    _console().print(f"{len(names)} tables written to {out}: {', '.join(names)}", highlight=False)
 
 
 @app.command()

@@ -255,6 +255,12 @@ class Store:
             raise InputError(f"run '{run_id}' is not in {self.dir} ({'ambiguous' if matches else 'known: ' + ', '.join(ids[-5:])})")
         return matches[0]
 
+    def load_samples(self, run_id: str) -> list[tuple[int, int, str, str, str, float]]:
+        """(cell, t_ns, probe, device, metric, value) of a run's probe samples, in time order per cell."""
+        with self.connect(read_only=True) as con:
+            return con.execute("SELECT cell_id, t_ns, probe, device, metric, value FROM samples WHERE run_id = ? "
+                               "ORDER BY cell_id, t_ns", [run_id]).fetchall()
+
     def load_run(self, run_id: str) -> RunData:
         with self.connect(read_only=True) as con:
             row = con.execute("SELECT run_id, started, finished, status, storeval_version, command_line, study, "

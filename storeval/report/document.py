@@ -9,6 +9,7 @@ from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
 from ..analysis.scaling import scaling
+from ..analysis.table import summary_table
 from ..store import RunData
 
 
@@ -41,23 +42,28 @@ def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSum
         "outlier_rule": OUTLIER_RULE,
         "outliers_excluded": any(s.outliers_excluded for s in summary),
         "scaling": scaling(cells),
+        "table": summary_table(summary),
         "events": [{**ev, "t": _iso(ev.get("t"))} for ev in run.events],
     }
 
 
-def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` through a temporary file, so a reader never sees half a document."""
+def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it: a reader never sees half a file, and a
+    failure leaves the old file (if any) as it was."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".storeval-", suffix=".json", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".storeval-", suffix=suffix, dir=directory)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, default=str)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(doc, indent=2, default=str) + "\n", ".json")

@@ -121,6 +121,55 @@ def notes_for(s: ConfigSummary) -> str:
     return "; ".join(notes)
 
 
+def fmt_table_figure(f: dict[str, Any] | None, with_clients: bool = True) -> str:
+    """A Table-1 figure: mean ± stderr (over repetitions) and the client count where the best mean was reached."""
+    if not f:
+        return "–"
+    text = sig(f["mean"]) + (f" ± {sig(f['stderr'], 2)}" if f.get("stderr") is not None and f.get("n", 1) > 1 else "")
+    return f"{text} @{f['clients']}" if with_clients else text
+
+
+def fmt_table_rates(row: dict[str, Any]) -> str:
+    rates = row["rates"]
+    if not rates:
+        return "–"
+    if len(rates) == 1 and row["kind"] != "metadata":
+        return fmt_table_figure(next(iter(rates.values())))
+    return "; ".join(f"{phase} {fmt_table_figure(f)}" for phase, f in rates.items())
+
+
+def table_rows(table: list[dict[str, Any]]) -> list[list[str]]:
+    """The Table-1 rows as text (the terminal and the HTML report print exactly these)."""
+    out = []
+    for row in table:
+        factors = fmt_factors(row["kind"], row["factors"])
+        clients = row["clients"]
+        out.append([row["target"], row["workload"] + (f" {factors}" if factors else ""),
+                    f"{clients[0]}–{clients[-1]}" if len(clients) > 1 else str(clients[0]),
+                    fmt_table_figure(row["read_MiBps"]), fmt_table_figure(row["write_MiBps"]),
+                    f"{fmt_table_rates(row)}" + (f" {row['rate_unit']}" if row["rates"] else ""),
+                    "; ".join(row["notes"])])
+    return out
+
+
+TABLE_COLUMNS = ["target", "workload", "clients", "read MiB/s", "write MiB/s", "ops/s · events/s", "notes"]
+TABLE_CAPTION = ("Each figure is the best mean over the client counts measured, ± its stderr over repetitions, @ the "
+                 "client count that reached it. read/write: bandwidth read/write phases (else reread/rewrite, "
+                 "randread/randwrite), copy download/upload, skim bytes requested per second; MiB = 2^20 bytes.")
+
+
+def print_table(table: list[dict[str, Any]], console: Console) -> None:
+    """Seed 000's Table 1: one row per target × workload, read, write, rate, notes."""
+    if not table:
+        return
+    t = Table(title="Summary — storage × workload", caption=TABLE_CAPTION, caption_justify="left")
+    for col in TABLE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("target", "workload", "notes") else "right", overflow="fold")
+    for row in table_rows(table):
+        t.add_row(*row)
+    console.print(t)
+
+
 def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
     """One line per swept configuration: where the aggregate saturates (and, for copies, peaks)."""
     for s in scaling:
@@ -131,11 +180,12 @@ def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
                       f"{s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}{extra}", highlight=False)
 
 
-def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
-    console = console or Console()
+def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
+    """One table per workload kind, one row per configuration and phase (text cells; terminal and HTML)."""
     by_kind: dict[str, list[ConfigSummary]] = defaultdict(list)
     for s in summary:
         by_kind[s.kind].append(s)
+    tables = []
     for kind, rows in by_kind.items():
         reps = max(r.repetitions for r in rows)
         settings: dict[str, str] = {}
@@ -153,20 +203,30 @@ def print_summary(summary: list[ConfigSummary], console: Console | None = None) 
             excluded = any(r.outliers_excluded for r in rows)
             caption.append(("Outlier repetitions are EXCLUDED from these figures (--exclude-outliers); " if excluded
                             else "Outlier repetitions are flagged and still included; ") + OUTLIER_RULE + ".")
-        table = Table(title=f"{kind} — {WORKLOADS[kind].summary}" if kind in WORKLOADS else kind,
-                      caption="\n".join(c for c in caption if c), caption_justify="left")
         rate_columns = RATE_COLUMNS.get(kind, RATE_COLUMNS["bandwidth"])
-        for col, justify in (("target", "left"), ("workload", "left"), ("clients", "right"), ("phase", "left"),
-                             *[(name, "right") for name, _ in rate_columns], ("p50", "right"), ("p99", "right"),
-                             ("notes", "left")):
-            table.add_column(col, justify=justify, overflow="fold")
+        columns = ["target", "workload", "clients", "phase", *[name for name, _ in rate_columns], "p50", "p99", "notes"]
+        text_rows = []
         for r in rows:
             factors = fmt_factors(r.kind, r.factors)
-            table.add_row(r.target, r.workload + (f" {factors}" if factors else ""), str(r.clients), r.phase,
-                          *[cell(r) for _, cell in rate_columns],
-                          fmt_latency(r.latency_p50_us), fmt_latency(r.latency_p99_us), notes_for(r))
+            text_rows.append([r.target, r.workload + (f" {factors}" if factors else ""), str(r.clients), r.phase,
+                              *[cell(r) for _, cell in rate_columns],
+                              fmt_latency(r.latency_p50_us), fmt_latency(r.latency_p99_us), notes_for(r)])
+        tables.append({"kind": kind, "title": f"{kind} — {WORKLOADS[kind].summary}" if kind in WORKLOADS else kind,
+                       "columns": columns, "rows": text_rows, "caption": [c for c in caption if c], "summary": rows})
+    return tables
+
+
+def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
+    console = console or Console()
+    for spec in phase_tables(summary):
+        table = Table(title=spec["title"], caption="\n".join(spec["caption"]), caption_justify="left")
+        for col in spec["columns"]:
+            table.add_column(col, justify="left" if col in ("target", "workload", "phase", "notes") else "right",
+                             overflow="fold")
+        for row in spec["rows"]:
+            table.add_row(*row)
         console.print(table)
-        print_messages(rows, console)
+        print_messages(spec["summary"], console)
 
 
 def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12) -> None:

@@ -1,0 +1,227 @@
+"""The report's charts as plotly figure dicts (data + layout), built from the same figures as the tables.
+
+Plain dicts, not plotly.graph_objects: they go into the page as JSON and plotly.js draws them; Python plotly
+only supplies that bundled plotly.js. Each function returns a list of ``(title, figure)``; a section with
+nothing to show returns none.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..analysis.figures import CellFigures, ConfigSummary
+from ..store import CellRow
+
+NS = 1e9
+MiB = 2**20
+FAULT_EVENTS = ("error", "timeout", "died", "interrupted", "cell-failed")
+MAX_TIMELINES = 24
+MAX_FAIRNESS = 24
+
+
+def _layout(title: str, x: str, y: str, **more: Any) -> dict[str, Any]:
+    return {"title": {"text": title}, "xaxis": {"title": {"text": x}}, "yaxis": {"title": {"text": y}},
+            "margin": {"t": 50, "r": 20, "b": 50, "l": 70}, "height": 380, "legend": {"orientation": "h", "y": -0.2},
+            **more}
+
+
+def _factors(factors: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in factors.items() if k != "clients")
+
+
+def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
+    """Aggregate vs clients, one line per target (and other factor values), error bars = stderr over repetitions."""
+    by_chart: dict[tuple, list[dict]] = defaultdict(list)
+    for s in scaling:
+        by_chart[(s["workload"], s["phase"], s["figure"])].append(s)
+    out = []
+    for (workload, phase, figure), series in by_chart.items():
+        unit = "ops/s" if figure == "ops_per_s" else "MiB/s"
+        data = []
+        for s in series:
+            pts = [p for p in s["series"] if p["aggregate"] is not None]
+            name = s["target"] + (f" {_factors(s['factors'])}" if s["factors"] else "")
+            data.append({"type": "scatter", "mode": "lines+markers", "name": name,
+                         "x": [p["clients"] for p in pts], "y": [p["aggregate"] for p in pts],
+                         "error_y": {"type": "data", "array": [p["aggregate_stderr"] or 0 for p in pts],
+                                     "visible": True}})
+            data.append({"type": "scatter", "mode": "lines", "name": f"{name} per client", "line": {"dash": "dot"},
+                         "x": [p["clients"] for p in pts], "y": [p["per_client"] for p in pts], "visible": "legendonly"})
+        title = f"{workload} · {phase}: aggregate {unit} vs clients"
+        out.append((title, {"data": data, "layout": _layout(title, "clients", f"aggregate {unit}",
+                                                            xaxis={"title": {"text": "clients"}, "type": "log",
+                                                                   "dtick": 0.30103})}))
+    return out
+
+
+def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
+    """Per multi-client phase (first repetition of each configuration): per-client rate sorted, and time
+    relative to the fastest client, outliers in red (seed 000 figs. 10, 12, 13)."""
+    out = []
+    seen: set[tuple] = set()
+    for cf in cells:
+        for ph in cf.phases:
+            f = ph.fairness
+            key = (cf.cell.config, ph.phase)
+            if not f or key in seen or len(out) >= 2 * MAX_FAIRNESS:
+                continue
+            seen.add(key)
+            unit = "MiB/s" if f["unit"] == "MiBps" else "ops/s"
+            outliers = set(f["outliers"])
+            label = f"{cf.cell.target} · {cf.cell.workload} · {ph.phase} · {cf.cell.clients} clients"
+            ranks = [row["rank"] for row in f["sorted"]]
+            colors = ["#d62728" if r in outliers else "#1f77b4" for r in ranks]
+            rates = {
+                "type": "bar", "name": f"per-client {unit}", "x": [f"client {r}" for r in ranks],
+                "y": [row[f["unit"]] for row in f["sorted"]], "marker": {"color": colors},
+                "text": [("outlier · " if r in outliers else "") + row["host"] for r, row in zip(ranks, f["sorted"])]}
+            title = f"{label}: per-client {unit}, sorted (Jain {f['jain']:.3f}, spread {f['spread']:.1%})"
+            out.append((title, {"data": [rates], "layout": _layout(title, "client", unit)}))
+            rel = sorted(((int(r), t) for r, t in f["relative_time"].items()), key=lambda rt: rt[1])
+            times = {"type": "bar", "name": "time / fastest", "x": [f"client {r}" for r, _ in rel],
+                     "y": [t for _, t in rel], "marker": {"color": ["#d62728" if r in outliers else "#2ca02c"
+                                                                   for r, _ in rel]}}
+            title = f"{label}: time relative to the fastest client"
+            out.append((title, {"data": [times], "layout": _layout(title, "client", "time / fastest client's")}))
+    return out
+
+
+def metadata_charts(summary: list[ConfigSummary]) -> list[tuple[str, dict]]:
+    """ops/s per phase, one bar group per target × mode (and clients), seed 000 fig. 7."""
+    rows = [r for r in summary if r.kind == "metadata" and r.ops_per_s is not None]
+    if not rows:
+        return []
+    groups: dict[str, list[ConfigSummary]] = defaultdict(list)
+    for r in rows:
+        mode = r.factors.get("mode", r.params.get("mode", "unique"))
+        others = _factors({k: v for k, v in r.factors.items() if k != "mode"})
+        groups[f"{r.target} · {mode}{(' ' + others) if others else ''} · {r.clients} cl."].append(r)
+    data = [{"type": "bar", "name": name, "x": [r.phase for r in rs], "y": [r.ops_per_s.mean for r in rs],
+             "error_y": {"type": "data", "array": [r.ops_per_s.stderr or 0 for r in rs], "visible": True}}
+            for name, rs in groups.items()]
+    title = "metadata: ops/s per phase, by target, mode and clients"
+    return [(title, {"data": data, "layout": _layout(title, "phase", "ops/s", barmode="group")})]
+
+
+def skim_charts(summary: list[ConfigSummary]) -> list[tuple[str, dict]]:
+    """events/s, MB/s, CPU efficiency and read amplification per target (and configuration)."""
+    rows = [r for r in summary if r.kind == "skim"]
+    if not rows:
+        return []
+    names = [f"{r.target} · {r.workload}{(' ' + _factors(r.factors)) if _factors(r.factors) else ''} · "
+             f"{r.clients} cl." for r in rows]
+    out = []
+    for key, label in (("events_per_s", "events/s"), ("MBps", "MB/s (requested)"), ("cpu_efficiency", "CPU efficiency"),
+                       ("read_amplification", "read amplification (moved / needed)"),
+                       ("request_amplification", "request amplification (requested / needed)")):
+        values = [r.extras.get(key) for r in rows]
+        if not any(v is not None for v in values):
+            continue
+        data = [{"type": "bar", "name": label, "x": names, "y": [v.mean if v else None for v in values],
+                 "error_y": {"type": "data", "array": [(v.stderr or 0) if v else 0 for v in values], "visible": True}}]
+        title = f"skim: {label}"
+        out.append((title, {"data": data, "layout": _layout(title, "configuration", label)}))
+    return out
+
+
+def latency_charts(summary: list[ConfigSummary], cells: list[CellFigures]) -> list[tuple[str, dict]]:
+    """p50/p90/p99/max per phase and configuration (first repetition's merged histogram)."""
+    first: dict[tuple, Any] = {}
+    for cf in cells:
+        for ph in cf.phases:
+            if ph.status == "ok" and ph.latency_us.get("p50") is not None:
+                first.setdefault((cf.cell.config, ph.phase), (cf, ph))
+    by_kind: dict[str, list] = defaultdict(list)
+    for cf, ph in first.values():
+        by_kind[cf.cell.kind].append((cf, ph))
+    out = []
+    for kind, items in by_kind.items():
+        names = [f"{cf.cell.target} · {cf.cell.workload} · {cf.cell.clients} cl. · {ph.phase}" for cf, ph in items]
+        data = [{"type": "bar", "name": q, "x": names, "y": [ph.latency_us.get(q) for _, ph in items]}
+                for q in ("p50", "p90", "p99", "max")]
+        title = f"{kind}: latency percentiles per operation"
+        out.append((title, {"data": data, "layout": _layout(title, "configuration · phase", "µs (log)", barmode="group",
+                                                            yaxis={"title": {"text": "µs"}, "type": "log"})}))
+    return out
+
+
+def _rates(points: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
+    """Per-second rates from cumulative counter samples: (t of each interval's end, rate)."""
+    xs, ys = [], []
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t1 > t0:
+            xs.append(t1)
+            ys.append(max(v1 - v0, 0) / ((t1 - t0) / NS))
+    return xs, ys
+
+
+def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) -> list[tuple[str, dict]]:
+    """Network, disk and CPU per second while a cell ran, phase boundaries shaded, faults marked.
+
+    One chart per configuration (its first repetition with samples), at most MAX_TIMELINES."""
+    per_cell: dict[int, list[tuple]] = defaultdict(list)
+    for row in samples:
+        per_cell[row[0]].append(row[1:])
+    out = []
+    seen: set[int] = set()
+    for cell in cells:
+        rows = per_cell.get(cell.cell_id)
+        if not rows or cell.config in seen or len(out) >= MAX_TIMELINES:
+            continue
+        seen.add(cell.config)
+        t_zero = rows[0][0]
+        series: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
+        for t, probe, device, metric, value in rows:
+            series[(probe, device, metric)].append((t, value))
+
+        def sec(t: float) -> float:
+            return (t - t_zero) / NS
+
+        data = []
+        for (probe, device, metric), pts in sorted(series.items()):
+            if probe == "net" and metric in ("rx_bytes", "tx_bytes"):
+                xs, ys = _rates(pts)
+                if any(ys):
+                    data.append({"type": "scatter", "mode": "lines+markers", "name": f"net {device} {metric[:2]} MiB/s",
+                                 "x": [sec(x) for x in xs], "y": [y / MiB for y in ys]})
+            elif probe == "disk" and metric in ("read_bytes", "write_bytes"):
+                xs, ys = _rates(pts)
+                data.append({"type": "scatter", "mode": "lines+markers", "name": f"disk {device} {metric[:-6]} MiB/s",
+                             "x": [sec(x) for x in xs], "y": [y / MiB for y in ys]})
+        busy, total = series.get(("cpu", "all", "busy")), series.get(("cpu", "all", "total"))
+        if busy and total:
+            xs, b = _rates(busy)
+            _, tot = _rates(total)
+            data.append({"type": "scatter", "mode": "lines+markers", "name": "CPU busy %", "yaxis": "y2",
+                         "x": [sec(x) for x in xs], "y": [100 * bb / tt if tt else 0 for bb, tt in zip(b, tot)]})
+        shapes, notes = [], []
+        spans: dict[tuple[str, int], list[int]] = {}
+        for r in cell.records:
+            span = spans.setdefault((r.phase, r.iteration), [r.start_ns, r.end_ns])
+            span[0], span[1] = min(span[0], r.start_ns), max(span[1], r.end_ns)
+        for i, ((phase, iteration), (start, end)) in enumerate(sorted(spans.items(), key=lambda kv: kv[1][0])):
+            shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": sec(start), "x1": sec(end), "y0": 0,
+                           "y1": 1, "fillcolor": "#1f77b4" if i % 2 == 0 else "#ff7f0e", "opacity": 0.08,
+                           "line": {"width": 0}})
+            notes.append({"x": sec(start), "y": 1.02, "xref": "x", "yref": "paper", "showarrow": False,
+                          "xanchor": "left", "text": phase + (f" #{iteration + 1}" if iteration else ""),
+                          "font": {"size": 10}})
+        faults = [e for e in events if e.get("cell") == cell.cell_id and e.get("kind") in FAULT_EVENTS]
+        for e in faults:  # events carry wall-clock times: mark them at the end of the phase they name
+            at = max((sp[1] for (ph, _), sp in spans.items() if ph == (e.get("phase") or "").split(" #")[0]),
+                     default=rows[-1][0])
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": sec(at), "x1": sec(at), "y0": 0,
+                           "y1": 1, "line": {"color": "#d62728", "width": 2, "dash": "dash"}})
+            notes.append({"x": sec(at), "y": 0.95, "xref": "x", "yref": "paper", "showarrow": True,
+                          "text": f"✗ {e['kind']}", "hovertext": e.get("message") or "", "font": {"color": "#d62728"}})
+        if not data:
+            continue
+        title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {cell.clients} clients "
+                 f"(rep. {cell.repetition + 1}) — probes per second")
+        layout = _layout(title, "seconds since the cell's first sample", "MiB/s", shapes=shapes, annotations=notes,
+                         yaxis2={"title": {"text": "CPU busy %"}, "overlaying": "y", "side": "right",
+                                 "range": [0, 100], "autorange": False})
+        layout["margin"]["r"] = 70
+        out.append((title, {"data": data, "layout": layout}))
+    return out

@@ -1,0 +1,57 @@
+"""``storeval export``: the results store's tables as JSON, CSV or Parquet files, written by DuckDB itself.
+
+One file per table (studies, cells, phases, records, events, environment, samples), optionally for one
+run. The files go into a new directory (or an empty one): export never overwrites what is there. Binary
+columns (latency histograms) are written as they are stored: Parquet keeps them as BLOBs, CSV and JSON as
+DuckDB's escaped text; ``storeval.histogram.Histogram.from_bytes`` reads them back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from ..errors import InputError
+from ..store import TABLES, Store
+
+FORMATS = {"json": ("json", "(FORMAT json, ARRAY true)"), "csv": ("csv", "(FORMAT csv, HEADER true)"),
+           "parquet": ("parquet", "(FORMAT parquet)")}
+
+
+def check_destination(out: str) -> None:
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise InputError(f"--out {out}: exists and is not an empty directory (choose a new directory; export never "
+                         "overwrites files)")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise InputError(f"--out {out}: {parent} is not a writable directory (create it or choose another path)")
+
+
+def export(store: Store, fmt: str, out: str, run_id: str | None) -> list[str]:
+    """Write one file per table into ``out`` (created here); returns the file names. All or nothing: the
+    files are written into a temporary directory beside ``out`` that is renamed at the end."""
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: not a format storeval exports (choose json, csv or parquet)")
+    check_destination(out)
+    ext, options = FORMATS[fmt]
+    parent = os.path.dirname(os.path.abspath(out))
+    tmp = tempfile.mkdtemp(prefix=".storeval-export-", dir=parent)
+    names = []
+    try:
+        with store.connect(read_only=True) as con:
+            for table in TABLES:
+                path = os.path.join(tmp, f"{table}.{ext}")
+                where = " WHERE run_id = $run" if run_id is not None else ""
+                query = f"SELECT * FROM {table}{where}"
+                params = {"run": run_id} if run_id is not None else {}
+                quoted = path.replace("'", "''")
+                con.execute(f"COPY ({query}) TO '{quoted}' {options}", params)
+                names.append(f"{table}.{ext}")
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty, checked above
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # our own temporary directory only
+        raise
+    return names

@@ -1,0 +1,117 @@
+"""The HTML report: one self-contained file (plotly.js, data and styles inline; no network request at all).
+
+Everything in it comes from the same analysis as the terminal tables and the JSON document: the summary
+table prints ``document["table"]`` through the same formatter, the phase tables are the terminal's rows.
+A Content-Security-Policy of ``default-src 'none'`` makes the browser refuse any request the page might
+try, so "works offline" is enforced, not hoped for.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ..analysis.figures import CellFigures, ConfigSummary
+from ..analysis.scaling import scaling as scaling_of
+from ..analysis.table import summary_table
+from ..store import RunData
+from . import charts
+from .terminal import TABLE_CAPTION, TABLE_COLUMNS, phase_tables, table_rows
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+@lru_cache(maxsize=1)
+def _env() -> Environment:
+    return Environment(loader=PackageLoader("storeval.report", "templates"), autoescape=select_autoescape(["j2"]),
+                       trim_blocks=True, lstrip_blocks=True)
+
+
+def _figures_json(groups: dict[str, list[tuple[str, dict]]]) -> tuple[dict[str, list[tuple[str, str]]], str]:
+    """Give every chart an id; returns {section: [(id, title)]} and the JSON the page's script reads."""
+    ids: dict[str, list[tuple[str, str]]] = {}
+    figures: dict[str, dict] = {}
+    for section, items in groups.items():
+        ids[section] = []
+        for i, (title, fig) in enumerate(items):
+            chart_id = f"{section}-{i}"
+            figures[chart_id] = fig
+            ids[section].append((chart_id, title))
+    text = json.dumps(figures, default=float, allow_nan=False).replace("</", "<\\/")
+    return ids, text
+
+
+def _messages(summary: list[ConfigSummary]) -> list[dict[str, str]]:
+    seen: dict[str, dict[str, str]] = {}
+    for r in summary:
+        where = f"[{r.target} · {r.workload} · {r.clients} client(s) · {r.phase}]"
+        for cls, mark, items in (("flag", "✗", r.flags), ("warn", "⚠", r.warnings)):
+            for item in items:
+                text = f"{mark} {item['code']}: {item['message']} {where}"
+                seen.setdefault(text, {"cls": cls, "text": text})
+        for o in r.outliers:
+            value = f"{o['value']:.4g}" if isinstance(o.get("value"), (int, float)) else "?"
+            text = (f"outlier: repetition {o['repetition'] + 1} (cell {o['cell']}) with {value} "
+                    f"{where}{' — excluded' if r.outliers_excluded else ''}")
+            seen.setdefault(text, {"cls": "warn", "text": text})
+    return list(seen.values())
+
+
+def _clean(value: Any) -> Any:
+    """JSON cannot carry NaN or infinity: charts get null instead."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary],
+                  samples: list[tuple]) -> str:
+    from ..analysis.fairness import RULE as FAIRNESS_RULE
+
+    scaling = scaling_of(cells)
+    groups = {
+        "scaling": charts.scaling_charts(scaling),
+        "fairness": charts.fairness_charts(cells),
+        "metadata": charts.metadata_charts(summary),
+        "skim": charts.skim_charts(summary),
+        "latency": charts.latency_charts(summary, cells),
+        "timeline": charts.timeline_charts(run.cells, samples, run.events),
+    }
+    groups = {k: [(t, _clean(f)) for t, f in v] for k, v in groups.items()}
+    ids, figures_json = _figures_json(groups)
+    sections = [("summary", "Summary"), ("phases", "Phases")] + [
+        (anchor, name) for anchor, name, key in (("scaling", "Scaling", "scaling"), ("fairness", "Fairness", "fairness"),
+                                                 ("metadata", "Metadata", "metadata"), ("skim", "Skim", "skim"),
+                                                 ("latency", "Latency", "latency"),
+                                                 ("timelines", "Probe timelines", "timeline")) if ids[key]] + [
+        ("messages", "Flags and warnings"), ("environment", "Environment"), ("study", "Study")]
+    saturation_rows = [[s["target"], s["workload"], s["phase"], s["saturation_clients"], s["workers_to_peak"]]
+                       for s in scaling]
+    events = [[e.get("cell"), e["t"].isoformat(timespec="seconds") if e.get("t") else "", e.get("kind"),
+               "" if e.get("rank") is None else e["rank"], e.get("phase") or "", e.get("message") or ""]
+              for e in run.events]
+    return _env().get_template("report.html.j2").render(
+        title=f"storeval report {run.run_id}", run=run, sections=sections,
+        table_columns=TABLE_COLUMNS, table_rows=table_rows(summary_table(summary)), table_caption=TABLE_CAPTION,
+        phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
+        saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
+        fairness_rule=FAIRNESS_RULE, metadata_charts=ids["metadata"], skim_charts=ids["skim"],
+        latency_charts=ids["latency"], timeline_charts=ids["timeline"],
+        probe_interval=run.study.get("probe_interval", 1.0), messages=_messages(summary), events=events,
+        environment=json.dumps(run.environment, indent=2, default=str),
+        study=yaml.safe_dump(run.study, sort_keys=False, allow_unicode=True),
+        outliers_excluded=any(s.outliers_excluded for s in summary),
+        figures_json=figures_json, plotly_js=plotly_js())
