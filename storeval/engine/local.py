@@ -140,7 +140,8 @@ class LocalEngine:
                 p.start()
             if on_clients is not None:
                 on_clients(_describe(procs))
-            sampler = self._start_sampler(procs, job.get("probe_interval", 1.0))
+            sampler = start_sampler(self.ctx, {f"client{r}": p.pid for r, p in enumerate(procs) if p.pid},
+                                    job.get("probe_interval", 1.0))
             watch.loop(out, on_progress)
         except KeyboardInterrupt:
             watch.fail("interrupted", watch.current_step(), "interrupted by the user (Ctrl-C)")
@@ -157,7 +158,7 @@ class LocalEngine:
                     p.join(timeout=1)
                 out.close()
             finally:
-                samples = self._stop_sampler(sampler)
+                samples = stop_sampler(sampler)
                 signal.signal(signal.SIGINT, old)
         outcome = watch.outcome()
         outcome.samples = samples
@@ -169,33 +170,33 @@ class LocalEngine:
             outcome.stop_requested = True
         return outcome
 
-    def _start_sampler(self, procs: list, interval: float) -> tuple | None:
-        if not interval or interval <= 0:
-            return None
-        from ..probes.sampler import sampler_main
 
-        stop, out = self.ctx.Event(), self.ctx.Queue()
-        pids = {f"client{r}": p.pid for r, p in enumerate(procs) if p.pid}
-        proc = self.ctx.Process(target=sampler_main, args=(pids, interval, stop, out), name="storeval-sampler",
-                                daemon=True)
-        proc.start()
-        return proc, stop, out
+def start_sampler(ctx: Any, pids: dict[str, int], interval: float) -> tuple | None:
+    """The probe side process of a cell (every engine's: it samples this host while the clients run)."""
+    if not interval or interval <= 0:
+        return None
+    from ..probes.sampler import sampler_main
 
-    @staticmethod
-    def _stop_sampler(sampler: tuple | None) -> list:
-        if sampler is None:
-            return []
-        proc, stop, out = sampler
-        stop.set()
-        try:
-            rows = out.get(timeout=30)
-        except queue_mod.Empty:
-            rows = []
-        proc.join(timeout=5)
-        if proc.is_alive():
-            proc.kill()
-        out.close()
-        return rows
+    stop, out = ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=sampler_main, args=(pids, interval, stop, out), name="storeval-sampler", daemon=True)
+    proc.start()
+    return proc, stop, out
+
+
+def stop_sampler(sampler: tuple | None) -> list:
+    if sampler is None:
+        return []
+    proc, stop, out = sampler
+    stop.set()
+    try:
+        rows = out.get(timeout=30)
+    except queue_mod.Empty:
+        rows = []
+    proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+    out.close()
+    return rows
 
 
 def _describe(procs: list) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from .clients import run_client
-from .local import CellOutcome, _Watch
+from .local import CellOutcome, _context, _Watch, start_sampler, stop_sampler
 from .records import STOP, ClientStopped, set_process_name
 
 TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK = 101, 102, 103, 104
@@ -203,6 +203,7 @@ class MpiEngine:
         self.hosts = w.allgather(socket.gethostname())
         self.procs = w.allgather((os.getpid(), psutil.Process().create_time(), os.uname().nodename))
         self.placement, self.per_host = placement, clients_per_host
+        self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
 
     def capacity(self) -> int:
@@ -223,12 +224,16 @@ class MpiEngine:
         def client0() -> None:
             result["msgs"] = participate(job, ranks, leaders)
 
+        here = self.procs[0][2]  # rank 0's host: the side process samples it, with its clients' /proc/<pid>/io
+        pids = {f"client{i}": self.procs[r][0] for i, r in enumerate(ranks) if self.procs[r][2] == here}
+        sampler = start_sampler(self._context(), pids, job.get("probe_interval", 1.0))
         t = threading.Thread(target=client0, daemon=True)
         t.start()
         try:
             watch.loop(t, on_progress)
         except RankHung as e:  # the job cannot go on: the caller cleans up, stores and aborts it
             STOP.set()
+            stop_sampler(sampler)
             return CellOutcome(status="failed", error=str(e), failed_step=e.step, fatal=True,
                                events=[{"kind": "timeout", "rank": e.ranks[0], "phase": watch.label(e.step),
                                         "message": str(e)}])
@@ -238,7 +243,14 @@ class MpiEngine:
         for r in ranks[1:]:
             for m in w.recv(source=r, tag=TAG_RESULT):
                 watch.handle(m)
-        return watch.outcome()
+        outcome = watch.outcome()
+        outcome.samples = stop_sampler(sampler)
+        return outcome
+
+    def _context(self) -> Any:
+        if self.ctx is None:
+            self.ctx = _context()
+        return self.ctx
 
     def shutdown(self, code: int = 0) -> None:
         """End the other ranks' :func:`serve` with the job's exit code (every rank exits with the same one)."""

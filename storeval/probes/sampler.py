@@ -7,6 +7,7 @@ table and the report's timelines.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from typing import Any
@@ -25,8 +26,11 @@ def sampler_main(pids: dict[str, int], interval: float, stop: Any, out: Any) -> 
         t = time.perf_counter_ns()
         rows.extend((t, probe, device, metric, value) for probe, device, metric, value in flatten(snapshot(pids)))
 
+    parent = os.getppid()
     take()
     while not stop.wait(interval):
+        if os.getppid() != parent:  # orphaned: the coordinator was killed; nobody will ever read the samples
+            return
         take()
     take()
     out.put(rows)
