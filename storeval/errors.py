@@ -41,6 +41,8 @@ def one_line(exc: BaseException) -> str:
     text = str(exc).strip().replace("\n", " ")
     if isinstance(exc, StorevalError):
         return text
+    if isinstance(exc, KeyboardInterrupt):  # a client (an MPI rank) got SIGINT of its own
+        return "interrupted (SIGINT)"
     if isinstance(exc, OSError) and exc.strerror:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror}{where}"
