@@ -203,10 +203,13 @@ class _Guard:
         if self.proc is not None:
             try:
                 watchdog.save_state(self.path, self.state)
-            except OSError:
+                self.proc.stdin.write(b".")  # wake it: it follows at once, not at its next poll
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
                 pass
 
     def start(self) -> None:
+        self.state["job"] = getattr(self.runner.engine, "processes", lambda: [])()
         try:
             watchdog.save_state(self.path, self.state)
         except OSError:
@@ -245,6 +248,10 @@ class _Guard:
             return
         self.state["done"] = True
         self._save()
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
         try:
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001 - it leaves by itself at its next poll

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,12 +169,17 @@ def test_killing_a_rank_mid_phase_ends_the_job_names_the_rank_and_leaves_nothing
             proc.kill()
     assert time.monotonic() - t0 < 30
     assert proc.returncode != 0
-    who = f"rank {victim} (pid {pid} on {HOST}) died" if victim else "rank 0 (the coordinator) was killed"
-    message = (f"{who} during write of cell 0 ({target} · bandwidth · 4 clients); mpiexec ended the job")
-    assert f"error: {message}; storeval removed its files" in err
+    # the launcher kills the other ranks within a millisecond; on a loaded machine the watchdog may wake
+    # only after several have ended, and then it names all of those it cannot order
+    who = f"rank {victim} (pid {pid} on {HOST})" if victim else "rank 0 (the coordinator)"
+    line = next(line for line in err.splitlines() if line.startswith("error: "))
+    assert re.fullmatch(rf"error: (.* and )?{re.escape(who)}( and .*)? (died|was killed)( at the same moment)? "
+                        rf"during write of cell 0 \({re.escape(str(target))} · bandwidth · 4 clients\); mpiexec ended "
+                        r"the job; storeval removed its files", line), line
     assert os.listdir(target) == []
     with duckdb.connect(str(tmp_path / "res" / "storeval.duckdb"), read_only=True) as con:
-        assert con.execute("SELECT status, error FROM cells").fetchall() == [("failed", message)]
+        assert con.execute("SELECT status, error FROM cells").fetchall() == [
+            ("failed", line.removeprefix("error: ").removesuffix("; storeval removed its files"))]
         assert con.execute("SELECT status FROM studies").fetchall() == [("failed",)]
     assert list((tmp_path / "res").glob(".storeval-*")) == []
 

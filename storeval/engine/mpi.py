@@ -206,6 +206,11 @@ class MpiEngine:
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
 
+    def processes(self) -> list[dict[str, Any]]:
+        """Every rank's PID, start time and host (the watchdog follows this host's ranks from the start)."""
+        return [{"rank": r, "pid": pid, "created": created, "host": host, "coordinator": r == 0}
+                for r, (pid, created, host) in enumerate(self.procs)]
+
     def capacity(self) -> int:
         return len(self.order)
 

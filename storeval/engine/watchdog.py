@@ -13,8 +13,8 @@ When the coordinator disappears first, the watchdog:
 2. removes the cell's files and the run's scratch directories through the targets' drivers — storeval's
    own names only, as the coordinator would have;
 3. stores the cell and the run as failed in the results store, and
-4. prints one line saying which client died during which phase — on the launcher's stderr, which it
-   opened at start, because the coordinator's own stderr (a pipe to ``mpiexec``) is gone by then.
+4. prints one line saying which client died during which phase, on the coordinator's stderr, which it
+   shares: ``mpiexec`` forwards it and waits for it before it returns.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import Any
 import psutil
 
 POLL = 0.2
-LAUNCHERS = ("mpiexec", "mpirun", "orterun", "prterun", "srun")
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
@@ -43,24 +42,18 @@ def save_state(path: str | Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _launcher(pid: int) -> int:
-    """The PID whose stderr the user sees: the MPI launcher above the coordinator, else the coordinator."""
-    try:
-        for parent in psutil.Process(pid).parents():
-            if parent.name().startswith(LAUNCHERS):
-                return parent.pid
-    except psutil.Error:
-        pass
-    return pid
-
-
 def start(state_path: str | Path) -> subprocess.Popen | None:
-    """Start the watchdog of this (coordinator) process; it reads ``state_path``."""
+    """Start the watchdog of this (coordinator) process; it reads ``state_path``.
+
+    Its stdin is a pipe: the coordinator writes a byte after every change of the state file, so the watchdog
+    follows at once (and sees EOF when the coordinator is gone). Its stderr is the coordinator's: under
+    ``mpiexec`` that is a pipe the launcher keeps reading until every holder has closed it, so the
+    watchdog's last line still reaches the user before ``mpiexec`` returns."""
     me = psutil.Process()
     try:
         return subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
-                                 repr(me.create_time()), str(_launcher(me.pid))], start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 repr(me.create_time())], start_new_session=True, stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL)
     except OSError:
         return None
 
@@ -94,50 +87,56 @@ def _pidfd(pid: int, created: float | None) -> int | None:
 
 
 class _Deaths:
-    """pidfds of this host's clients of the running cell, and the order in which they ended."""
+    """pidfds of this host's clients (and, under MPI, of all this host's ranks), and who ended first."""
 
     def __init__(self) -> None:
-        self.fds: dict[int, str] = {}  # fd -> rank
-        self.key: Any = None
+        self.watching: dict[tuple[str, int], int] = {}  # (rank, pid) -> pidfd
+        self.cell: Any = None
         self.first: list[str] = []  # the rank(s) seen ending in the first wake-up of this cell
 
-    def follow(self, cell: dict[str, Any] | None) -> None:
-        key = (cell or {}).get("index"), tuple((c["rank"], c.get("pid")) for c in (cell or {}).get("clients", []))
-        if key == self.key:
-            return
-        for fd in self.fds:
-            os.close(fd)
-        self.fds, self.key, self.first = {}, key, []
+    def follow(self, state: dict[str, Any]) -> None:
+        cell = state.get("cell") or {}
+        if cell.get("index") != self.cell:  # a client that died in an earlier cell is that cell's story
+            self.cell, self.first = cell.get("index"), []
         host = os.uname().nodename
-        for c in (cell or {}).get("clients", []):
-            if c.get("pid") and c.get("host") == host and not c.get("coordinator"):
+        wanted = {(str(c["rank"]), c["pid"]): c for c in [*state.get("job", []), *cell.get("clients", [])]
+                  if c.get("pid") and c.get("host") == host and not c.get("coordinator")}
+        for key in [k for k in self.watching if k not in wanted]:
+            os.close(self.watching.pop(key))
+        for key, c in wanted.items():
+            if key not in self.watching:
                 fd = _pidfd(c["pid"], c.get("created"))
                 if fd is not None:
-                    self.fds[fd] = str(c["rank"])
+                    self.watching[key] = fd
 
-    def ended(self, ready: list[int]) -> None:
-        ranks = sorted((self.fds.pop(fd) for fd in ready if fd in self.fds), key=int)
-        for fd in ready:
-            if fd in self.fds:
-                os.close(fd)
-        if ranks and not self.first:
-            self.first = ranks
+    @property
+    def fds(self) -> list[int]:
+        return list(self.watching.values())
+
+    def ended(self, ready: list[int], coordinator: bool = False) -> None:
+        """Note the processes whose pidfds woke us (the coordinator too, when it is among them: then the
+        order inside this wake-up is unknown and all of them are named)."""
+        gone = [key for key, fd in self.watching.items() if fd in ready]
+        for key in gone:
+            os.close(self.watching.pop(key))
+        if (gone or coordinator) and not self.first:
+            self.first = (["coordinator"] if coordinator and gone else []) + sorted((r for r, _ in gone), key=int)
 
 
-def main(path: str, pid: int, created: float, launcher: int) -> int:
+def main(path: str, pid: int, created: float) -> int:
     from .records import set_process_name
 
     set_process_name("storeval-watch")
-    try:  # our own handle on the terminal or file the user reads, taken while the launcher is alive
-        report = os.open(f"/proc/{launcher}/fd/2", os.O_WRONLY | os.O_APPEND)
-        os.dup2(report, 2)  # and anything going wrong in here lands there too
+    try:  # wake up first when processes die (only root may ask; nobody else needs to)
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
     except OSError:
-        report = 2
+        pass
     coordinator = _pidfd(pid, created)
     if coordinator is None:
         return 0
     deaths = _Deaths()
     state: dict[str, Any] | None = None
+    wake: int | None = 0  # stdin: a byte per state change, EOF when the coordinator is gone
     coordinator_first = False
     while True:
         fresh = _read(path)
@@ -146,13 +145,15 @@ def main(path: str, pid: int, created: float, launcher: int) -> int:
         state = fresh or state
         if state.get("done"):
             return 0
-        deaths.follow(state.get("cell"))
-        ready, _, _ = select.select([coordinator, *deaths.fds], [], [], POLL)
-        if ready:
-            deaths.ended([fd for fd in ready if fd != coordinator])
-            if coordinator in ready:
-                coordinator_first = not deaths.first
-                break
+        deaths.follow(state)
+        ready, _, _ = select.select([coordinator, *deaths.fds, *([wake] if wake is not None else [])], [], [], POLL)
+        if coordinator in ready:
+            coordinator_first = not deaths.first
+            deaths.ended(ready, coordinator=True)
+            break
+        deaths.ended(ready)
+        if wake is not None and wake in ready and not os.read(wake, 65536):
+            wake = None  # EOF: the coordinator closed it (done) or died; the next loop says which
     latest = _read(path)  # the coordinator may have finished just before it died
     if latest is not None:
         state = latest
@@ -168,11 +169,14 @@ def main(path: str, pid: int, created: float, launcher: int) -> int:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
                 pass
-    message = _message(state, deaths.first, coordinator_first, launcher != pid)
+    message = _message(state, deaths.first, coordinator_first, bool(state.get("job")))
     removed = _clean(state)
     _record(state, message)
     tail = "storeval removed its files" if removed else "some of storeval's files could not be removed"
-    os.write(report, f"error: {message}; {tail}\n".encode())
+    try:
+        os.write(2, f"error: {message}; {tail}\n".encode())
+    except OSError:
+        pass
     try:
         os.unlink(path)
     except OSError:
@@ -180,22 +184,27 @@ def main(path: str, pid: int, created: float, launcher: int) -> int:
     return 1
 
 
-def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_launcher: bool) -> str:
+def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_mpi: bool) -> str:
     cell = state.get("cell")
-    clients = {str(c["rank"]): c for c in (cell or {}).get("clients", [])}
-    unit = "rank" if under_launcher else "client"
+    known = {str(c["rank"]): c for c in [*state.get("job", []), *(cell or {}).get("clients", [])]}
+    unit = "rank" if under_mpi else "client"
+    def name(r: str) -> str:
+        if r == "coordinator":
+            return "rank 0 (the coordinator)" if under_mpi else "the storeval coordinator"
+        return f"{unit} {r} (pid {known[r]['pid']} on {known[r]['host']})"
+
     if first:
-        who = " and ".join(f"{unit} {r} (pid {clients[r]['pid']} on {clients[r]['host']})" for r in first)
+        who = " and ".join(name(r) for r in first)
         what = f"{who} died" + (" at the same moment" if len(first) > 1 else "")
-    elif coordinator_first and under_launcher:
+    elif coordinator_first and under_mpi:
         what = "rank 0 (the coordinator) was killed"
     elif coordinator_first:
         what = "the storeval coordinator was killed"
     else:
         what = "a rank on another host died"
     where = f" during {state.get('phase') or 'the start'} of cell {cell['index']} ({cell['target']} · " \
-            f"{cell['workload']} · {cell['nclients']} clients)" if cell else ""
-    ended = "; mpiexec ended the job" if under_launcher else ""
+            f"{cell['workload']} · {cell['nclients']} clients)" if cell else " between cells"
+    ended = "; mpiexec ended the job" if under_mpi else ""
     return f"{what}{where}{ended}"
 
 
@@ -238,4 +247,4 @@ def _record(state: dict[str, Any], message: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])))
+    sys.exit(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
