@@ -43,15 +43,32 @@ def _console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
-def _check_json_path(path: str, option: str = "--json") -> None:
-    """An output file's place must exist and be writable before anything runs (nothing half-done after)."""
+OWN_MARKS = {"--json": (b'"storeval_version"',), "--html": (b"storeval report", b"storeval comparison")}
+
+
+def _check_output(path: str, option: str = "--json", creating: str | None = None) -> None:
+    """An output file's place must exist and be writable before anything runs, and an existing file there is
+    replaced only if storeval wrote it (a JSON document or report of its own): never a user's file, never
+    the results store. ``creating`` names a directory this command will create (the results directory)."""
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise InputError(f"{option} {path}: is a directory (give a file name)")
+    if creating is not None and directory == os.path.abspath(creating) and not os.path.exists(directory):
+        return
     if not os.path.isdir(directory):
         raise InputError(f"{option} {path}: directory {directory} does not exist (create it or choose another path)")
     if not os.access(directory, os.W_OK):
         raise InputError(f"{option} {path}: directory {directory} is not writable (choose another path)")
+    if os.path.lexists(path):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096)
+        except OSError as e:
+            raise InputError(f"{option} {path}: cannot read the file that is there ({e.strerror}); choose a new "
+                             "file name") from e
+        if not os.path.isfile(path) or not any(mark in head for mark in OWN_MARKS[option]):
+            raise InputError(f"{option} {path}: a file that storeval did not write is there (choose a new file "
+                             "name; storeval replaces only its own output)")
 
 
 @app.command()
@@ -114,11 +131,15 @@ def run(
                              f"{engine.capacity()} client(s){per} (start more ranks or lower --clients)")
         if engine.rank != 0:
             raise typer.Exit(engine.serve())
+    elif spec.clients_per_host is not None and max(spec.clients) > spec.clients_per_host:
+        raise InputError(f"clients {max(spec.clients)}: without mpiexec every client runs on this host, and "
+                         f"clients_per_host is {spec.clients_per_host} (lower --clients, or run under mpiexec "
+                         "across hosts)")
     try:
         if json_out:
-            _check_json_path(json_out)
+            _check_output(json_out, "--json", creating=results)
         if html_out and not no_html:
-            _check_json_path(html_out, "--html")
+            _check_output(html_out, "--html", creating=results)
         Store.check_location(results)
         out = _console()
         err = Console(stderr=True, soft_wrap=True)
@@ -160,7 +181,8 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
             html_out = None
     if not quiet:
         _print_all(summary, cell_figs, out)
-        failed = f", {result.failed} failed" if result.failed else ""
+        failed = (f", {result.failed} failed" if result.failed else "") + \
+            (f", {result.not_run} not run" if result.not_run else "")
         out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {store.dir}"
                   + (f", JSON in {json_out}" if json_out else "") + (f", report in {html_out}" if html_out else ""))
     for cf in cell_figs:
@@ -194,13 +216,14 @@ def report(
     from .report.document import run_document, write_json_atomic
 
     if json_out:
-        _check_json_path(json_out)
+        _check_output(json_out)
     if html_out:
-        _check_json_path(html_out, "--html")
+        _check_output(html_out, "--html")
     store = _open_results(results)
     data = store.load_run(store.resolve_run(run_id))
     cells, summary = analyze(data, exclude_outliers)
     _print_all(summary, cells, _console())
+    _print_run_state(data, _console())
     if json_out:
         write_json_atomic(json_out, run_document(data, cells, summary))
     if html_out:
@@ -214,6 +237,26 @@ def _open_results(results: str):
     if not os.path.isdir(results):
         raise InputError(f"{results} is not a results directory (run storeval run first, or pass the directory)")
     return Store(results, create=False)
+
+
+def _print_run_state(data, console) -> None:
+    """How the run ended, its failed cells and what went wrong: a stored run says so as its live run did."""
+    statuses = [c.status for c in data.cells]
+    counts = ", ".join(f"{statuses.count(st)} {st}" for st in dict.fromkeys(statuses) if st != "ok")
+    console.print(f"run {data.run_id} ({data.started:%Y-%m-%d %H:%M}): {data.status}; {len(statuses)} cells"
+                  + (f", {counts}" if counts else ""), highlight=False)
+    said = set()
+    for c in data.cells:
+        if c.status not in ("ok", "skipped") and c.error:
+            said.add(c.error)
+            console.print(f"cell {c.cell_id} ({c.target} · {c.workload} · {c.clients} clients) {c.status}: {c.error}",
+                          highlight=False, markup=False)
+    for e in data.events:
+        if e.get("kind") in ("died", "timeout") and e.get("message") and e["message"] not in said:
+            console.print(f"{e['kind']}: {e['message']}", highlight=False, markup=False)
+    if data.status == "running":
+        console.print("the run is still going, or its coordinator died without a watchdog: figures are partial",
+                      highlight=False)
 
 
 def _print_all(summary, cells, console) -> None:
@@ -267,15 +310,21 @@ def compare(
     from .report.document import write_json_atomic, write_text_atomic
 
     if json_out:
-        _check_json_path(json_out)
+        _check_output(json_out)
     if html_out:
-        _check_json_path(html_out, "--html")
+        _check_output(html_out, "--html")
     (store_a, id_a), (store_b, id_b) = _run_of(a, results), _run_of(b, results)
     run_a, run_b = store_a.load_run(id_a), store_b.load_run(id_b)
-    changes, only_a, only_b = compare_runs(analyze(run_a, exclude_outliers)[1], analyze(run_b, exclude_outliers)[1])
+    changes, only_a, only_b, differ = compare_runs(analyze(run_a, exclude_outliers)[1],
+                                                   analyze(run_b, exclude_outliers)[1])
     console = _console()
     if not changes:
-        raise InputError(f"runs {id_a} and {id_b} have no configuration in common (compare runs of the same study)")
+        why = "; same names, other parameters: " + "; ".join(differ[:3]) if differ else ""
+        raise InputError(f"runs {id_a} and {id_b} have no configuration in common{why} (compare runs of the same "
+                         "study)")
+    if run_a.study_hash != run_b.study_hash:
+        console.print("A and B ran different studies: only configurations with the same parameters are compared",
+                      highlight=False)
     table = Table(title=f"B = {id_b} against A = {id_a}", caption=RULE, caption_justify="left")
     for col in COLUMNS:
         table.add_column(col, justify="right" if col in ("clients", "A", "B", "change") else "left", overflow="fold")
@@ -284,14 +333,14 @@ def compare(
         style = colour.get(change.verdict)
         table.add_row(*row, style=style)
     console.print(table)
-    for label, items in (("only in A", only_a), ("only in B", only_b)):
+    for label, items in (("only in A", only_a), ("only in B", only_b), ("not compared, parameters differ", differ)):
         if items:
             console.print(f"{label}: " + "; ".join(items), highlight=False)
     if json_out:
-        write_json_atomic(json_out, {"a": id_a, "b": id_b, "rule": RULE, "changes": [c.as_dict() for c in changes],
-                                     "only_in_a": only_a, "only_in_b": only_b})
+        write_json_atomic(json_out, {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": RULE, "changes": [c.as_dict() for c in changes],
+                                     "only_in_a": only_a, "only_in_b": only_b, "parameters_differ": differ})
     if html_out:
-        write_text_atomic(html_out, render_compare_html(run_a, run_b, changes, only_a, only_b), ".html")
+        write_text_atomic(html_out, render_compare_html(run_a, run_b, changes, only_a, only_b, differ), ".html")
         console.print(f"comparison in {html_out}", highlight=False)
 
 

@@ -40,6 +40,7 @@ class RunResult:
     cells: int
     failed: int
     fatal: str | None = None  # why the engine could not go on (the job must end)
+    not_run: int = 0  # cells never reached (after a fatal failure or an interruption)
 
 
 class Runner:
@@ -115,8 +116,10 @@ class Runner:
                                                on_clients=self.guard.clients)
             else:
                 outcome = CellOutcome(status="ok")
-        except KeyboardInterrupt:
-            outcome = CellOutcome(status="interrupted", error="interrupted by the user (Ctrl-C)")
+        except KeyboardInterrupt:  # an engine that did not catch it itself (MPI): the phase is the guard's
+            label = self.guard.state.get("phase")
+            step = next((st for st in planned if label in (st[0], f"{st[0]} (iteration {st[1] + 1})")), None)
+            outcome = CellOutcome(status="interrupted", error="interrupted by the user (Ctrl-C)", failed_step=step)
         except Exception as e:  # noqa: BLE001 - one cell's failure must not stop the others
             outcome = CellOutcome(status="failed", error=one_line(e))
         finally:
@@ -159,10 +162,12 @@ class Runner:
                              engine=self.engine.name, environment=env)
         status, failed, fatal = "ok", 0, None
         self.guard.start()
+        done = 0
         try:
             with self.ui:
                 for cell in self.cells:
                     outcome = self.run_cell(cell)
+                    done += 1
                     if outcome.status == "failed":
                         failed += 1
                     if outcome.fatal:
@@ -174,6 +179,7 @@ class Runner:
         except KeyboardInterrupt:
             status = "interrupted"
         finally:
+            self._store_not_run(self.cells[done:], "the job was aborted" if fatal else "the run was interrupted")
             self._release_targets()
             if self.events:
                 self.store.add_events(self.run_id, self.events)
@@ -181,7 +187,19 @@ class Runner:
                 status = "failed"
             self.store.end_run(self.run_id, status)
             self.guard.done()
-        return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed, fatal=fatal)
+        return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed, fatal=fatal,
+                         not_run=len(self.cells) - done)
+
+    def _store_not_run(self, cells: list[Cell], why: str) -> None:
+        """Cells the run never reached are stored as not-run, so no report pretends the study was smaller."""
+        for cell in cells:
+            try:
+                steps = make_workload(cell.kind, cell.params).steps()
+                self.store.write_cell(self.run_id, cell, status="not-run", error=f"{why} before this cell",
+                                      started=now(), phases=[(ph, it, "not-run", None) for ph, it in steps],
+                                      records=[], events=[])
+            except Exception:  # noqa: BLE001 - the run's own outcome matters more than this bookkeeping
+                break
 
 
 class _Guard:

@@ -165,9 +165,13 @@ class Store:
                 con = duckdb.connect(self.path, read_only=read_only)
                 break
             except duckdb.IOException as e:
-                if "lock" not in str(e).lower() or time.monotonic() > deadline:
-                    raise StorevalError(f"cannot open results store {self.path}: {str(e).splitlines()[0]} "
-                                        "(another storeval may be using it; try --results DIR)") from None
+                first = str(e).splitlines()[0]
+                if "lock" not in first.lower():
+                    raise InputError(f"{self.path} is not a storeval results store ({first}); choose another "
+                                     "results directory") from None
+                if time.monotonic() > deadline:
+                    raise StorevalError(f"cannot open results store {self.path}: {first} "
+                                        "(another storeval is using it; wait for it or use --results DIR)") from None
                 time.sleep(0.2)
         try:
             yield con

@@ -126,8 +126,13 @@ def test_a_hung_rank_is_named_and_the_job_aborted_within_the_timeout(tmp_path):
     message = f"client 2 (rank 2 on {HOST}) hung in write (no end after the phase timeout of 3 s)"
     assert f"error: {message}; the job is aborted" in r.stderr
     with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
-        assert con.execute("SELECT status, error FROM cells").fetchall() == [("failed", message)]
+        assert con.execute("SELECT status, error FROM cells ORDER BY cell_id").fetchall() == [
+            ("failed", message), ("not-run", "the job was aborted before this cell")]
         assert con.execute("SELECT status FROM studies").fetchall() == [("failed",)]
+    r = storeval("report", "storeval-results", cwd=tmp_path)  # the stored run tells the same story
+    assert r.rc == 0
+    assert re.search(r"run \S+ \(.*\): failed; 2 cells, 1 failed, 1 not-run", r.out)
+    assert f"cell 0 (broken · bw · 4 clients) failed: {message}" in r.out.replace("\n", "")
 
 
 def _watch_file(results: Path, phase: str, timeout: float = 60) -> dict:

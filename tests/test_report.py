@@ -271,3 +271,42 @@ def test_report_and_html_paths_are_checked_before_anything_is_written(tmp_path):
     assert r.rc == 2 and r.err_lines == [f"error: --html {tmp_path / 'no' / 'r.html'}: directory "
                                          f"{tmp_path / 'no'} does not exist (create it or choose another path)"]
     assert not (tmp_path / "storeval-results").exists()
+
+
+def test_outputs_never_replace_files_storeval_did_not_write(study_run, tmp_path):
+    tmp = study_run[0]
+    store = tmp / "storeval-results" / "storeval.duckdb"
+    before = store.stat().st_size
+    mine = tmp_path / "notes.html"
+    mine.write_text("my notes")
+    for option, path in (("--html", store), ("--html", mine), ("--json", mine)):
+        r = storeval("report", str(tmp / "storeval-results"), option, str(path), cwd=tmp_path)
+        assert r.rc == 2 and r.err_lines == [f"error: {option} {path}: a file that storeval did not write is there "
+                                             "(choose a new file name; storeval replaces only its own output)"]
+    assert store.stat().st_size == before and mine.read_text() == "my notes"
+    for option, name in (("--html", "r.html"), ("--json", "r.json")):  # its own output is replaced, again and again
+        for _ in range(2):
+            r = storeval("report", str(tmp / "storeval-results"), option, str(tmp_path / name), cwd=tmp_path)
+            assert r.rc == 0, r.err
+
+
+def test_compare_does_not_compare_configurations_whose_parameters_differ(tmp_path):
+    (tmp_path / "t").mkdir()
+    base = ["run", "--target", f"file://{tmp_path / 't'}", "--workload", "bandwidth", "--clients", "1", "--quiet",
+            "--no-html"]
+    assert storeval(*base, "--set", "file_size=2MiB", "--results", "A", cwd=tmp_path).rc == 0
+    assert storeval(*base, "--set", "file_size=4MiB", "--results", "B", cwd=tmp_path).rc == 0
+    r = storeval("compare", "A", "B", cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1
+    assert "have no configuration in common; same names, other parameters: " in r.err
+    assert "file_size 2097152 → 4194304" in r.err
+
+
+def test_export_into_an_existing_empty_directory_keeps_it(study_run, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir(mode=0o755)
+    os.chmod(out, 0o755)
+    r = storeval("export", str(study_run[0] / "storeval-results"), "--format", "csv", "--out", str(out))
+    assert r.rc == 0, r.err
+    assert oct(out.stat().st_mode & 0o777) == "0o755" and len(os.listdir(out)) == 7
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no temporary directory left beside it

@@ -201,15 +201,18 @@ class MpiEngine:
         import psutil
 
         self.hosts = w.allgather(socket.gethostname())
-        self.procs = w.allgather((os.getpid(), psutil.Process().create_time(), os.uname().nodename))
+        # a pipe only this rank writes to: it reads EOF the moment the rank's files are released on exit,
+        # before MPI or the launcher can react (the watchdog opens its read end through /proc)
+        self._hup_read, self._hup_write = os.pipe()
+        self.procs = w.allgather((os.getpid(), psutil.Process().create_time(), os.uname().nodename, self._hup_read))
         self.placement, self.per_host = placement, clients_per_host
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
 
     def processes(self) -> list[dict[str, Any]]:
         """Every rank's PID, start time and host (the watchdog follows this host's ranks from the start)."""
-        return [{"rank": r, "pid": pid, "created": created, "host": host, "coordinator": r == 0}
-                for r, (pid, created, host) in enumerate(self.procs)]
+        return [{"rank": r, "pid": pid, "created": created, "host": host, "coordinator": r == 0, "hup": hup}
+                for r, (pid, created, host, hup) in enumerate(self.procs)]
 
     def capacity(self) -> int:
         return len(self.order)

@@ -86,11 +86,27 @@ def _pidfd(pid: int, created: float | None) -> int | None:
     return fd
 
 
+def _hup(pid: int, fd: int, created: float | None) -> int | None:
+    """Our own read end of a rank's death pipe (its write end closes when the rank's files are released)."""
+    try:
+        mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not _alive(pid, created):
+        os.close(mine)
+        return None
+    return mine
+
+
 class _Deaths:
-    """pidfds of this host's clients (and, under MPI, of all this host's ranks), and who ended first."""
+    """Death signals of this host's clients and, under MPI, of all this host's ranks, and who ended first.
+
+    An MPI rank is followed through its death pipe: EOF comes as the dying rank's files are released, which
+    is also when its MPI peers and the launcher can first notice — so the first EOF is the first death.
+    Other processes are followed through pidfds (readable once the process has exited)."""
 
     def __init__(self) -> None:
-        self.watching: dict[tuple[str, int], int] = {}  # (rank, pid) -> pidfd
+        self.watching: dict[tuple[str, int], int] = {}  # (rank, pid) -> fd
         self.cell: Any = None
         self.first: list[str] = []  # the rank(s) seen ending in the first wake-up of this cell
 
@@ -99,13 +115,17 @@ class _Deaths:
         if cell.get("index") != self.cell:  # a client that died in an earlier cell is that cell's story
             self.cell, self.first = cell.get("index"), []
         host = os.uname().nodename
-        wanted = {(str(c["rank"]), c["pid"]): c for c in [*state.get("job", []), *cell.get("clients", [])]
-                  if c.get("pid") and c.get("host") == host and not c.get("coordinator")}
+        wanted: dict[tuple[str, int], dict[str, Any]] = {}
+        for c in [*state.get("job", []), *cell.get("clients", [])]:
+            if c.get("pid") and c.get("host") == host and (c.get("hup") is not None or not c.get("coordinator")):
+                key = ("coordinator" if c.get("coordinator") else str(c["rank"]), c["pid"])
+                wanted[key] = {**wanted.get(key, {}), **c}
         for key in [k for k in self.watching if k not in wanted]:
             os.close(self.watching.pop(key))
         for key, c in wanted.items():
             if key not in self.watching:
-                fd = _pidfd(c["pid"], c.get("created"))
+                fd = _hup(c["pid"], c["hup"], c.get("created")) if c.get("hup") is not None else None
+                fd = fd if fd is not None else _pidfd(c["pid"], c.get("created"))
                 if fd is not None:
                     self.watching[key] = fd
 
@@ -114,13 +134,16 @@ class _Deaths:
         return list(self.watching.values())
 
     def ended(self, ready: list[int], coordinator: bool = False) -> None:
-        """Note the processes whose pidfds woke us (the coordinator too, when it is among them: then the
-        order inside this wake-up is unknown and all of them are named)."""
+        """Note the processes whose descriptors woke us (and the coordinator, when its pidfd is among them:
+        the order inside one wake-up is unknown, so all of them are named)."""
         gone = [key for key, fd in self.watching.items() if fd in ready]
         for key in gone:
             os.close(self.watching.pop(key))
-        if (gone or coordinator) and not self.first:
-            self.first = (["coordinator"] if coordinator and gone else []) + sorted((r for r, _ in gone), key=int)
+        names = [r for r, _ in gone]
+        if coordinator and gone and "coordinator" not in names:
+            names.append("coordinator")
+        if names and not self.first:
+            self.first = sorted(names, key=lambda r: -1 if r == "coordinator" else int(r))
 
 
 def main(path: str, pid: int, created: float) -> int:
@@ -188,12 +211,15 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
     cell = state.get("cell")
     known = {str(c["rank"]): c for c in [*state.get("job", []), *(cell or {}).get("clients", [])]}
     unit = "rank" if under_mpi else "client"
+
     def name(r: str) -> str:
         if r == "coordinator":
             return "rank 0 (the coordinator)" if under_mpi else "the storeval coordinator"
         return f"{unit} {r} (pid {known[r]['pid']} on {known[r]['host']})"
 
-    if first:
+    if first == ["coordinator"]:
+        what = f"{name('coordinator')} was killed"
+    elif first:
         who = " and ".join(name(r) for r in first)
         what = f"{who} died" + (" at the same moment" if len(first) > 1 else "")
     elif coordinator_first and under_mpi:

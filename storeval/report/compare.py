@@ -86,13 +86,22 @@ def _figures(r: ConfigSummary) -> dict[str, tuple[Summary, str, bool]]:
     return out
 
 
-def compare(a: list[ConfigSummary], b: list[ConfigSummary]) -> tuple[list[Change], list[str], list[str]]:
-    """Changes for every figure both runs have; and the configurations found only in A, only in B."""
+def _differences(pa: dict[str, Any], pb: dict[str, Any]) -> str:
+    keys = [k for k in dict.fromkeys([*pa, *pb]) if pa.get(k) != pb.get(k)]
+    return ", ".join(f"{k} {pa.get(k, '–')} → {pb.get(k, '–')}" for k in keys)
+
+
+def compare(a: list[ConfigSummary], b: list[ConfigSummary]) -> tuple[list[Change], list[str], list[str], list[str]]:
+    """Changes for every figure both runs have; the configurations found only in A, only in B; and those
+    with the same names whose parameters differ (not compared: the change would not be the storage's)."""
     a_rows, b_rows = {_key(r): r for r in a}, {_key(r): r for r in b}
-    changes = []
+    changes, differ = [], []
     for key, ra in a_rows.items():
         rb = b_rows.get(key)
         if rb is None:
+            continue
+        if ra.params != rb.params:
+            differ.append(f"{label(key)}: {_differences(ra.params, rb.params)}")
             continue
         fa, fb = _figures(ra), _figures(rb)
         for name, (sa, unit, higher) in fa.items():
@@ -100,11 +109,13 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary]) -> tuple[list[Change
                 changes.append(Change(ra.target, ra.workload, {k: v for k, v in ra.factors.items() if k != "clients"},
                                       ra.clients, ra.phase, name, unit, sa, fb[name][0], higher))
 
-    def label(k: tuple) -> str:
-        factors = " ".join(f"{f}={v}" for f, v in k[2])
-        return f"{k[0]} · {k[1]}{(' ' + factors) if factors else ''} · {k[3]} clients · {k[4]}"
+    return (changes, [label(k) for k in a_rows if k not in b_rows], [label(k) for k in b_rows if k not in a_rows],
+            list(dict.fromkeys(differ)))
 
-    return (changes, [label(k) for k in a_rows if k not in b_rows], [label(k) for k in b_rows if k not in a_rows])
+
+def label(k: tuple) -> str:
+    factors = " ".join(f"{f}={v}" for f, v in k[2])
+    return f"{k[0]} · {k[1]}{(' ' + factors) if factors else ''} · {k[3]} clients · {k[4]}"
 
 
 COLUMNS = ["target", "workload", "clients", "phase", "figure", "A", "B", "change", "verdict"]
@@ -127,7 +138,8 @@ def change_rows(changes: list[Change]) -> list[list[str]]:
     return out
 
 
-def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: list[str], only_b: list[str]) -> str:
+def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: list[str], only_b: list[str],
+                        differ: list[str]) -> str:
     import json
 
     from .html import _env, plotly_js
@@ -152,5 +164,5 @@ def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: l
         charts.append((chart_id, title))
     return _env().get_template("compare.html.j2").render(
         title=f"storeval comparison {run_a.run_id} → {run_b.run_id}", a=run_a, b=run_b, rule=RULE,
-        columns=COLUMNS, rows=list(zip(rows, classes)), only_a=only_a, only_b=only_b, charts=charts,
+        columns=COLUMNS, rows=list(zip(rows, classes)), only_a=only_a, only_b=only_b, differ=differ, charts=charts,
         figures_json=json.dumps(figures).replace("</", "<\\/"), plotly_js=plotly_js())

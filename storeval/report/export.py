@@ -48,9 +48,15 @@ def export(store: Store, fmt: str, out: str, run_id: str | None) -> list[str]:
                 quoted = path.replace("'", "''")
                 con.execute(f"COPY ({query}) TO '{quoted}' {options}", params)
                 names.append(f"{table}.{ext}")
-        if os.path.isdir(out):
-            os.rmdir(out)  # empty, checked above
-        os.rename(tmp, out)
+        if os.path.isdir(out):  # the user's empty directory stays theirs (its mode too): move the files in
+            for name in names:
+                os.rename(os.path.join(tmp, name), os.path.join(out, name))
+            os.rmdir(tmp)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; exported results are meant to be shared
+            os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # our own temporary directory only
         raise

@@ -16,7 +16,8 @@ from ..workloads import WORKLOADS
 
 HOW_MEASURED = {
     "bandwidth": ("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
-                  "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished. "
+                  "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished, or with a "
+                  "deadline, until the deadline (then stonewall_rule is 'deadline' in the JSON). "
                   "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
     "skim": ("events/s and MB/s (bytes requested / wall, 10^6 B) over all clients; per client: mean ± stderr of the "
              "clients' MB/s, as the seed studies report it; CPU eff. = client CPU seconds / wall seconds; amplification"
@@ -67,7 +68,9 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
                   f"({mp.tree_dirs:,} dirs{', items in the leaves' if mp.leaf_only else ''})"),
                  ({"file_size"}, f"{format_size_compact(mp.file_size)} written and read per file" if mp.file_size else ""),
                  ({"stat_stride"}, f"stat/list/read/remove the items of rank+{mp.stat_stride}" if mp.stat_stride else ""),
-                 ({"iterations"}, f"{mp.iterations} iterations" if mp.iterations > 1 else "")]
+                 ({"iterations"}, f"{mp.iterations} iterations" if mp.iterations > 1 else ""),
+                 ({"deadline"}, f"create phases stonewalled at {mp.deadline:g} s (then every client makes as many as "
+                                f"the busiest made by then; the item count is an upper bound)" if mp.deadline else "")]
         return ", ".join(text for keys, text in parts if text and not keys & exclude)
     if kind == "skim":
         parts = [({"files", "file_size"}, f"{p.get('files')} file(s) of {format_size_compact(p.get('file_size', 0))}"),
@@ -100,6 +103,9 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
         words.append("reads of rank+1's data")
     if p.get("iodepth", 1) > 1:
         words.append(f"{p['iodepth']} I/Os in flight per client")
+    if p.get("deadline"):
+        words.append(f"stonewall deadline {p['deadline']:g} s (then every client finishes up to the most any client "
+                     "did; the file size is an upper bound)")
     return ", ".join(words)
 
 
@@ -110,7 +116,7 @@ def notes_for(s: ConfigSummary) -> str:
     if s.outliers:
         notes.append(f"{len(s.outliers)} outlier rep.{' excluded' if s.outliers_excluded else ''}")
     failed = [st for st in s.statuses if st not in ("ok", "skipped")]
-    if s.reason:
+    if s.reason and "skipped" in s.statuses:  # a failure's reason is the cell's error, printed under the table
         notes.append(f"skipped: {s.reason}")
     if failed:
         notes.append(f"{len(failed)}/{len(s.statuses)} {'/'.join(sorted(set(failed)))}")
