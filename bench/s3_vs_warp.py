@@ -20,7 +20,8 @@ from pathlib import Path
 import yaml
 from common import Case, Sample, storeval_phase
 
-from storeval.testbed.minio import MinioServer, install_warp
+from storeval.testbed.gobuild import install_warp
+from storeval.testbed.minio import MinioServer
 
 
 def warp_run(warp: str, server: MinioServer, op: str, size: str, concurrency: int, duration: str, workdir: str) -> Sample:

@@ -41,3 +41,16 @@ def leftovers(directory: str | os.PathLike) -> list[str]:
     return sorted(str(p) for p in Path(directory).rglob("*") if "storeval-" in p.name and p.name != "storeval-results")
 
 
+
+
+class InProcessComm:
+    """The Comm of clients a test drives one after another in its own process: there is nobody to wait for."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+
+    def barrier(self) -> None:
+        """Every other client has already run (or runs next): a barrier has nothing to wait for."""
+
+    def abort(self) -> None:
+        """No other client is waiting in a barrier to be released."""

@@ -13,7 +13,7 @@ from storeval.errors import StorevalError
 from storeval.workloads.bandwidth import Bandwidth, BandwidthParams
 from storeval.workloads.base import ClientContext
 
-from .helpers import leftovers, load_json, storeval
+from .helpers import InProcessComm, leftovers, load_json, storeval
 
 MiB = 1 << 20
 
@@ -74,17 +74,7 @@ def test_shared_file_segments_verify_with_reorder(tmp_path, target):
 
 
 def _client(driver, cell_dir, rank, n, params):
-    class SoloComm:
-        def __init__(self):
-            self.rank, self.size = rank, n
-
-        def barrier(self):
-            pass
-
-        def abort(self):
-            pass
-
-    return ClientContext(rank=rank, nclients=n, driver=driver, cell_dir=cell_dir, seed=0, comm=SoloComm())
+    return ClientContext(rank=rank, nclients=n, driver=driver, cell_dir=cell_dir, seed=0, comm=InProcessComm(rank, n))
 
 
 def test_verify_reads_back_every_segment_and_catches_corruption(target):

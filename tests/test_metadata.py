@@ -14,7 +14,7 @@ from storeval.errors import StorevalError
 from storeval.workloads.base import ClientContext
 from storeval.workloads.metadata import Metadata, MetadataParams, tree_size
 
-from .helpers import load_json, storeval
+from .helpers import InProcessComm, load_json, storeval
 
 
 def run_json(tmp_path: Path, *args: str, rc: int = 0) -> dict:
@@ -75,22 +75,11 @@ def test_items_per_dir_follows_mdtest_I(tmp_path, target):
 
 
 def _clients(target: Path, params: MetadataParams, n: int = 2) -> list[tuple[Metadata, ClientContext]]:
-    class SoloComm:
-        size = n
-
-        def barrier(self) -> None:
-            pass
-
-        def abort(self) -> None:
-            pass
-
     driver = make_driver(f"file://{target}")
     (target / "cell").mkdir()
     out = []
     for rank in range(n):
-        comm = SoloComm()
-        comm.rank = rank
-        c = ClientContext(rank=rank, nclients=n, driver=driver, cell_dir="cell", seed=0, comm=comm)
+        c = ClientContext(rank=rank, nclients=n, driver=driver, cell_dir="cell", seed=0, comm=InProcessComm(rank, n))
         wl = Metadata(params)
         wl.prepare(c)
         out.append((wl, c))

@@ -353,13 +353,6 @@ class S3Driver(Driver):
         names += [m["path"].rsplit("/", 1)[-1] for m in result["objects"]]
         return names
 
-    def exists(self, path: str) -> bool:
-        try:
-            self.stat(path)
-            return True
-        except FileNotFoundError:
-            return False
-
     def rmdir_quietly(self, path: str) -> bool:
         return not self.listdir(path)  # a prefix disappears with its last object
 

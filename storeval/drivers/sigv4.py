@@ -34,6 +34,24 @@ def _hmac(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode(), hashlib.sha256).digest()
 
 
+def signing_key(secret_key: str, day: str, region: str) -> bytes:
+    """SigV4's derived key for one day, region and the s3 service."""
+    return _hmac(_hmac(_hmac(_hmac(f"AWS4{secret_key}".encode(), day), region), "s3"), "aws4_request")
+
+
+def authorization(method: str, uri: str, headers: dict[str, str], payload_hash: str, access_key: str,
+                  region: str, key: bytes, amz_date: str) -> str:
+    """The ``Authorization`` header of a request whose ``headers`` (lower-case names, ``x-amz-date`` among
+    them) are all signed; ``uri`` is already URI-encoded, there is no query string."""
+    names = sorted(headers)
+    canonical = "\n".join([method, uri, "", *(f"{n}:{headers[n]}" for n in names), "", ";".join(names),
+                           payload_hash])
+    scope = f"{amz_date[:8]}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
+
+
 class SignedGetter:
     """Signed GETs to one bucket; one connection per thread, reused across requests (keep-alive)."""
 
@@ -64,7 +82,7 @@ class SignedGetter:
     def _signing_key(self, day: str) -> bytes:
         key = self._keys.get(day)
         if key is None:
-            key = _hmac(_hmac(_hmac(_hmac(f"AWS4{self.secret_key}".encode(), day), self.region), "s3"), "aws4_request")
+            key = signing_key(self.secret_key, day, self.region)
             self._keys = {day: key}
         return key
 
@@ -78,13 +96,8 @@ class SignedGetter:
             headers["x-amz-security-token"] = self.token
         if not (self.access_key and self.secret_key):
             return headers
-        names = sorted(headers)
-        canonical = "\n".join(["GET", uri, "", *(f"{n}:{headers[n]}" for n in names), "", ";".join(names), EMPTY_SHA256])
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-        signature = hmac.new(self._signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
-        headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={self.access_key}/{scope}, "
-                                    f"SignedHeaders={';'.join(names)}, Signature={signature}")
+        headers["authorization"] = authorization("GET", uri, headers, EMPTY_SHA256, self.access_key, self.region,
+                                                 self._signing_key(day), amz_date)
         return headers
 
     def get_into(self, path: str, buf, offset: int = 0, length: int | None = None) -> int:

@@ -64,4 +64,4 @@ class QuietUI:
         return CellBar(None, label, expected)
 
     def log(self, message: str) -> None:
-        pass
+        """--quiet: messages are not shown (the ones that matter are stored as events)."""

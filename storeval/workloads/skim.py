@@ -164,7 +164,7 @@ def driver_source(io: SkimIO, size: int) -> type:
             return self._num_bytes
 
         def close(self) -> None:
-            pass
+            """The driver handle is the skim's: it closes it after the file, not uproot."""
 
         @property
         def closed(self) -> bool:
