@@ -172,6 +172,28 @@ def test_up_refuses_a_targets_file_it_did_not_write(tmp_path):
     assert checksums(sums) == sums and not (tmp_path / "storeval-testbed").exists()
 
 
+def test_a_second_testbed_beside_and_a_moved_testbed_are_refused(tmp_path):
+    assert cli("testbed", "up", FAKE, "--dir", "one", cwd=tmp_path).rc == 0
+    targets = (tmp_path / "storeval-testbed.yaml").read_bytes()
+    r = cli("testbed", "up", FAKE, "--dir", "two", cwd=tmp_path)  # would write the same targets file
+    assert r.rc == 2 and r.err_lines == [
+        f"error: {tmp_path / 'storeval-testbed.yaml'} exists and another testbed wrote it: storeval replaces only its "
+        "own targets file; move it away (or choose another --dir)"]
+    assert not (tmp_path / "two").exists() and (tmp_path / "storeval-testbed.yaml").read_bytes() == targets
+
+    os.rename(tmp_path / "one", tmp_path / "moved")
+    for command in ("down", "status"):
+        r = cli("testbed", command, "--dir", "moved", cwd=tmp_path)
+        assert r.rc == 2 and r.err_lines == [
+            f"error: {tmp_path / 'moved'} is not a storeval testbed directory (state.json was made for "
+            f"{tmp_path / 'one'}: moved, copied or edited; move the directory back there): nothing was stopped, "
+            "started or removed; choose another --dir"], r.err
+    os.rename(tmp_path / "moved", tmp_path / "one")
+    r = cli("testbed", "down", "--dir", "one", cwd=tmp_path)
+    assert r.rc == 0 and r.err_lines == [f"{FAKE}: stopped, data removed"], r.err
+    assert not (tmp_path / "one").exists() and not (tmp_path / "storeval-testbed.yaml").exists()
+
+
 def test_an_empty_directory_is_used_and_kept(tmp_path):
     (tmp_path / "bed").mkdir()
     r = cli("testbed", "up", FAKE, "--dir", "bed", cwd=tmp_path)

@@ -49,6 +49,7 @@ STATE_FORMAT = "storeval-testbed/2"
 STATE_RULE = "testbed-state"  # ledger rule of the testbed directory: its state file and that file's temporaries
 _STATE_NAMES = re.compile(rf"{re.escape(STATE_FILE)}|\.{re.escape(STATE_FILE)}\.[0-9a-f]{{12}}\.tmp")
 _MAX_STATE = 64 << 20
+_TARGETS_HEADER = "# Written by `storeval testbed up`:"
 
 
 def server_class(kind: str) -> type[Server]:
@@ -108,8 +109,11 @@ class Testbed:
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise self._refuse(f"{self.state_file.name} was not written by storeval testbed, or is damaged")
         ledger = Ledger.from_json(data.get("testbed"))
-        if not ledger.anchors or ledger.anchors[0]["path"] != str(self.dir):
-            raise self._refuse(f"{self.state_file.name} names another directory (copied or edited)")
+        if not ledger.anchors:
+            raise self._refuse(f"{self.state_file.name} is damaged")
+        if ledger.anchors[0]["path"] != str(self.dir):
+            raise self._refuse(f"{self.state_file.name} was made for {ledger.anchors[0]['path']}: moved, copied or "
+                               "edited; move the directory back there")
         why = ledger.check_anchor(0)
         if why:
             raise self._refuse(why)
@@ -190,7 +194,9 @@ class Testbed:
             rec = self.targets_record
             if not (rec and rec.get("path") == str(self.targets_file) and stat.S_ISREG(st.st_mode)
                     and [st.st_dev, st.st_ino] == [rec.get("dev"), rec.get("ino")]):
-                return "storeval did not write it"
+                head = f.read(len(_TARGETS_HEADER))
+                return ("another testbed wrote it" if head == _TARGETS_HEADER.encode() and stat.S_ISREG(st.st_mode)
+                        else "storeval did not write it")
             if st.st_size > _MAX_STATE or hashlib.sha256(f.read()).hexdigest() != rec.get("sha256"):
                 return "changed since storeval wrote it"
         return None
@@ -215,7 +221,7 @@ class Testbed:
             self.targets_record = None
             self._save(servers)
             return None
-        header = ("# Written by `storeval testbed up`: one target per running testbed server.\n"
+        header = (f"{_TARGETS_HEADER} one target per running testbed server.\n"
                   "# `storeval run storeval-testbed.yaml --workload bandwidth` measures them;"
                   " `storeval testbed down` stops them.\n")
         body = yaml.safe_dump({"targets": self.targets(running)}, sort_keys=False, default_flow_style=False)

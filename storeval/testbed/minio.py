@@ -34,7 +34,7 @@ from .gobuild import MINIO_VERSION, WARP_VERSION, install_minio, install_warp
 BUCKET = "storeval"
 REGION = "us-east-1"
 DRIVE = "minio-drive"  # the ledger rule of a directory MinIO uses as a drive (see MinioServer.claims)
-_OBJECT_FILE = re.compile(r"xl\.meta(\.bkp)?|part\.\d+")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 # ------------------------------------------------------------------------------------------------ S3 bits
@@ -224,12 +224,17 @@ class MinioServer(Server):
 
     def claims(self, rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
         """A MinIO drive holds ``.minio.sys/`` (MinIO's own), directories (buckets, object prefixes, data
-        directories) and, as files, only ``xl.meta`` and ``part.N``: any other file there is not MinIO's."""
+        directories) and, as files, only an object's ``xl.meta`` and the ``part.N`` files in its data
+        directories (named by UUID): any other file there is not MinIO's."""
         if rule != DRIVE:
             return False
         if parts[0] == ".minio.sys" or stat.S_ISDIR(st.st_mode):
             return True
-        return stat.S_ISREG(st.st_mode) and len(parts) >= 3 and bool(_OBJECT_FILE.fullmatch(parts[-1]))
+        if not stat.S_ISREG(st.st_mode) or len(parts) < 3:  # bucket/object/xl.meta at least
+            return False
+        name = parts[-1]
+        return name in ("xl.meta", "xl.meta.bkp") or (
+            len(parts) >= 4 and bool(re.fullmatch(r"part\.\d+", name)) and bool(_UUID.fullmatch(parts[-2])))
 
     def start(self) -> None:
         self.make_root()

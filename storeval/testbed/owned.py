@@ -333,7 +333,7 @@ class Ledger:
                 recorded = {e["path"]: (k, e) for k, e in enumerate(self.entries) if e["anchor"] == i}
                 ctx = (anchor["rule"], "") if anchor.get("rule") else None
                 before = len(left)
-                empty = self._clear(fd, "", ctx, recorded, claims, left, kept_entries, dry_run, where, 0)
+                empty = self._clear(fd, "", ctx, recorded, claims, left, kept_entries, dry_run, where, 0, anchor["dev"])
                 marker = recorded.get(MARKER)
                 if not empty or len(left) > before:
                     keep_anchors.append(i)
@@ -383,8 +383,10 @@ class Ledger:
             os.close(pfd)
 
     def _clear(self, dir_fd: int, rel: str, ctx: tuple[str, str] | None, recorded: dict[str, tuple[int, dict]],
-               claims: Claims, left: list[Left], kept: set[int], dry_run: bool, where: str, depth: int) -> bool:
-        """Remove what is ours in one directory; True if nothing but (at the top) the marker remains."""
+               claims: Claims, left: list[Left], kept: set[int], dry_run: bool, where: str, depth: int,
+               dev: int) -> bool:
+        """Remove what is ours in one directory; True if nothing but (at the top) the marker remains. Nothing
+        on another device than the anchor's (a mount point) is touched."""
         empty = True
         try:
             names = sorted(os.listdir(dir_fd))
@@ -399,6 +401,10 @@ class Ledger:
             try:
                 st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
+                continue
+            if st.st_dev != dev:
+                left.append(Left(full, "another file system is mounted there"))
+                empty = False
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
             rec = recorded.get(path)
@@ -434,7 +440,7 @@ class Ledger:
                             empty = False
                             continue
                         sub_empty = self._clear(sub, path, sub_ctx, recorded, claims, left, kept, dry_run, where,
-                                                depth + 1)
+                                                depth + 1, dev)
                     finally:
                         os.close(sub)
                     if not sub_empty:
