@@ -121,3 +121,38 @@ def test_testbed_down_keeps_a_users_files_in_and_around_a_real_minio(tmp_path):
     down = storeval("testbed", "down", cwd=tmp_path, timeout=300)
     assert down.rc == 0 and down.err_lines == ["minio: nothing was running, data removed"], down.err
     assert not bed.exists() and (tmp_path / "beside.txt").read_bytes() == b"beside"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("xrootd") is None,
+                    reason="needs xrootd-server and root (the server then runs as its own user)")
+def test_testbed_down_keeps_a_users_files_in_the_xrootd_home(tmp_path):
+    from XRootD import client
+    from XRootD.client.flags import OpenFlags
+
+    r = storeval("testbed", "up", "xrootd", cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    server = Testbed(tmp_path / "storeval-testbed").load()["xrootd"]
+    home = server.home
+    f = client.File()  # a file the server writes (as its own user), in a directory it makes
+    assert f.open(f"{server.url}//storeval/run/x.bin", OpenFlags.NEW | OpenFlags.WRITE | OpenFlags.MAKEPATH)[0].ok
+    assert f.write(b"through xrootd", offset=0)[0].ok and f.close()[0].ok
+    assert (home / "data" / "storeval" / "run" / "x.bin").is_file()
+    planted = {home / "mine.txt": b"in the home", home / "data" / "storeval" / "mine.txt": b"in the export",
+               home / "data" / "storeval" / "run" / "mine.txt": b"beside the server's file",
+               tmp_path / "storeval-testbed" / "xrootd" / "mine.txt": b"in the server's root"}
+    for path, content in planted.items():
+        path.write_bytes(content)
+    sums = _sums(planted)
+
+    down = storeval("testbed", "down", cwd=tmp_path, timeout=300)
+    assert down.rc == 0 and len(down.err_lines) == 1 and down.err_lines[0].startswith("xrootd: stopped; left "), down.err
+    assert _sums(planted) == sums
+    assert not (home / "data" / "storeval" / "run" / "x.bin").exists() and not (home / "xrootd.cfg").exists()
+    assert {str(p.relative_to(home)) for p in home.rglob("*")} == {
+        ".storeval-testbed", "mine.txt", "data", "data/storeval", "data/storeval/mine.txt", "data/storeval/run",
+        "data/storeval/run/mine.txt"}
+    for path in planted:
+        path.unlink()
+    down = storeval("testbed", "down", cwd=tmp_path, timeout=300)
+    assert down.rc == 0 and down.err_lines == ["xrootd: nothing was running, data removed"], down.err
+    assert not home.exists() and not (tmp_path / "storeval-testbed").exists()

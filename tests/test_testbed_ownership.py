@@ -240,8 +240,9 @@ def test_down_removes_what_it_made_and_leaves_user_files_with_one_line(tmp_path)
                                 "data/link", "data/obj", "data/obj/user.txt", "data/obj/dirlink"}
     assert (tmp_path / "storeval-testbed.yaml").exists() is False  # no running server: no targets
     status = cli("testbed", "status", cwd=tmp_path)
-    assert status.rc == 0 and status.out.startswith(f"{FAKE}: stopped; `storeval testbed down {FAKE}` removes what "
-                                                    f"storeval left of it; left {data / 'link'}")
+    assert status.rc == 0 and status.out.startswith(f"{FAKE}: stopped; left {data / 'link'}, ")
+    assert status.out.strip().endswith("(not created by storeval or its server): move them away, then "
+                                       "`storeval testbed down` removes the rest")
 
     # once the user moved their things away, down finishes the job; the file beside stays untouched
     for p in ("user.txt", "mine", "data/user.txt", "data/link", "data/obj/user.txt", "data/obj/dirlink"):

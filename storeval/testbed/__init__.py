@@ -298,7 +298,7 @@ class Testbed:
                         del servers[kind]  # it made nothing: nothing to remember
                     raise
                 self._save(servers)
-                log(f"{kind}: ready — {server.status()}")
+                log(server.status())
         finally:
             self._save(servers)
             self._update_targets(servers, log)
@@ -322,7 +322,8 @@ class Testbed:
                 server = servers[kind]
                 word, _ = server.health()
                 left = server.stop()
-                done = {"running": "stopped", "stopped": "nothing was running"}.get(word, f"stopped (it was {word})")
+                done = {"running": "stopped", "stopped": "nothing was running",
+                        "DOWN": "its processes had exited"}.get(word, f"stopped (it was {word.lower()})")
                 if left:
                     left_all += left
                     log(f"{kind}: {done}; left {describe(left)}: they stay, with the directories holding them "
@@ -350,11 +351,9 @@ class Testbed:
         servers = self.load()
         lines = []
         for s in servers.values():
-            line = s.status()
-            if not s.state.procs:
-                left = s.ledger.remove(s.claims, dry_run=True)
-                line += f"; left {describe(left)}" if left else ""
-            lines.append(line)
+            left = s.ledger.remove(s.claims, dry_run=True) if not s.state.procs else []
+            lines.append(f"{s.kind}: stopped; left {describe(left)}: move them away, then `storeval testbed down` "
+                         "removes the rest" if left else s.status())
         if self.ledger is not None and not servers:
             left = [x for x in self.ledger.remove(_claims_state, dry_run=True) if x.why == FOREIGN]
             if left:
