@@ -136,11 +136,17 @@ def test_up_refuses_a_directory_it_does_not_own_and_touches_nothing(tmp_path):
     assert r.err_lines == [f"error: {mine} exists and holds files storeval did not create (minio, thesis.tex); "
                            "choose a new or empty directory"]
     assert checksums(sums) == sums and tree(mine) == {"thesis.tex", "minio", "minio/notes.txt"}
+    assert not (mine / "state.json").exists() and not (mine / MARKER).exists()
     assert not (tmp_path / "storeval-testbed.yaml").exists()
 
-    # a user's own state.json does not make a directory a testbed: up, status and down all refuse it
+    # a user's own state.json does not make a directory a testbed (nor one nested too deep to read): up, status
+    # and down all refuse it
     (mine / "state.json").write_text('{"servers": {}}')
+    (mine / "deep").mkdir()
+    (mine / "deep" / "state.json").write_text("[" * 100_000 + "]" * 100_000)
     sums = checksums([mine / "thesis.tex", mine / "minio" / "notes.txt", mine / "state.json"])
+    r = cli("testbed", "down", "--dir", "mine/deep", cwd=tmp_path)
+    assert r.rc == 2 and "(state.json was not written by storeval testbed, or is damaged)" in r.err_lines[0], r.err
     for command in (["up", FAKE], ["status"], ["down"]):
         r = cli("testbed", *command, "--dir", "mine", cwd=tmp_path)
         assert r.rc == 2 and r.err_lines == [
@@ -189,6 +195,9 @@ def test_a_second_testbed_beside_and_a_moved_testbed_are_refused(tmp_path):
             f"{tmp_path / 'one'}: moved, copied or edited; move the directory back there): nothing was stopped, "
             "started or removed; choose another --dir"], r.err
     os.rename(tmp_path / "moved", tmp_path / "one")
+    (tmp_path / "alias").symlink_to(tmp_path, target_is_directory=True)  # the same directory by another path
+    r = cli("testbed", "status", "--dir", str(tmp_path / "alias" / "one"), cwd=tmp_path)
+    assert r.rc == 0 and r.out.startswith(f"{FAKE}: running — "), r.err
     r = cli("testbed", "down", "--dir", "one", cwd=tmp_path)
     assert r.rc == 0 and r.err_lines == [f"{FAKE}: stopped, data removed"], r.err
     assert not (tmp_path / "one").exists() and not (tmp_path / "storeval-testbed.yaml").exists()

@@ -67,13 +67,16 @@ class Testbed:
     __test__ = False  # not a pytest test class
 
     def __init__(self, directory: str | Path = DEFAULT_DIR, targets_file: str | Path | None = None) -> None:
-        self.dir = Path(os.path.normpath(Path(directory).absolute()))
-        self.targets_file = Path(os.path.normpath(Path(targets_file).absolute())) if targets_file else \
-            self.dir.parent / TARGETS_FILE
-        self.state_file = self.dir / STATE_FILE
+        self._given_targets = Path(os.path.normpath(Path(targets_file).absolute())) if targets_file else None
+        self._at(Path(os.path.normpath(Path(directory).absolute())))
         self.ledger: Ledger | None = None  # the testbed directory's own ledger, once loaded or made
         self.targets_record: dict[str, Any] | None = None  # what storeval wrote as the targets file
         self._servers: dict[str, Server] = {}
+
+    def _at(self, directory: Path) -> None:
+        self.dir = directory
+        self.targets_file = self._given_targets or self.dir.parent / TARGETS_FILE
+        self.state_file = self.dir / STATE_FILE
 
     # -- state ------------------------------------------------------------------------------------
     def _refuse(self, why: str) -> NotOwned:
@@ -104,14 +107,17 @@ class Testbed:
             raw = f.read(_MAX_STATE + 1)
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise self._refuse(f"{self.state_file.name} was not written by storeval testbed, or is damaged")
         ledger = Ledger.from_json(data.get("testbed"))
         if not ledger.anchors:
             raise self._refuse(f"{self.state_file.name} is damaged")
-        if ledger.anchors[0]["path"] != str(self.dir):
+        recorded = ledger.anchors[0]["path"]
+        if recorded != str(self.dir) and os.path.exists(recorded) and os.path.samefile(recorded, self.dir):
+            self._at(Path(recorded))  # the same directory reached through another path (a link above it)
+        if recorded != str(self.dir):
             raise self._refuse(f"{self.state_file.name} was made for {ledger.anchors[0]['path']}: moved, copied or "
                                "edited; move the directory back there")
         why = ledger.check_anchor(0)
