@@ -388,7 +388,13 @@ def workloads() -> None:
 
 testbed_app = typer.Typer(no_args_is_help=True, help="Real storage servers on 127.0.0.1: MinIO (S3), XRootD, HDFS.")
 app.add_typer(testbed_app, name="testbed")
-TESTBED_DIR_HELP = "Directory holding the servers' data and state (storeval-testbed.yaml is written beside it)."
+TESTBED_DIR_HELP = ("Directory holding the servers' data and state: new, empty or a testbed directory already "
+                    "(storeval-testbed.yaml is written beside it).")
+
+
+def _testbed_log(message: str) -> None:
+    """Progress of `storeval testbed` on stderr; paths are data, never markup."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
 
 
 @testbed_app.command("up")
@@ -405,13 +411,14 @@ def testbed_up(
         if kind not in SERVERS:
             raise InputError(f"testbed up {kind}: unknown server (choose from {', '.join(SERVERS)})")
     bed = Testbed(directory)
-    bed.up(kinds, {"hdfs": {"datanodes": hdfs_datanodes}}, log=lambda m: Console(stderr=True).print(m, highlight=False))
-    print(f"targets written to {bed.targets_file}: storeval run {bed.targets_file.name} --workload bandwidth")
+    bed.up(kinds, {"hdfs": {"datanodes": hdfs_datanodes}}, log=_testbed_log)
+    if bed.targets_record:
+        print(f"targets written to {bed.targets_file}: storeval run {bed.targets_file.name} --workload bandwidth")
 
 
 @testbed_app.command("status")
 def testbed_status(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
-    """Show the testbed servers, their processes and ports."""
+    """Show the testbed servers as they are now: processes up, frozen or dead, ports, and what to do."""
     from .testbed import Testbed
 
     lines = Testbed(directory).status()
@@ -423,10 +430,10 @@ def testbed_down(
     servers: Optional[list[str]] = typer.Argument(None, help="Servers to stop (default: all)."),
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
 ) -> None:
-    """Stop exactly the processes `testbed up` started and remove their data."""
+    """Stop exactly the processes `testbed up` started and remove what it made (files of others stay, named)."""
     from .testbed import Testbed
 
-    Testbed(directory).down(servers or None, log=lambda m: Console(stderr=True).print(m, highlight=False))
+    Testbed(directory).down(servers or None, log=_testbed_log)
 
 
 @testbed_app.command("datanode")

@@ -4,18 +4,36 @@
 its data under ``directory/<kind>``, waits until it answers, saves the processes in ``directory/state.json``
 and writes ``storeval-testbed.yaml`` with a ready target per server. ``down()`` stops exactly those
 processes and removes their data. Tests use the same class through pytest fixtures.
+
+The testbed deletes only what it made. ``directory`` must be new, empty, or a testbed directory already
+(its state names it, and its marker holds the state's token); every directory and file made in it is
+recorded in a ledger (:mod:`.owned`) the moment it exists, so even an interrupted ``up`` leaves a state
+that ``down`` can act on. ``storeval-testbed.yaml`` is replaced or removed only while it is still the file
+storeval wrote (device, inode and SHA-256 in the state). What ``down`` cannot prove is its own (a user's
+file inside a server's directory) stays, with the directories leading to it, and is named in one line;
+the state keeps the rest recorded so that ``down`` again finishes once it is moved away.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import hashlib
 import importlib
 import json
+import os
+import re
+import secrets
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .base import Server, ServerState, TestbedError, save_json
+from .owned import FOREIGN, Ledger, Left, NotOwned, describe
 
 # kind -> "module:Class"; imported on use so a missing optional piece only affects its own server
 SERVERS: dict[str, str] = {
@@ -26,6 +44,12 @@ SERVERS: dict[str, str] = {
 }
 DEFAULT_DIR = "storeval-testbed"
 TARGETS_FILE = "storeval-testbed.yaml"
+STATE_FILE = "state.json"
+STATE_FORMAT = "storeval-testbed/2"
+STATE_RULE = "testbed-state"  # ledger rule of the testbed directory: its state file and that file's temporaries
+_STATE_NAMES = re.compile(rf"{re.escape(STATE_FILE)}|\.{re.escape(STATE_FILE)}\.[0-9a-f]{{12}}\.tmp")
+_MAX_STATE = 64 << 20
+_TARGETS_HEADER = "# Written by `storeval testbed up`:"
 
 
 def server_class(kind: str) -> type[Server]:
@@ -35,28 +59,125 @@ def server_class(kind: str) -> type[Server]:
     return getattr(importlib.import_module(module), name)
 
 
+def _claims_state(rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
+    return rule == STATE_RULE and len(parts) == 1 and stat.S_ISREG(st.st_mode) and bool(_STATE_NAMES.fullmatch(parts[0]))
+
+
 class Testbed:
     __test__ = False  # not a pytest test class
 
     def __init__(self, directory: str | Path = DEFAULT_DIR, targets_file: str | Path | None = None) -> None:
-        self.dir = Path(directory).absolute()
-        self.targets_file = Path(targets_file) if targets_file else self.dir.parent / TARGETS_FILE
-        self.state_file = self.dir / "state.json"
+        self._given_targets = Path(os.path.normpath(Path(targets_file).absolute())) if targets_file else None
+        self._at(Path(os.path.normpath(Path(directory).absolute())))
+        self.ledger: Ledger | None = None  # the testbed directory's own ledger, once loaded or made
+        self.targets_record: dict[str, Any] | None = None  # what storeval wrote as the targets file
+        self._servers: dict[str, Server] = {}
+
+    def _at(self, directory: Path) -> None:
+        self.dir = directory
+        self.targets_file = self._given_targets or self.dir.parent / TARGETS_FILE
+        self.state_file = self.dir / STATE_FILE
 
     # -- state ------------------------------------------------------------------------------------
+    def _refuse(self, why: str) -> NotOwned:
+        return NotOwned(f"{self.dir} is not a storeval testbed directory ({why}): nothing was stopped, started or "
+                        "removed; choose another --dir")
+
+    def _read_state(self) -> dict[str, Any] | None:
+        """The state file's content; None when there is no testbed here. Raises NotOwned when the directory
+        or the state file is not a storeval testbed's (or the state was copied from elsewhere or damaged)."""
+        try:
+            st = os.lstat(self.dir)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            raise self._refuse("it is a symbolic link; give the directory it points to")
+        if not stat.S_ISDIR(st.st_mode):
+            raise self._refuse("it is a file")
+        try:
+            fd = os.open(self.state_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._refuse(f"{self.state_file.name} is a symbolic link" if e.errno == errno.ELOOP else
+                               f"{self.state_file.name}: {e.strerror}") from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise self._refuse(f"{self.state_file.name} is not a file")
+            raw = f.read(_MAX_STATE + 1)
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            data = None
+        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+            raise self._refuse(f"{self.state_file.name} was not written by storeval testbed, or is damaged")
+        ledger = Ledger.from_json(data.get("testbed"))
+        if not ledger.anchors:
+            raise self._refuse(f"{self.state_file.name} is damaged")
+        recorded = ledger.anchors[0]["path"]
+        if recorded != str(self.dir) and os.path.exists(recorded) and os.path.samefile(recorded, self.dir):
+            self._at(Path(recorded))  # the same directory reached through another path (a link above it)
+        if recorded != str(self.dir):
+            raise self._refuse(f"{self.state_file.name} was made for {ledger.anchors[0]['path']}: moved, copied or "
+                               "edited; move the directory back there")
+        why = ledger.check_anchor(0)
+        if why:
+            raise self._refuse(why)
+        if not isinstance(data.get("servers", {}), dict):
+            raise self._refuse(f"{self.state_file.name} is damaged")
+        self.ledger = ledger
+        self.targets_record = data.get("targets_file") if isinstance(data.get("targets_file"), dict) else None
+        return data
+
     def load(self) -> dict[str, Server]:
-        if not self.state_file.exists():
+        """The servers this testbed directory's state records (empty if there is no testbed here)."""
+        data = self._read_state()
+        if data is None:
             return {}
-        data = json.loads(self.state_file.read_text())
         out = {}
         for kind, st in data.get("servers", {}).items():
-            state = ServerState.from_json(st)
-            out[kind] = server_class(kind)(Path(state.root), state.info.get("options", {}), state)
+            if kind not in SERVERS:
+                raise self._refuse(f"{self.state_file.name} names an unknown server '{kind}' (edited?)")
+            try:
+                state = ServerState.from_json(st)
+            except (KeyError, TypeError, AttributeError):
+                raise self._refuse(f"{self.state_file.name}: the record of {kind} is damaged") from None
+            if os.path.normpath(state.root) != str(self.dir / kind) or state.kind != kind:
+                raise self._refuse(f"{self.state_file.name} puts {kind} outside {self.dir} (edited?)")
+            server = server_class(kind)(self.dir / kind, state.info.get("options", {}), state)
+            server.on_change = self._journal
+            out[kind] = server
+        self._servers = out
         return out
 
     def _save(self, servers: dict[str, Server]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        save_json(self.state_file, {"servers": {k: s.state.to_json() for k, s in servers.items()}})
+        assert self.ledger is not None
+        save_json(self.state_file, {"format": STATE_FORMAT, "testbed": self.ledger.to_json(),
+                                    "targets_file": self.targets_record,
+                                    "servers": {k: s.state.to_json() for k, s in servers.items()}})
+
+    def _journal(self) -> None:
+        """Save the state now: called whenever a server recorded a new directory, file or process."""
+        if self.ledger is not None and self.ledger.anchors:
+            self._save(self._servers)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[bool]:
+        """One `up` or `down` at a time per testbed directory (an advisory lock on the directory itself);
+        yields whether the lock is held (False while the directory does not exist yet)."""
+        try:
+            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # not there yet (or refused later with a reason)
+            yield False
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise TestbedError(f"another `storeval testbed` command is working on {self.dir}; wait for it") from None
+            yield True
+        finally:
+            os.close(fd)
 
     def targets(self, servers: dict[str, Server] | None = None) -> dict[str, dict[str, Any]]:
         servers = self.load() if servers is None else servers
@@ -65,63 +186,185 @@ class Testbed:
             out.update(server.targets())
         return out
 
-    def _write_targets(self, servers: dict[str, Server]) -> None:
-        header = ("# Written by `storeval testbed up`: one target per running testbed server.\n"
+    # -- the targets file: replaced or removed only while it is what storeval wrote ------------------------
+    def _targets_foreign(self) -> str | None:
+        """None if the targets file is absent or still byte for byte the one storeval wrote; else why not."""
+        try:
+            fd = os.open(self.targets_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror or str(e)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            rec = self.targets_record
+            if not (rec and rec.get("path") == str(self.targets_file) and stat.S_ISREG(st.st_mode)
+                    and [st.st_dev, st.st_ino] == [rec.get("dev"), rec.get("ino")]):
+                head = f.read(len(_TARGETS_HEADER))
+                return ("another testbed wrote it" if head == _TARGETS_HEADER.encode() and stat.S_ISREG(st.st_mode)
+                        else "storeval did not write it")
+            if st.st_size > _MAX_STATE or hashlib.sha256(f.read()).hexdigest() != rec.get("sha256"):
+                return "changed since storeval wrote it"
+        return None
+
+    def _update_targets(self, servers: dict[str, Server], log) -> Left | None:
+        """Rewrite the targets file for the servers that run, or remove it when none does — only while it is
+        the file storeval wrote. A file storeval did not write, or one changed since, stays as it is (once
+        changed it is no longer storeval's: forgotten). Returns what stayed, if anything."""
+        running = {k: s for k, s in servers.items() if s.state.procs}
+        why = self._targets_foreign()
+        if why:
+            if self.targets_record is None and not running:
+                return None  # not ours, and nothing to say in it
+            self.targets_record = None
+            self._save(servers)
+            log(f"left {self.targets_file} as it is ({why})")
+            return Left(str(self.targets_file), why)
+        if not running:
+            with contextlib.suppress(FileNotFoundError):
+                if self.targets_record is not None:
+                    os.unlink(self.targets_file)
+            self.targets_record = None
+            self._save(servers)
+            return None
+        header = (f"{_TARGETS_HEADER} one target per running testbed server.\n"
                   "# `storeval run storeval-testbed.yaml --workload bandwidth` measures them;"
                   " `storeval testbed down` stops them.\n")
-        body = yaml.safe_dump({"targets": self.targets(servers)}, sort_keys=False, default_flow_style=False)
-        self.targets_file.write_text(header + body)
+        body = yaml.safe_dump({"targets": self.targets(running)}, sort_keys=False, default_flow_style=False)
+        data = (header + body).encode()
+        tmp = self.targets_file.with_name(f".{self.targets_file.name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                st = os.fstat(f.fileno())
+            os.replace(tmp, self.targets_file)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.targets_record = {"path": str(self.targets_file), "dev": st.st_dev, "ino": st.st_ino,
+                               "sha256": hashlib.sha256(data).hexdigest()}
+        self._save(servers)
+        return None
 
     # -- commands ---------------------------------------------------------------------------------------
     def up(self, kinds: list[str], options: dict[str, dict[str, Any]] | None = None, *, log=print) -> dict[str, Server]:
         """Start the servers of ``kinds`` that are not running yet; return every running server."""
         options = options or {}
-        servers = self.load()
         for kind in kinds:
             server_class(kind)  # unknown kinds fail before anything starts
+        with contextlib.ExitStack() as stack:
+            locked = stack.enter_context(self._locked())
+            servers = self.load()
+            why = self._targets_foreign()
+            if why:
+                raise NotOwned(f"{self.targets_file} exists and {why}: storeval replaces only its own targets file; "
+                               "move it away (or choose another --dir)")
+            if self.ledger is None:  # a new testbed: the directory must be new or empty
+                self.ledger = Ledger()
+                self.ledger.on_change = self._journal
+                self.ledger.anchor(self.dir, rule=STATE_RULE)
+            self.ledger.on_change = self._journal
+            if not locked:
+                stack.enter_context(self._locked())
+            return self._up(servers, kinds, options, log)
+
+    def _up(self, servers: dict[str, Server], kinds: list[str], options: dict[str, dict[str, Any]], log) -> dict[str, Server]:
+        self._servers = servers
         try:
             for kind in kinds:
-                if kind in servers and servers[kind].alive():
-                    log(f"{kind}: already running")
-                    continue
-                if kind in servers:  # a dead one from an earlier session: clean it away first
-                    servers.pop(kind).stop()
+                if kind in servers:
+                    word, todo = servers[kind].health()
+                    if word == "running":
+                        log(f"{kind}: already running")
+                        continue
+                    if word in ("FROZEN", "NOT ANSWERING"):
+                        raise TestbedError(f"{kind}: started earlier but {word.lower()}: {todo}, or "
+                                           f"`storeval testbed down {kind}` and up again")
+                    left = servers[kind].stop()  # a dead one from an earlier session: clean it away first
+                    self._save(servers)
+                    if left:
+                        raise NotOwned(f"{kind}: cannot start afresh, storeval left {describe(left)}; move them "
+                                       f"away, then `storeval testbed up {kind}` again")
+                    del servers[kind]
+                    self._save(servers)
                 server = server_class(kind)(self.dir / kind, options.get(kind, {}))
+                server.on_change = self._journal
                 server.state.info["options"] = options.get(kind, {})
-                log(f"{kind}: installing (first use can take minutes)…")
-                server.install()
-                log(f"{kind}: starting")
-                servers[kind] = server
-                server.start()
+                servers[kind] = server  # from here on its ledger and processes are saved as they grow
+                try:
+                    log(f"{kind}: installing (first use can take minutes)…")
+                    server.install()
+                    log(f"{kind}: starting")
+                    server.start()
+                    self._save(servers)
+                    server.wait_ready()
+                except BaseException:
+                    if not server.state.procs and not server.ledger:
+                        del servers[kind]  # it made nothing: nothing to remember
+                    raise
                 self._save(servers)
-                server.wait_ready()
-                self._save(servers)
-                log(f"{kind}: ready — {server.status()}")
+                log(server.status())
         finally:
             self._save(servers)
-            self._write_targets({k: s for k, s in servers.items() if s.state.procs})
+            self._update_targets(servers, log)
         return servers
 
-    def down(self, kinds: list[str] | None = None, *, log=print) -> None:
-        servers = self.load()
-        for kind in list(servers):
-            if kinds and kind not in kinds:
-                continue
-            servers.pop(kind).stop()
-            log(f"{kind}: stopped, data removed")
-        if servers:
-            self._save(servers)
-            self._write_targets(servers)
-        else:
-            self.state_file.unlink(missing_ok=True)
-            self.targets_file.unlink(missing_ok=True)
-            try:
-                self.dir.rmdir()
-            except OSError:
-                pass
+    def down(self, kinds: list[str] | None = None, *, log=print) -> list[Left]:
+        """Stop the servers (all, or ``kinds``) and remove what they made; return what was left and why."""
+        with self._locked():
+            servers = self.load()
+            if self.ledger is None:
+                log(f"no testbed in {self.dir}: nothing to stop or remove")
+                return []
+            self.ledger.on_change = self._journal
+            left_all: list[Left] = []
+            for kind in kinds or []:
+                if kind not in servers:
+                    log(f"{kind}: not in this testbed")
+            for kind in list(servers):
+                if kinds and kind not in kinds:
+                    continue
+                server = servers[kind]
+                word, _ = server.health()
+                left = server.stop()
+                done = {"running": "stopped", "stopped": "nothing was running",
+                        "DOWN": "its processes had exited"}.get(word, f"stopped (it was {word.lower()})")
+                if left:
+                    left_all += left
+                    log(f"{kind}: {done}; left {describe(left)}: they stay, with the directories holding them "
+                        "(move them away, then `storeval testbed down` again)")
+                else:
+                    del servers[kind]
+                    log(f"{kind}: {done}, data removed")
+                self._save(servers)
+            stayed = self._update_targets(servers, log)
+            left_all += [stayed] if stayed else []
+            if servers:
+                return left_all
+            # no server has anything left: the state, the marker and the directory itself
+            inside = self.ledger.remove(_claims_state, dry_run=True)
+            if inside:
+                left_all += inside
+                log(f"left {describe(inside)}: {self.dir} stays with them and its state "
+                    "(move them away, then `storeval testbed down` again)")
+                return left_all
+            left_all += self.ledger.remove(_claims_state)
+            return left_all
 
     def status(self) -> list[str]:
-        return [s.status() for s in self.load().values()]
+        """One line per server saying what is true now; then anything left that is not storeval's."""
+        servers = self.load()
+        lines = []
+        for s in servers.values():
+            left = s.ledger.remove(s.claims, dry_run=True) if not s.state.procs else []
+            lines.append(f"{s.kind}: stopped; left {describe(left)}: move them away, then `storeval testbed down` "
+                         "removes the rest" if left else s.status())
+        if self.ledger is not None and not servers:
+            left = [x for x in self.ledger.remove(_claims_state, dry_run=True) if x.why == FOREIGN]
+            if left:
+                lines.append(f"no testbed servers running here; left {describe(left)}")
+        return lines
 
 
-__all__ = ["Testbed", "Server", "TestbedError", "SERVERS", "server_class"]
+__all__ = ["Testbed", "Server", "TestbedError", "NotOwned", "SERVERS", "server_class"]

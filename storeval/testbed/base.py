@@ -3,14 +3,16 @@
 A :class:`Server` installs what it needs (once, into the user's cache directory), starts its processes in
 their own session so they outlive ``storeval testbed up``, waits until they answer, describes the storeval
 targets that reach it, and stops exactly the processes it started — identified by PID *and* start time,
-so a recycled PID is never killed — before removing the data it created.
+so a recycled PID is never killed — before removing the data it created. Every directory and file it
+makes goes through its :class:`~storeval.testbed.owned.Ledger`, and only what that ledger proves (or what
+the server wrote where the ledger lets it, see :meth:`Server.claims`) is ever removed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import secrets
 import signal
 import socket
 import subprocess
@@ -23,6 +25,7 @@ from typing import Any, ClassVar
 import psutil
 
 from ..errors import StorevalError
+from .owned import Ledger, Left
 
 LOCALHOST = "127.0.0.1"
 
@@ -77,24 +80,48 @@ class Proc:
     name: str
     log: str
 
-    def alive(self) -> bool:
+    def process(self) -> psutil.Process | None:
+        """The process if it is still the one started (same PID *and* start time), else None."""
         try:
             p = psutil.Process(self.pid)
-            return abs(p.create_time() - self.create_time) < 0.5 and p.status() != psutil.STATUS_ZOMBIE
+            return p if abs(p.create_time() - self.create_time) < 0.5 else None
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+
+    def condition(self) -> str:
+        """What the process is now: ``up``, ``stopped`` (SIGSTOP: it answers nobody) or ``exited``."""
+        p = self.process()
+        try:
+            status = p.status() if p else None
         except psutil.NoSuchProcess:
-            return False
+            status = None
+        if status in (None, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return "exited"
+        if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            return "stopped"
+        return "up"
+
+    def alive(self) -> bool:
+        return self.condition() != "exited"
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL — this process and its children only."""
-        if not self.alive():
+        """SIGTERM (and SIGCONT, so a frozen one hears it), wait up to ``grace`` seconds, then SIGKILL — this
+        process and its children only. Raises TestbedError if it is still there afterwards."""
+        p = self.process()
+        if p is None or not self.alive():
             return
-        p = psutil.Process(self.pid)
-        family = [p, *p.children(recursive=True)]
-        for q in family:
-            try:
-                q.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
+        try:
+            family = [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            for q in family:
+                try:
+                    q.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
+                except psutil.AccessDenied:
+                    raise TestbedError(f"{self.name} (pid {self.pid}): not allowed to stop it (run as its user)") from None
         _, alive = psutil.wait_procs(family, timeout=grace)
         for q in alive:
             try:
@@ -102,18 +129,18 @@ class Proc:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(alive, timeout=5)
+        if self.alive():
+            raise TestbedError(f"{self.name} (pid {self.pid}) did not end after SIGKILL; its data stays")
 
 
-def spawn(cmd: list[str], *, name: str, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
-          user: str | None = None) -> Proc:
-    """Start ``cmd`` in a new session (it outlives the caller), output to ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, user=user)
-        except OSError as e:
-            raise TestbedError(f"cannot start {name} ({cmd[0]}): {e.strerror}") from e
+def spawn(cmd: list[str], *, name: str, log: Path, out: int, env: dict[str, str] | None = None,
+          cwd: Path | None = None, user: str | None = None) -> Proc:
+    """Start ``cmd`` in a new session (it outlives the caller), output to the open descriptor ``out`` of ``log``."""
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, user=user)
+    except OSError as e:
+        raise TestbedError(f"cannot start {name} ({cmd[0]}): {e.strerror}") from e
     try:
         created = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
@@ -154,21 +181,24 @@ def apt_install(*packages: str) -> None:
 
 @dataclass
 class ServerState:
-    """What `testbed down` and `testbed status` need to know about a running server (saved as JSON)."""
+    """What `testbed down` and `testbed status` need to know about a server (saved as JSON): its processes,
+    ports, facts, and ``made``, the ledger of every directory and file it created."""
 
     kind: str
     root: str
     procs: list[Proc] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    made: Ledger = field(default_factory=Ledger)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": self.kind, "root": self.root, "procs": [asdict(p) for p in self.procs], "ports": self.ports,
+                "info": self.info, "made": self.made.to_json()}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ServerState:
         return cls(kind=d["kind"], root=d["root"], procs=[Proc(**p) for p in d["procs"]], ports=d["ports"],
-                   info=d.get("info", {}))
+                   info=d.get("info", {}), made=Ledger.from_json(d.get("made")))
 
 
 class Server(ABC):
@@ -181,6 +211,50 @@ class Server(ABC):
         self.root = Path(root)
         self.options = options or {}
         self.state = state or ServerState(kind=self.kind, root=str(self.root))
+        self.on_change: Any = None  # called whenever the state gained something to remember (Testbed saves it)
+        self.state.made.on_change = self._journal
+        self.left: list[Left] = []  # what the last stop() could not remove, and why
+
+    def _journal(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # -- what the server makes: through its ledger only ------------------------------------------------------
+    @property
+    def ledger(self) -> Ledger:
+        return self.state.made
+
+    def make_root(self) -> Path:
+        """Create ``self.root`` (or take it if empty; anything else there is refused) as the server's anchor."""
+        return self.ledger.anchor(self.root)
+
+    def mkdir(self, path: Path, rule: str | None = None) -> Path:
+        """Create a directory under the root; ``rule`` hands it to the server (see :meth:`claims`)."""
+        return self.ledger.mkdir(path, rule)
+
+    def write_file(self, path: Path, text: str, mode: int = 0o644) -> None:
+        self.ledger.write(path, text, mode)
+
+    def claims(self, rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
+        """Whether the server wrote ``parts`` (a path below a directory it was handed with ``rule``): what a
+        server writes has a shape (names, owner) that tells it apart from a file a user put there."""
+        return False
+
+    def _spawn(self, cmd: list[str], *, name: str, log: Path, env: dict[str, str] | None = None,
+               cwd: Path | None = None, user: str | None = None, slot: int | None = None) -> Proc:
+        """Start a process with output appended to ``log`` (a file of the ledger) and record it at once:
+        appended to ``state.procs``, or in place of ``state.procs[slot]``."""
+        fd = self.ledger.open(log, append=True)
+        try:
+            proc = spawn(cmd, name=name, log=log, out=fd, env=env, cwd=cwd, user=user)
+        finally:
+            os.close(fd)
+        if slot is None:
+            self.state.procs.append(proc)
+        else:
+            self.state.procs[slot] = proc
+        self._journal()
+        return proc
 
     @abstractmethod
     def install(self) -> None:
@@ -212,23 +286,63 @@ class Server(ABC):
     def alive(self) -> bool:
         return bool(self.state.procs) and all(p.alive() for p in self.state.procs)
 
-    def status(self) -> str:
-        procs = ", ".join(f"{p.name} pid {p.pid} {'up' if p.alive() else 'DOWN'}" for p in self.state.procs)
-        ports = ", ".join(f"{k} {v}" for k, v in self.state.ports.items())
-        return f"{self.kind}: {procs}; ports {ports}"
+    def health(self) -> tuple[str, str]:
+        """(word, what to do) from the processes and ports as they are now: ``running``, ``FROZEN`` (a
+        process is stopped by SIGSTOP), ``DOWN`` (a process exited), ``NOT ANSWERING`` (a port is closed)
+        or ``stopped`` (no processes: only data a user left inside is still there)."""
+        if not self.state.procs:
+            return "stopped", f"`storeval testbed down {self.kind}` removes what storeval left of it"
+        conditions = [p.condition() for p in self.state.procs]
+        if "exited" in conditions:
+            return "DOWN", (f"`storeval testbed up {self.kind}` starts it again, "
+                            f"`storeval testbed down {self.kind}` removes its data")
+        if "stopped" in conditions:
+            pids = " ".join(str(p.pid) for p, c in zip(self.state.procs, conditions) if c == "stopped")
+            return "FROZEN", f"`kill -CONT {pids}` resumes it"
+        closed = [f"{k} {v}" for k, v in self.state.ports.items() if not port_open(v)]
+        if closed:
+            return "NOT ANSWERING", f"port {', '.join(closed)} accepts no connection"
+        return "running", ""
 
-    def stop(self) -> None:
-        """Stop exactly the processes this server started, then remove its data directory."""
+    def status(self) -> str:
+        """One line that says what is true now: each process (up, stopped, DOWN), the ports, what to do."""
+        word, todo = self.health()
+        names = {"up": "up", "stopped": "stopped (SIGSTOP)", "exited": "DOWN (exited)"}
+        procs = ", ".join(f"{p.name} pid {p.pid} {names[p.condition()]}" for p in self.state.procs)
+        ports = ", ".join(f"{k} {v}" for k, v in self.state.ports.items())
+        line = f"{self.kind}: {word}"
+        if procs:
+            line += f" — {procs}; ports {ports}"
+        return f"{line}; {todo}" if todo else line
+
+    def stop(self) -> list[Left]:
+        """Stop exactly the processes this server started; then remove what its ledger proves it made and what
+        the server wrote where it was allowed to. Returns what was left (a user's files inside, with the
+        directories holding them): it stays recorded, so a later stop finishes once they are moved away.
+        If a process cannot be stopped, nothing is removed and TestbedError says which."""
+        failed = []
         for p in reversed(self.state.procs):
-            p.stop()
-        if self.root.exists():
-            shutil.rmtree(self.root, ignore_errors=True)
-        self.state.procs = []
+            try:
+                p.stop()
+            except TestbedError as e:
+                failed.append(str(e))
+        self.state.procs = [p for p in self.state.procs if p.alive()]
+        self._journal()
+        if failed:
+            raise TestbedError(f"{self.kind}: {'; '.join(failed)}")
+        self.left = self.ledger.remove(self.claims)
+        return self.left
 
 
 def save_json(path: Path, data: Any, mode: int = 0o600) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    """Replace ``path`` atomically (a new file beside it, then rename); the temporary name is unique, created
+    exclusively and removed on failure, so a user's file is never written through."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

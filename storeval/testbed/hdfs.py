@@ -20,13 +20,14 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from .base import LOCALHOST, Server, TestbedError, cache_dir, free_port, port_open, run, spawn
+from .base import LOCALHOST, Left, Server, TestbedError, cache_dir, free_port, port_open, run
 
 JAVA_DIR = Path(__file__).with_name("java")
 MAIN_CLASS = "org.storeval.testbed.MiniCluster"
@@ -34,6 +35,10 @@ HADOOP_VERSION = "3.4.1"
 TARGET_DIR = "/storeval"  # the directory the storeval target points at
 START_TIMEOUT = 180.0  # seconds for one launcher start (cluster up, READY printed)
 _BIND_ERRORS = ("Address already in use", "BindException", "Port in use")
+BASE = "hdfs-base"  # ledger rule: the MiniDFSCluster base directory (see HdfsServer.claims)
+JVM_TMP = "hdfs-jvm-tmp"  # ledger rule: the JVM's java.io.tmpdir
+_STORAGE = re.compile(r"name-\d+-\d+|namesecondary\d*|checkpoint\d*|journal\w*")
+_JVM_TMP_NAMES = re.compile(r"(?i)(jetty|hadoop|snappy|libleveldbjni|jna|hsperfdata|native-platform|\+~jf).*")
 
 
 def _sources() -> list[Path]:
@@ -158,7 +163,9 @@ class HdfsServer(Server):
         if self.n_datanodes < 1 or not 1 <= self.replication <= self.n_datanodes:
             raise TestbedError(f"hdfs: need datanodes >= 1 and 1 <= replication <= datanodes "
                                f"(got datanodes {self.n_datanodes}, replication {self.replication})")
-        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+        self.make_root()
+        self.mkdir(self.root / "tmp", rule=JVM_TMP)
+        self.mkdir(self.root / "data", rule=BASE)
         log = self.root / "hdfs.log"
         self.state.info.update(datanodes=self.n_datanodes, replication=self.replication)
         for attempt in range(1, 4):
@@ -166,8 +173,8 @@ class HdfsServer(Server):
             while len(set(ports.values())) < 3:
                 ports = {"rpc": free_port(), "http": free_port(), "control": free_port()}
             self.state.info["log_offset"] = log.stat().st_size if log.exists() else 0
-            proc = spawn(self._command(ports), name="hdfs-minicluster", log=log)
-            self.state.procs = [proc]
+            self.state.procs = []
+            proc = self._spawn(self._command(ports), name="hdfs-minicluster", log=log)
             self.state.ports = ports
             deadline = time.monotonic() + START_TIMEOUT
             while time.monotonic() < deadline:
@@ -189,6 +196,22 @@ class HdfsServer(Server):
                 continue  # a port was taken between free_port() and the bind: new ports
             tail = " | ".join(text.strip().splitlines()[-3:])
             raise TestbedError(f"hdfs: the MiniDFSCluster exited while starting: {tail} (see {log})")
+
+    def claims(self, rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
+        """In the base directory MiniDFSCluster makes its storage directories (``name-0-1``, ``data/dataN``
+        …) and everything inside them; in its java.io.tmpdir the JVM makes scratch entries of known names
+        (Jetty's, native libraries). Anything else there is not the server's."""
+        if rule == BASE:
+            top = parts[0]
+            if _STORAGE.fullmatch(top):
+                return len(parts) > 1 or stat.S_ISDIR(st.st_mode)
+            if top == "data":
+                return (len(parts) == 1 and stat.S_ISDIR(st.st_mode)) or (len(parts) >= 2 and bool(
+                    re.fullmatch(r"data\d+", parts[1])) and (len(parts) > 2 or stat.S_ISDIR(st.st_mode)))
+            return False
+        if rule == JVM_TMP:
+            return bool(_JVM_TMP_NAMES.fullmatch(parts[0]))
+        return False
 
     # -- readiness and targets ---------------------------------------------------------------------------
     def client(self):
@@ -284,19 +307,17 @@ class HdfsServer(Server):
         return out
 
     # -- stop ------------------------------------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self) -> list[Left]:
         """Ask the launcher to shut the cluster down, then stop what is left and remove the data."""
-        procs = [p for p in self.state.procs if p.alive()]
+        procs = [p for p in self.state.procs if p.condition() == "up"]
         if procs and self.state.ports.get("control"):
             with contextlib.suppress(TestbedError):
                 self.control("shutdown", timeout=30)
-            running = []
-            for p in procs:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    running.append(psutil.Process(p.pid))
+            running = [q for p in procs if (q := p.process()) is not None]
             psutil.wait_procs(running, timeout=30)
-        super().stop()  # SIGTERM (the launcher's shutdown hook), SIGKILL after 10 s; removes self.root
+        left = super().stop()  # SIGTERM (the launcher's shutdown hook), SIGKILL after 10 s; removes what is ours
         ports = [*self.state.ports.values(), *self.state.info.get("datanode_ports", [])]
         deadline = time.monotonic() + 5
         while any(port_open(p) for p in ports) and time.monotonic() < deadline:
             time.sleep(0.1)
+        return left

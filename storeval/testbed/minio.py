@@ -17,7 +17,9 @@ import hashlib
 import http.client
 import os
 import random
+import re
 import secrets
+import stat
 import socket
 import time
 import xml.etree.ElementTree as ET
@@ -26,11 +28,13 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..drivers.sigv4 import authorization, signing_key
-from .base import LOCALHOST, Server, TestbedError, spawn, wait_until
+from .base import LOCALHOST, Server, TestbedError, wait_until
 from .gobuild import MINIO_VERSION, WARP_VERSION, install_minio, install_warp
 
 BUCKET = "storeval"
 REGION = "us-east-1"
+DRIVE = "minio-drive"  # the ledger rule of a directory MinIO uses as a drive (see MinioServer.claims)
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 # ------------------------------------------------------------------------------------------------ S3 bits
@@ -174,10 +178,7 @@ class MinioServer(Server):
     def _write_credentials(self) -> None:
         access, secret = "sv" + secrets.token_hex(9), secrets.token_urlsafe(30)
         path = self.credentials_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n")
+        self.write_file(path, f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n", 0o600)
         os.chmod(path, 0o600)
 
     def _env(self) -> dict[str, str]:
@@ -219,10 +220,24 @@ class MinioServer(Server):
         return [self.log]
 
     def _prepare(self) -> None:
-        (self.root / "data").mkdir(parents=True, exist_ok=True)
+        self.mkdir(self.root / "data", rule=DRIVE)
+
+    def claims(self, rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
+        """A MinIO drive holds ``.minio.sys/`` (MinIO's own), directories (buckets, object prefixes, data
+        directories) and, as files, only an object's ``xl.meta`` and the ``part.N`` files in its data
+        directories (named by UUID): any other file there is not MinIO's."""
+        if rule != DRIVE:
+            return False
+        if parts[0] == ".minio.sys" or stat.S_ISDIR(st.st_mode):
+            return True
+        if not stat.S_ISREG(st.st_mode) or len(parts) < 3:  # bucket/object/xl.meta at least
+            return False
+        name = parts[-1]
+        return name in ("xl.meta", "xl.meta.bkp") or (
+            len(parts) >= 4 and bool(re.fullmatch(r"part\.\d+", name)) and bool(_UUID.fullmatch(parts[-2])))
 
     def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.make_root()
         self._binary()
         self._write_credentials()
         self._prepare()
@@ -230,9 +245,9 @@ class MinioServer(Server):
             self.state.ports = self._new_ports()
             self._on_ports()
             offsets = [log.stat().st_size if log.exists() else 0 for log in self._logs()]
-            self.state.procs = [spawn(cmd, name=name, log=log, env=self._proc_env(i))
-                                for i, (cmd, name, log) in enumerate(zip(self._commands(self.state.ports),
-                                                                         self._names(), self._logs()))]
+            self.state.procs = []
+            for i, (cmd, name, log) in enumerate(zip(self._commands(self.state.ports), self._names(), self._logs())):
+                self._spawn(cmd, name=name, log=log, env=self._proc_env(i))
             if not self._port_clash(offsets) or attempt == self.start_attempts:
                 return
             for p in self.state.procs:  # a port was taken: start all over on new ports
@@ -317,7 +332,7 @@ class MinioECServer(MinioServer):
 
     def _prepare(self) -> None:
         for i in self._node_ids():
-            (self.root / f"d{i}").mkdir(parents=True, exist_ok=True)
+            self.mkdir(self.root / f"d{i}", rule=DRIVE)
 
     def _node_command(self, node: dict[str, Any]) -> list[str]:
         drives = [f"http://{LOCALHOST}:{n['port']}{n['data']}" for n in self.state.info["nodes"]]
@@ -410,8 +425,7 @@ class MinioECServer(MinioServer):
         if self.state.procs[idx].alive():
             return
         log = Path(node["log"])
-        proc = spawn(self._node_command(node), name=f"minio node{i}", log=log, env=self._proc_env(idx))
-        self.state.procs[idx] = proc
+        proc = self._spawn(self._node_command(node), name=f"minio node{i}", log=log, env=self._proc_env(idx), slot=idx)
 
         def up() -> bool:
             if not proc.alive():

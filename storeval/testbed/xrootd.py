@@ -14,8 +14,11 @@ XRootD binds 0.0.0.0 (it has no option for one address); the ``xrd.allow`` lines
 ``-R xrootd`` makes the server work as the ``xrootd`` user, which must reach its files. The testbed
 directory may sit where that user cannot go (a home directory, pytest's 0700 temporary directories), so
 the server's own files — data, log, configuration, admin and pid directories — live in a *home* of their
-own under ``/var/tmp`` (``storeval-xrootd-*``, recorded in the state) and are removed with it on stop.
-Nothing outside storeval's own directories is touched.
+own under ``/var/tmp`` (``storeval-xrootd-*``): a second anchor of the server's ledger, with its own marker.
+On stop only what the ledger proves is removed, plus what the server wrote: everything in its admin and pid
+directories, its log fifo, and in the data directory what belongs to the ``xrootd`` user it runs as (when
+not root it runs as the caller, and a file put into its data directory cannot be told from one written
+through the server: it is removed with the data).
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ from .base import (
     apt_install,
     free_port,
     port_open,
-    spawn,
 )
 
 PACKAGES = ("xrootd-server", "xrootd-client")
 RUN_AS = "xrootd"  # the user Debian's package creates; the server refuses to run as root
 EXPORT = "storeval"  # the directory (under the data dir) the storeval target points at
 START_ATTEMPTS = 3
+DATA, ADMIN, LOGS = "xrootd-data", "xrootd-admin", "xrootd-logs"  # ledger rules, see XrootdServer.claims
 START_TIMEOUT = 30.0
 
 # One trace line per read / readV element / write with ``xrootd.trace fsio``:
@@ -134,6 +137,7 @@ class XrootdServer(Server):
         if "home" not in self.state.info:
             base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
             home = Path(tempfile.mkdtemp(prefix="storeval-xrootd-", dir=base))
+            self.ledger.adopt_new(home)  # made exclusively just now: recorded at once
             home.chmod(0o755)
             self.state.info["home"] = str(home)
         return Path(self.state.info["home"])
@@ -196,8 +200,12 @@ class XrootdServer(Server):
         return RUN_AS
 
     def _prepare_dirs(self, user: str | None) -> None:
-        for d in (self.data_dir / EXPORT, self.home / "admin", self.home / "run", self.home / "log"):
-            d.mkdir(parents=True, exist_ok=True)
+        self.mkdir(self.data_dir, rule=DATA)
+        self.mkdir(self.data_dir / EXPORT)
+        self.mkdir(self.home / "admin", rule=ADMIN)
+        self.mkdir(self.home / "run", rule=ADMIN)
+        self.mkdir(self.home / "log", rule=LOGS)
+        self.state.info["user"] = user
         if user is None:
             return
         ent = pwd.getpwnam(user)
@@ -208,14 +216,26 @@ class XrootdServer(Server):
             raise TestbedError(f"xrootd: user {user} cannot reach {self.data_dir}; set TMPDIR to a directory every "
                                "user can traverse")
 
-    def stop(self) -> None:
-        home = self.state.info.get("home")
-        super().stop()
-        if home and Path(home).name.startswith("storeval-xrootd-"):
-            shutil.rmtree(home, ignore_errors=True)
+    def claims(self, rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
+        """The admin and pid directories are the server's alone (sockets, fifos, links, its pid file); in the
+        log directory it makes ``.xrootd.log`` (a fifo) and rotated logs; in the data directory, when it runs
+        as its own user, exactly what that user owns (as the caller, everything: see the module docstring)."""
+        if rule == ADMIN:
+            return True
+        if rule == LOGS:
+            return len(parts) == 1 and (parts[0] == ".xrootd.log" or parts[0].startswith("xrootd.log"))
+        if rule == DATA:
+            user = self.state.info.get("user")
+            if user is None:
+                return True
+            try:
+                return st.st_uid == pwd.getpwnam(user).pw_uid
+            except KeyError:
+                return False
+        return False
 
     def _write_config(self, port: int) -> None:
-        self.config_file.write_text("\n".join([
+        self.write_file(self.config_file, "\n".join([
             "# written by storeval testbed",
             f"xrd.port {port}",
             "xrd.allow host localhost",
@@ -239,7 +259,7 @@ class XrootdServer(Server):
             raise TestbedError("xrootd: not installed (run `storeval testbed up xrootd` as root, "
                                "or apt-get install xrootd-server xrootd-client)")
         user = self._user()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.make_root()
         self._prepare_dirs(user)
         log = self.home / "log" / "xrootd.log"
         self.state.info.update({"log": str(log), "data": str(self.data_dir), "config": str(self.config_file),
@@ -248,15 +268,15 @@ class XrootdServer(Server):
         for _attempt in range(START_ATTEMPTS):
             port = free_port()
             self._write_config(port)
-            (self.home / "run" / "xrootd.pid").unlink(missing_ok=True)
-            log.touch()
+            (self.home / "run" / "xrootd.pid").unlink(missing_ok=True)  # the server's, in its own directory
+            os.close(self.ledger.open(log, append=True))
             if user:  # the server (re)opens its log as that user
                 ent = pwd.getpwnam(user)
                 os.chown(log, ent.pw_uid, ent.pw_gid)
             mark = log.stat().st_size
-            proc = spawn(self._command(user), name="xrootd", log=log, cwd=self.home)
-            self.state.procs = [proc]
+            self.state.procs = []
             self.state.ports = {"xrootd": port}
+            proc = self._spawn(self._command(user), name="xrootd", log=log, cwd=self.home)
             outcome, last = self._await_start(proc, log, mark)
             if outcome == "ok":
                 return

@@ -1,0 +1,470 @@
+"""Proof of what the testbed created, and removal of exactly that.
+
+The testbed may only delete what it made. A :class:`Ledger`, kept in the state file, is the proof:
+
+* an **anchor** is a top directory the testbed made, or found empty and took: ``--dir`` itself, each
+  server's root, XRootD's home under /var/tmp. It holds a marker file with the ledger's random token, so a
+  state file edited to name some other directory proves nothing there;
+* an **entry** is a directory or file made inside an anchor, created exclusively (``mkdir``, ``O_EXCL``)
+  and recorded with its device, inode and birth time the moment it exists (``on_change`` saves the state
+  right then). The birth time (``statx``) tells a user's file from storeval's when the file system gave the
+  user's new file the inode number storeval's just freed;
+* a directory handed to a server carries a **rule**: the server's ``claims(rule, parts, stat)`` says which
+  of the things inside it the server itself writes (MinIO's ``xl.meta`` files, HDFS's storage directories …).
+
+:meth:`Ledger.remove` walks each anchor through directory descriptors opened with ``O_NOFOLLOW``: it removes
+a recorded entry whose device and inode still match and an entry the rule claims, removes a directory only
+once it is empty, never enters a directory it cannot prove, never follows a symbolic link, and returns what
+it left and why. What is left stays recorded, so a later removal finishes the job once the user moved it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+MARKER = ".storeval-testbed"
+MARKER_HEAD = "storeval testbed directory: storeval created it and records in its state what it made here\n"
+MAX_DEPTH = 200  # deeper trees are left alone (and said so) rather than walked with one descriptor per level
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+#: ``claims(rule, parts, stat)``: whether a server wrote ``parts`` (path below the ruled directory)
+Claims = Callable[[str, tuple[str, ...], os.stat_result], bool]
+
+
+class NotOwned(InputError):
+    """A path the testbed would create, reuse or replace is not its own: refused before anything is touched."""
+
+
+@dataclass(frozen=True)
+class Left:
+    """Something a removal left in place: where, and why it was not storeval's to remove."""
+
+    path: str
+    why: str
+
+
+FOREIGN = "not created by storeval or its server"
+REPLACED = "replaced since storeval created it"
+
+
+def describe(left: list[Left], limit: int = 3) -> str:
+    """One line naming what was left: ``A, B and 2 more (why); C (why)`` grouped by reason."""
+    groups: dict[str, list[str]] = {}
+    for item in left:
+        groups.setdefault(item.why, []).append(item.path)
+    parts = []
+    for why, paths in groups.items():
+        shown = ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+        parts.append(f"{shown} ({why})")
+    return "; ".join(parts)
+
+
+def is_marker(path: Path) -> bool:
+    """Whether ``path`` is a marker file some storeval testbed wrote (whatever its token)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        return os.fstat(f.fileno()).st_size < 4096 and f.read(4096).decode(errors="replace").startswith(MARKER_HEAD)
+
+
+class _StatxTime(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_int64), ("nsec", ctypes.c_uint32), ("reserved", ctypes.c_int32)]
+
+
+class _Statx(ctypes.Structure):  # struct statx (linux/stat.h), 256 bytes
+    _fields_ = [("mask", ctypes.c_uint32), ("blksize", ctypes.c_uint32), ("attributes", ctypes.c_uint64),
+                ("nlink", ctypes.c_uint32), ("uid", ctypes.c_uint32), ("gid", ctypes.c_uint32),
+                ("mode", ctypes.c_uint16), ("spare0", ctypes.c_uint16), ("ino", ctypes.c_uint64),
+                ("size", ctypes.c_uint64), ("blocks", ctypes.c_uint64), ("attributes_mask", ctypes.c_uint64),
+                ("atime", _StatxTime), ("btime", _StatxTime), ("ctime", _StatxTime), ("mtime", _StatxTime),
+                ("rest", ctypes.c_uint8 * 144)]
+
+
+_STATX_BTIME, _AT_SYMLINK_NOFOLLOW, _AT_EMPTY_PATH, _AT_FDCWD = 0x800, 0x100, 0x1000, -100
+try:
+    _statx = ctypes.CDLL(None, use_errno=True).statx
+    _statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_Statx)]
+except (AttributeError, OSError):  # glibc before 2.28, or no libc: identities are device + inode only
+    _statx = None
+
+
+def _born(dir_fd: int, name: str) -> int | None:
+    """Birth time in ns of ``name`` in ``dir_fd`` (of ``dir_fd`` itself when ``name`` is empty), not following
+    a link; None where the file system does not keep one."""
+    if _statx is None:
+        return None
+    buf = _Statx()
+    flags = _AT_SYMLINK_NOFOLLOW | (_AT_EMPTY_PATH if not name else 0)
+    if _statx(dir_fd, os.fsencode(name), flags, _STATX_BTIME, ctypes.byref(buf)) != 0 or not buf.mask & _STATX_BTIME:
+        return None
+    return buf.btime.sec * 1_000_000_000 + buf.btime.nsec
+
+
+def _ident(st: os.stat_result, born: int | None) -> dict[str, int]:
+    return {"dev": st.st_dev, "ino": st.st_ino, **({"born": born} if born is not None else {})}
+
+
+def _id_path(path: str | Path) -> dict[str, int]:
+    return _ident(os.lstat(path), _born(_AT_FDCWD, str(path)))
+
+
+def _id_fd(fd: int) -> dict[str, int]:
+    return _ident(os.fstat(fd), _born(fd, ""))
+
+
+def _same(rec: dict[str, Any], ident: dict[str, int]) -> bool:
+    """The recorded thing is this one: same device and inode, and the same birth time where one was recorded."""
+    return rec.get("dev") == ident["dev"] and rec.get("ino") == ident["ino"] and rec.get("born") == ident.get("born")
+
+
+@dataclass
+class Ledger:
+    """Anchors and entries of one owner (a server, or the testbed directory itself); see the module docstring."""
+
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    anchors: list[dict[str, Any]] = field(default_factory=list)  # {path, dev, ino, created, rule?}
+    entries: list[dict[str, Any]] = field(default_factory=list)  # {anchor, path, dir, dev, ino, rule?}
+    on_change: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+
+    # -- state ------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"token": self.token, "anchors": self.anchors, "entries": self.entries}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> Ledger:
+        """A ledger from a state file; malformed parts are dropped (they could only prove less)."""
+        if not isinstance(d, dict) or not isinstance(d.get("token"), str) or len(d["token"]) < 16:
+            return cls(token=secrets.token_hex(16))  # nothing recorded: nothing provable
+        anchors = [a for a in d.get("anchors", []) if isinstance(a, dict) and isinstance(a.get("path"), str)
+                   and os.path.isabs(a["path"]) and all(isinstance(a.get(k), int) for k in ("dev", "ino"))]
+        entries = [e for e in d.get("entries", []) if isinstance(e, dict) and isinstance(e.get("path"), str)
+                   and isinstance(e.get("anchor"), int) and 0 <= e["anchor"] < len(anchors)
+                   and all(isinstance(e.get(k), int) for k in ("dev", "ino"))]
+        return cls(token=d["token"], anchors=anchors, entries=entries)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def __bool__(self) -> bool:
+        """True while anything recorded may still exist."""
+        return bool(self.anchors)
+
+    # -- where --------------------------------------------------------------------------------------------
+    def _locate(self, path: Path) -> tuple[int, str]:
+        """(anchor index, path relative to it) for a path inside one of the anchors."""
+        p = os.path.normpath(os.path.abspath(path))
+        best = -1
+        for i, a in enumerate(self.anchors):
+            if (p == a["path"] or p.startswith(a["path"].rstrip("/") + "/")) and (
+                    best < 0 or len(a["path"]) > len(self.anchors[best]["path"])):
+                best = i
+        if best < 0:
+            raise NotOwned(f"{p}: outside every directory this testbed created (a bug in storeval: please report it)")
+        return best, os.path.relpath(p, self.anchors[best]["path"]) if p != self.anchors[best]["path"] else ""
+
+    def _entry(self, anchor: int, rel: str) -> dict[str, Any] | None:
+        for e in self.entries:
+            if e["anchor"] == anchor and e["path"] == rel:
+                return e
+        return None
+
+    def owns(self, path: Path) -> bool:
+        """Whether ``path`` is an anchor or a recorded entry that is still the very thing recorded."""
+        try:
+            st = os.lstat(path)
+            i, rel = self._locate(path)
+        except (OSError, NotOwned):
+            return False
+        rec = self.anchors[i] if rel == "" else self._entry(i, rel)
+        return rec is not None and _same(rec, _ident(st, _born(_AT_FDCWD, str(path))))
+
+    # -- creating ---------------------------------------------------------------------------------------
+    def anchor(self, path: Path, rule: str | None = None) -> Path:
+        """Make ``path`` a top directory of this ledger: create it (its parent must exist), or take it if it
+        exists and is empty (it then outlives the removal). Anything else there is refused with one line."""
+        p = Path(os.path.normpath(os.path.abspath(path)))
+        if any(a["path"] == str(p) for a in self.anchors) and self.owns(p):
+            return p
+        created = True
+        try:
+            os.mkdir(p, 0o755)
+        except FileNotFoundError:
+            raise NotOwned(f"{p}: its parent directory {p.parent} does not exist (create it first)") from None
+        except FileExistsError:
+            created = False
+            if os.path.islink(p) or not p.is_dir():
+                raise NotOwned(f"{p} exists and is not a directory storeval created (choose another path)") from None
+            foreign = [n for n in os.listdir(p) if not (n == MARKER and is_marker(p / n))]
+            if foreign:
+                raise NotOwned(f"{p} exists and holds files storeval did not create ({', '.join(sorted(foreign)[:3])}"
+                               f"{' …' if len(foreign) > 3 else ''}); choose a new or empty directory") from None
+            (p / MARKER).unlink(missing_ok=True)  # an earlier testbed's marker, alone: that testbed is gone
+        except OSError as e:
+            raise NotOwned(f"{p}: cannot create it ({e.strerror})") from None
+        return self._record_anchor(p, created, rule)
+
+    def adopt_new(self, path: Path) -> Path:
+        """Record a directory just created exclusively by the caller (``tempfile.mkdtemp``) as an anchor."""
+        return self._record_anchor(Path(os.path.normpath(os.path.abspath(path))), True, None)
+
+    def _record_anchor(self, p: Path, created: bool, rule: str | None) -> Path:
+        """Write the marker first, then record anchor and marker in one change: an interrupted start leaves a
+        directory holding nothing but a marker, which counts as empty the next time."""
+        fd = os.open(p / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{MARKER_HEAD}{self.token}\n")
+            marker = _id_fd(f.fileno())
+        self.anchors.append({"path": str(p), **_id_path(p), "created": created, **({"rule": rule} if rule else {})})
+        self.entries.append({"anchor": len(self.anchors) - 1, "path": MARKER, "dir": False, **marker})
+        self._changed()
+        return p
+
+    def check_anchor(self, i: int = 0) -> str | None:
+        """None if anchor ``i`` is still the very directory recorded and holds this ledger's marker; else why not."""
+        where = self.anchors[i]["path"]
+        try:
+            fd = os.open(where, _DIR_FLAGS)
+        except OSError as e:
+            return "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror or str(e)
+        try:
+            if not _same(self.anchors[i], _id_fd(fd)):
+                return f"{where} is not the directory it was made for (copied, moved or edited)"
+            if not self._marker_ok(fd):
+                return f"{where}/{MARKER} is missing or belongs to another testbed"
+            return None
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: Path, rule: str | None = None) -> Path:
+        """Create ``path`` and the missing directories leading to it inside an anchor, recording each; an
+        existing one must be a recorded entry (or an anchor). ``rule`` marks the last one as a server's."""
+        i, rel = self._locate(path)
+        base = Path(self.anchors[i]["path"])
+        parts = Path(rel).parts if rel else ()
+        for k in range(1, len(parts) + 1):
+            sub = "/".join(parts[:k])
+            full = base / sub
+            rec = self._entry(i, sub)
+            want_rule = rule if k == len(parts) else None
+            try:
+                os.mkdir(full, 0o755)
+            except FileExistsError:
+                if rec is None or not self.owns(full) or not rec["dir"]:
+                    raise NotOwned(f"{full} exists and storeval did not create it (move it away and try again)") from None
+                if want_rule and rec.get("rule") != want_rule:
+                    rec["rule"] = want_rule
+                    self._changed()
+                continue
+            except OSError as e:
+                raise NotOwned(f"{full}: cannot create it ({e.strerror})") from None
+            if rec is not None:
+                self.entries.remove(rec)
+            self.entries.append({"anchor": i, "path": sub, "dir": True, **_id_path(full),
+                                 **({"rule": want_rule} if want_rule else {})})
+            self._changed()
+        return Path(path)
+
+    def open(self, path: Path, append: bool = False, mode: int = 0o644) -> int:
+        """A descriptor for writing the file ``path``: created exclusively and recorded, or, if it is a recorded
+        file still, reopened (truncated unless ``append``). Never through a symbolic link."""
+        i, rel = self._locate(path)
+        if not rel:
+            raise NotOwned(f"{path}: is a directory")
+        rec = self._entry(i, rel)
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            if rec is None or rec["dir"] or not self.owns(path):
+                raise NotOwned(f"{path} exists and storeval did not create it (move it away and try again)") from None
+            return os.open(path, flags)
+        except OSError as e:
+            raise NotOwned(f"{path}: cannot create it ({e.strerror})") from None
+        if rec is not None:
+            self.entries.remove(rec)
+        self.entries.append({"anchor": i, "path": rel, "dir": False, **_id_fd(fd)})
+        self._changed()
+        return fd
+
+    def write(self, path: Path, text: str, mode: int = 0o644) -> None:
+        """Write a whole file of this ledger (see :meth:`open`)."""
+        with os.fdopen(self.open(path, mode=mode), "w") as f:
+            f.write(text)
+
+    # -- removing -----------------------------------------------------------------------------------------
+    def remove(self, claims: Claims | None = None, *, dry_run: bool = False) -> list[Left]:
+        """Remove what this ledger proves is its own (and what ``claims`` says a server wrote in a ruled
+        directory); return what was left and why. With ``dry_run`` nothing is removed: only what would stay."""
+        claims = claims or (lambda rule, parts, st: False)
+        left: list[Left] = []
+        keep_anchors: list[int] = []
+        kept_entries: set[int] = set()
+        for i in reversed(range(len(self.anchors))):
+            anchor = self.anchors[i]
+            where = anchor["path"]
+            try:
+                fd = os.open(where, _DIR_FLAGS)
+            except FileNotFoundError:
+                continue  # already gone, with whatever was recorded in it
+            except OSError as e:
+                left.append(Left(where, "replaced by a link or file since storeval created it"
+                                 if e.errno in (errno.ELOOP, errno.ENOTDIR) else e.strerror or str(e)))
+                continue  # not ours any more: forget it, never follow it
+            try:
+                if not _same(anchor, _id_fd(fd)):
+                    left.append(Left(where, REPLACED))
+                    continue
+                if not self._marker_ok(fd):
+                    left.append(Left(where, "its storeval marker is missing or belongs to another testbed"))
+                    continue
+                recorded = {e["path"]: (k, e) for k, e in enumerate(self.entries) if e["anchor"] == i}
+                ctx = (anchor["rule"], "") if anchor.get("rule") else None
+                before = len(left)
+                empty = self._clear(fd, "", ctx, recorded, claims, left, kept_entries, dry_run, where, 0, anchor["dev"])
+                marker = recorded.get(MARKER)
+                if not empty or len(left) > before:
+                    keep_anchors.append(i)
+                    if marker:
+                        kept_entries.add(marker[0])
+                    continue
+                if dry_run:
+                    continue
+                if marker:
+                    os.unlink(MARKER, dir_fd=fd)
+                if anchor["created"]:
+                    self._rmdir_anchor(anchor, left)
+            finally:
+                os.close(fd)
+        if not dry_run:
+            remap = {old: new for new, old in enumerate(sorted(keep_anchors))}
+            self.entries = [{**e, "anchor": remap[e["anchor"]]} for k, e in enumerate(self.entries)
+                            if k in kept_entries and e["anchor"] in remap]
+            self.anchors = [self.anchors[k] for k in sorted(keep_anchors)]
+            self._changed()
+        return left
+
+    def _marker_ok(self, dir_fd: int) -> bool:
+        try:
+            fd = os.open(MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as f:
+            return f.read(4096).decode(errors="replace") == f"{MARKER_HEAD}{self.token}\n"
+
+    @staticmethod
+    def _rmdir_anchor(anchor: dict[str, Any], left: list[Left]) -> None:
+        """Remove the (now empty) anchor directory by name inside its parent, if it is still the one recorded."""
+        parent, name = os.path.split(anchor["path"])
+        try:
+            pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as e:
+            left.append(Left(anchor["path"], e.strerror or str(e)))
+            return
+        try:
+            if _same(anchor, _ident(os.stat(name, dir_fd=pfd, follow_symlinks=False), _born(pfd, name))):
+                os.rmdir(name, dir_fd=pfd)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                left.append(Left(anchor["path"], e.strerror or str(e)))
+        finally:
+            os.close(pfd)
+
+    def _clear(self, dir_fd: int, rel: str, ctx: tuple[str, str] | None, recorded: dict[str, tuple[int, dict]],
+               claims: Claims, left: list[Left], kept: set[int], dry_run: bool, where: str, depth: int,
+               dev: int) -> bool:
+        """Remove what is ours in one directory; True if nothing but (at the top) the marker remains. Nothing
+        on another device than the anchor's (a mount point) is touched."""
+        empty = True
+        try:
+            names = sorted(os.listdir(dir_fd))
+        except OSError as e:
+            left.append(Left(f"{where}/{rel}" if rel else where, e.strerror or str(e)))
+            return False
+        for name in names:
+            path = f"{rel}/{name}" if rel else name
+            if path == MARKER:
+                continue  # the anchor's proof goes last
+            full = f"{where}/{path}"
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if st.st_dev != dev:
+                left.append(Left(full, "another file system is mounted there"))
+                empty = False
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            rec = recorded.get(path)
+            if rec is not None and (bool(rec[1]["dir"]) != is_dir or not _same(rec[1], _ident(st, _born(dir_fd, name)))):
+                rec = None  # not the thing recorded: the server may have replaced it, else it is not ours
+                replaced = True
+            else:
+                replaced = False
+            sub_ctx = ctx
+            if rec is not None:
+                if rec[1].get("rule"):
+                    sub_ctx = (rec[1]["rule"], path)
+            elif ctx is None or not claims(ctx[0], tuple(os.path.relpath(path, ctx[1]).split("/")) if ctx[1]
+                                            else tuple(path.split("/")), st):
+                left.append(Left(full, REPLACED if replaced else FOREIGN))
+                empty = False
+                continue
+            if is_dir:
+                if depth >= MAX_DEPTH:
+                    left.append(Left(full, f"more than {MAX_DEPTH} directories deep"))
+                    empty = False
+                else:
+                    try:
+                        sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                    except OSError as e:
+                        left.append(Left(full, e.strerror or str(e)))
+                        empty = False
+                        continue
+                    try:
+                        fst = os.fstat(sub)
+                        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):  # swapped between stat and open
+                            left.append(Left(full, REPLACED))
+                            empty = False
+                            continue
+                        sub_empty = self._clear(sub, path, sub_ctx, recorded, claims, left, kept, dry_run, where,
+                                                depth + 1, dev)
+                    finally:
+                        os.close(sub)
+                    if not sub_empty:
+                        empty = False
+                    elif not dry_run:
+                        try:
+                            os.rmdir(name, dir_fd=dir_fd)
+                        except OSError as e:
+                            left.append(Left(full, "something was put in it meanwhile" if e.errno == errno.ENOTEMPTY
+                                             else e.strerror or str(e)))
+                            sub_empty = False
+                            empty = False
+                    if not sub_empty and rec is not None:
+                        kept.add(rec[0])
+            elif not dry_run:
+                try:
+                    os.unlink(name, dir_fd=dir_fd)
+                except OSError as e:
+                    if e.errno != errno.ENOENT:
+                        left.append(Left(full, e.strerror or str(e)))
+                        empty = False
+                        if rec is not None:
+                            kept.add(rec[0])
+        return empty
+
+
+__all__ = ["Ledger", "Left", "NotOwned", "MARKER", "describe", "is_marker", "FOREIGN", "REPLACED"]
