@@ -96,7 +96,9 @@ class StoreError(StorevalError):
 
 
 def _file_kind(path: str) -> str:
-    """duckdb (DuckDB's magic bytes are there), empty (0 bytes), foreign, or missing."""
+    """duckdb (DuckDB's magic bytes are there), empty (0 bytes), foreign (a directory too), or missing."""
+    if os.path.isdir(path):
+        return "foreign"
     try:
         with open(path, "rb") as f:
             head = f.read(12)
@@ -570,7 +572,14 @@ class Store:
     def _import_held(self) -> None:
         """Store the held files of processes that have ended (a run that could not store its cells), then
         remove them; files of running processes, and files that are not storeval's intact own, are left."""
-        for path in sorted(glob.glob(os.path.join(self.dir, HELD_GLOB))):
+        def written(path: str) -> float:
+            try:
+                return os.stat(path).st_mtime
+            except OSError:
+                return 0.0
+
+        # oldest first: a dead coordinator's cells before what its watchdog stored about its death
+        for path in sorted(glob.glob(os.path.join(self.dir, HELD_GLOB)), key=written):
             mark, text = owned.read_owned(path, "held")
             if mark is None:
                 continue
