@@ -43,32 +43,14 @@ def _console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
-OWN_MARKS = {"--json": (b'"storeval_version"',), "--html": (b"storeval report", b"storeval comparison")}
-
-
 def _check_output(path: str, option: str = "--json", creating: str | None = None) -> None:
     """An output file's place must exist and be writable before anything runs, and an existing file there is
-    replaced only if storeval wrote it (a JSON document or report of its own): never a user's file, never
-    the results store. ``creating`` names a directory this command will create (the results directory)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise InputError(f"{option} {path}: is a directory (give a file name)")
-    if creating is not None and directory == os.path.abspath(creating) and not os.path.exists(directory):
-        return
-    if not os.path.isdir(directory):
-        raise InputError(f"{option} {path}: directory {directory} does not exist (create it or choose another path)")
-    if not os.access(directory, os.W_OK):
-        raise InputError(f"{option} {path}: directory {directory} is not writable (choose another path)")
-    if os.path.lexists(path):
-        try:
-            with open(path, "rb") as f:
-                head = f.read(4096)
-        except OSError as e:
-            raise InputError(f"{option} {path}: cannot read the file that is there ({e.strerror}); choose a new "
-                             "file name") from e
-        if not os.path.isfile(path) or not any(mark in head for mark in OWN_MARKS[option]):
-            raise InputError(f"{option} {path}: a file that storeval did not write is there (choose a new file "
-                             "name; storeval replaces only its own output)")
+    replaced only if storeval wrote it and nobody changed it since (its ownership header and digest, see
+    ``storeval.owned``): never a user's file, never the results store. ``creating`` names a directory this
+    command will create (the results directory)."""
+    from .owned import check_output
+
+    check_output(path, option, "json" if option == "--json" else "html", creating)
 
 
 @app.command()
@@ -162,23 +144,30 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
                     out, err, html_out) -> int:
     """Run the cells, store them, print the summary; returns the exit code."""
     from .analysis.figures import analyze
-    from .report.document import run_document, write_json_atomic
+    from .report.document import run_document
     from .runner import Runner
 
+    # a store that cannot be written holds the cells and says so; at the run's end it waits for the store
+    # (bounded) and, if it still cannot store them, raises one line naming the file that keeps them: never `ok`
+    store.log = lambda message: err.print(f"warning: {message}", highlight=False, markup=False)
     result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
                     engine=engine).run()
     data = store.load_run(result.run_id)
     cell_figs, summary = analyze(data, exclude_outliers)
-    if json_out:
-        write_json_atomic(json_out, run_document(data, cell_figs, summary))
+    unwritten = False
+    outputs = [("--json", json_out, lambda path: _write_json(store, path, run_document(data, cell_figs, summary),
+                                                             [result.run_id]))] if json_out else []
     if html_out is not None:
         html_out = html_out or os.path.join(store.dir, f"report-{result.run_id}.html")
+        outputs.append(("--html", html_out, lambda path: _write_html(store, data, cell_figs, summary, path)))
+    for option, path, write in outputs:
         try:
-            _write_html(store, data, cell_figs, summary, html_out)
-        except OSError as e:  # the run is stored: `storeval report --html` can write it later
-            err.print(f"[yellow]warning:[/] cannot write the HTML report {html_out}: {e.strerror} (the run is stored; "
-                      f"write it with storeval report {store.dir} --html FILE)", highlight=False)
-            html_out = None
+            write(path)
+        except StorevalError as e:  # the run is stored: `storeval report` writes it later
+            err.print(f"error: {e} (the run is stored: storeval report {store.dir} --run {result.run_id} "
+                      f"{option} FILE writes it)", highlight=False, markup=False)
+            unwritten = True
+            json_out, html_out = (None, html_out) if option == "--json" else (json_out, None)
     if not quiet:
         _print_all(summary, cell_figs, out)
         failed = (f", {result.failed} failed" if result.failed else "") + \
@@ -197,7 +186,7 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
     if result.status == "interrupted":
         err.print("[yellow]interrupted: the running cell was stopped, its files removed and it is stored as interrupted[/]")
         code = EXIT_INTERRUPTED
-    elif result.status == "failed":
+    elif result.status == "failed" or unwritten:
         code = EXIT_FAILED
     return code
 
@@ -213,7 +202,7 @@ def report(
 ) -> None:
     """Print the summary of a stored run; write it as JSON or as an HTML report."""
     from .analysis.figures import analyze
-    from .report.document import run_document, write_json_atomic
+    from .report.document import run_document
 
     if json_out:
         _check_output(json_out)
@@ -225,18 +214,27 @@ def report(
     _print_all(summary, cells, _console())
     _print_run_state(data, _console())
     if json_out:
-        write_json_atomic(json_out, run_document(data, cells, summary))
+        _write_json(store, json_out, run_document(data, cells, summary), [data.run_id])
     if html_out:
         _write_html(store, data, cells, summary, html_out)
         _console().print(f"report in {html_out}", highlight=False)
 
 
 def _open_results(results: str):
+    """An existing results store (a damaged or foreign file is one line); held results that a run could not
+    store are stored now, and the user hears about them."""
     from .store import Store
 
     if not os.path.isdir(results):
         raise InputError(f"{results} is not a results directory (run storeval run first, or pass the directory)")
-    return Store(results, create=False)
+    store = Store(results, create=False)
+    err = Console(stderr=True, soft_wrap=True)
+    for path in store.imported:
+        err.print(f"stored the held results of {path} in {store.path}", highlight=False, markup=False)
+    for path in store.unimported:
+        err.print(f"warning: held results in {path} are not in {store.path} yet (the store cannot be written now; "
+                  "the next storeval command here tries again)", highlight=False, markup=False)
+    return store
 
 
 def _print_run_state(data, console) -> None:
@@ -270,11 +268,22 @@ def _print_all(summary, cells, console) -> None:
     print_table(summary_table(summary), console)
 
 
+def _write_json(store, path: str, doc: dict, runs: list[str]) -> None:
+    """--json: the document with its ownership header, noted in the store's ``outputs`` table."""
+    from .report.document import write_document
+
+    mark, size = write_document(path, doc, "run", runs)
+    store.record_output(path, mark, size)
+
+
 def _write_html(store, data, cells, summary, path: str) -> None:
-    from .report.document import write_text_atomic
+    """--html: the report with its ownership header, noted in the store's ``outputs`` table."""
+    from .owned import write_owned
     from .report.html import render_report
 
-    write_text_atomic(path, render_report(data, cells, summary, store.load_samples(data.run_id)), ".html")
+    mark, size = write_owned(path, "--html", "html", "run", [data.run_id],
+                             render_report(data, cells, summary, store.load_samples(data.run_id)))
+    store.record_output(path, mark, size)
 
 
 def _run_of(ref: str, results: str):
@@ -306,8 +315,9 @@ def compare(
     from rich.table import Table
 
     from .analysis.figures import analyze
+    from .owned import write_owned
     from .report.compare import COLUMNS, RULE, change_rows, compare as compare_runs, render_compare_html
-    from .report.document import write_json_atomic, write_text_atomic
+    from .report.document import write_document
 
     if json_out:
         _check_output(json_out)
@@ -336,11 +346,13 @@ def compare(
     for label, items in (("only in A", only_a), ("only in B", only_b), ("not compared, parameters differ", differ)):
         if items:
             console.print(f"{label}: " + "; ".join(items), highlight=False)
-    if json_out:
-        write_json_atomic(json_out, {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": RULE, "changes": [c.as_dict() for c in changes],
-                                     "only_in_a": only_a, "only_in_b": only_b, "parameters_differ": differ})
+    if json_out:  # no results store owns a comparison: its ownership header alone proves it is storeval's
+        write_document(json_out, {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": RULE,
+                                  "changes": [c.as_dict() for c in changes], "only_in_a": only_a, "only_in_b": only_b,
+                                  "parameters_differ": differ}, "compare", [id_a, id_b])
     if html_out:
-        write_text_atomic(html_out, render_compare_html(run_a, run_b, changes, only_a, only_b, differ), ".html")
+        write_owned(html_out, "--html", "html", "compare", [id_a, id_b],
+                    render_compare_html(run_a, run_b, changes, only_a, only_b, differ))
         console.print(f"comparison in {html_out}", highlight=False)
 
 

@@ -186,7 +186,10 @@ class Runner:
             if status == "ok" and failed:
                 status = "failed"
             self.store.end_run(self.run_id, status)
-            self.guard.done()
+            try:  # what a busy or full store held is stored now (a bounded wait), else one line says where it is
+                self.store.settle()
+            finally:  # the watchdog stays on duty while the coordinator waits for the store
+                self.guard.done()
         return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed, fatal=fatal,
                          not_run=len(self.cells) - done)
 

@@ -9,17 +9,33 @@ Tables (every reported figure can be recomputed from them with SQL):
 ``events``       errors, timeouts, interruptions (later: faults)
 ``environment``  facts about the machine and the targets, one key per row
 ``samples``      probe samples (network, disk, CPU counters) taken while cells run
+``outputs``      files storeval wrote (JSON documents, HTML reports): where, their token and digest
 
-Each cell is written in one transaction, so a crash never leaves half a cell.
-The file is opened per transaction, so two runs can share a results directory.
+Each cell is written in one transaction, so a crash never leaves half a cell. The file is opened per
+transaction, so two runs can share a results directory.
+
+Nothing measured is lost when the store cannot be written (another process holds it open, its file
+system is full): every write is a *unit* (the run's start, a cell, events, the run's end) that is *held*
+— in memory and in a ``storeval-held-RUN-PID.json`` file beside the store (or in the temporary directory
+when that is full) — and stored, in order, at the next write. At the end of a run :meth:`Store.settle`
+waits for the store (bounded by ``STOREVAL_STORE_WAIT``, default 5 minutes, saying that it waits) and
+raises one line naming the held file if it still cannot. Units are idempotent, and any later storeval
+command that opens the store stores the held files of processes that have ended, then removes them.
+
+A damaged file (truncated, bit-flipped), a foreign file, a full disk or a busy store is one line naming
+the file (:class:`StoreError`), never a DuckDB traceback.
 """
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import os
+import re
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,9 +43,11 @@ from typing import Any
 
 import duckdb
 
+from . import owned
 from .engine.records import PhaseRecord
 from .errors import InputError, StorevalError
 from .histogram import Histogram
+from .units import UnitError, parse_duration
 
 DB_NAME = "storeval.duckdb"
 
@@ -56,10 +74,74 @@ TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
     "environment": ([("run_id", "VARCHAR"), ("key", "VARCHAR"), ("value", "JSON")], ""),
     "samples": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("t_ns", "BIGINT"), ("probe", "VARCHAR"),
                  ("device", "VARCHAR"), ("metric", "VARCHAR"), ("value", "DOUBLE")], ""),
+    "outputs": ([("path", "VARCHAR"), ("format", "VARCHAR"), ("kind", "VARCHAR"), ("run_id", "VARCHAR"),
+                 ("token", "VARCHAR"), ("sha256", "VARCHAR"), ("size", "BIGINT"), ("written", "TIMESTAMP")], ""),
 }
 
+OPEN_WAIT = 30.0  # seconds a command waits for a store another process is writing (transactions are short)
+WRITE_WAIT = 2.0  # seconds a write during a run waits before its unit is held and the run goes on
+SETTLE_WAIT = "STOREVAL_STORE_WAIT"  # environment: how long a run's end waits for a busy or full store
+SETTLE_DEFAULT = 300.0
+HELD_GLOB = "storeval-held-*.json"
+EXIT_INPUT = 2
 
-def _create_or_migrate(con: duckdb.DuckDBPyConnection) -> None:
+
+class StoreError(StorevalError):
+    """The store cannot be opened, read or written; ``kind`` says why (busy, full, denied, damaged, foreign,
+    empty, io, unsaved) and ``reason`` is the message without the advice."""
+
+    def __init__(self, reason: str, kind: str, advice: str = "", exit_code: int = 1, file: str | None = None) -> None:
+        super().__init__(f"{reason}; {advice}" if advice else reason)
+        self.reason, self.kind, self.exit_code, self.file = reason, kind, exit_code, file
+
+
+def _file_kind(path: str) -> str:
+    """duckdb (DuckDB's magic bytes are there), empty (0 bytes), foreign (a directory too), or missing."""
+    if os.path.isdir(path):
+        return "foreign"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return "duckdb"  # unreadable: the open itself says why
+    if not head:
+        return "empty"
+    return "duckdb" if head[8:12] == b"DUCK" else "foreign"
+
+
+def _classify(e: BaseException) -> tuple[str, str, str | None]:
+    """(kind, first line of the message, the file it names) of an exception from DuckDB or the OS."""
+    text = str(e).strip()
+    first = re.sub(r"\s*See also https?://\S+", "", text.splitlines()[0] if text else type(e).__name__).strip()
+    first = re.sub(r"^[A-Za-z ]*(Error|Exception): ", "", first)
+    quoted = re.search(r'"(/[^"\\]+)\\?"', first)
+    file = quoted.group(1) if quoted else getattr(e, "filename", None)
+    low = first.lower()
+    code = e.errno if isinstance(e, OSError) else None
+    if code == errno.ENOSPC or "no space left on device" in low:
+        return "full", os.strerror(errno.ENOSPC), file
+    if code == errno.EDQUOT or "disk quota exceeded" in low:
+        return "full", os.strerror(errno.EDQUOT), file
+    if "conflicting lock" in low or "could not set lock" in low:
+        return "busy", first, file
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS) or "permission denied" in low or "read-only file system" in low:
+        return "denied", first, file
+    if ("corrupt" in low or "checksum" in low or "not a valid duckdb database file" in low
+            or "could not read enough bytes" in low or isinstance(e, duckdb.SerializationException)):
+        return "damaged", first, file
+    if isinstance(e, (duckdb.IOException, duckdb.FatalException, OSError)):
+        return "io", first, file
+    return "bug", first, file
+
+
+def _create_or_migrate(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    have_tables = table_names(con)
+    if have_tables and not have_tables & set(TABLES):  # somebody else's DuckDB file: never add to it
+        raise StoreError(f"{path} is not a storeval results store (it holds other tables: "
+                         f"{', '.join(sorted(have_tables)[:5])})", "foreign", "choose another results directory",
+                         EXIT_INPUT)
     for table, (columns, key) in TABLES.items():
         cols = ", ".join(f"{name} {kind}" for name, kind in columns)
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols}{f', PRIMARY KEY ({key})' if key else ''})")
@@ -70,6 +152,31 @@ def _create_or_migrate(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
+HEADER_BYTES = 3 * 4096  # DuckDB's file headers, before the first block
+
+
+def _check_intact(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """A truncated file is found at once, from metadata alone: every table's blocks must lie inside the file.
+    (A flipped bit is found by DuckDB's block checksums when the block is read.)"""
+    block = con.execute("SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"
+                        ).fetchone()
+    last = -1
+    for table in table_names(con):
+        top = con.execute(f"SELECT max(block_id) FROM pragma_storage_info('{table}') WHERE persistent").fetchone()[0]
+        last = max(last, top if top is not None else -1)
+    need = HEADER_BYTES + last * block[0] + 1 if block and last >= 0 else 0
+    size = os.path.getsize(path)
+    if size < need:
+        raise StoreError(f"results store {path} is damaged (truncated: {size} bytes, its tables reach beyond "
+                         f"{need - 1})", "damaged", "restore it from a backup or use another --results directory",
+                         EXIT_INPUT)
+
+
+def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+                                      "AND table_catalog = current_database()").fetchall()}
+
+
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     """INSERT naming its columns, so older files with appended columns take the rows as well."""
     if not rows:
@@ -77,6 +184,70 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
     names = list(rows[0])
     con.executemany(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                     [[row[n] for n in names] for row in rows])
+
+
+def _exists(con: duckdb.DuckDBPyConnection, table: str, where: dict[str, Any]) -> bool:
+    cond = " AND ".join(f"{k} IS NOT DISTINCT FROM ?" for k in where)
+    return con.execute(f"SELECT count(*) FROM {table} WHERE {cond}", list(where.values())).fetchone()[0] > 0
+
+
+def _apply(con: duckdb.DuckDBPyConnection, unit: dict[str, Any]) -> None:
+    """Store one unit; a unit already stored (a held file imported twice) is skipped, so this is idempotent."""
+    rows, run_id = unit.get("rows", {}), unit["run_id"]
+    kind = unit["unit"]
+    if kind == "begin" and _exists(con, "studies", {"run_id": run_id}):
+        return
+    if kind == "cell" and _exists(con, "cells", {"run_id": run_id, "cell_id": unit["cell_id"]}):
+        return
+    if kind == "end":
+        con.execute("UPDATE studies SET finished = ?, status = ? WHERE run_id = ?",
+                    [unit["finished"], unit["status"], run_id])
+        return
+    if kind == "environment":
+        rows = {"environment": [r for r in rows["environment"]
+                                if not _exists(con, "environment", {"run_id": r["run_id"], "key": r["key"]})]}
+    if kind == "events":
+        rows = {"events": [r for r in rows["events"] if not _exists(con, "events", {
+            k: r[k] for k in ("run_id", "cell_id", "t", "kind", "message")})]}
+    for table, table_rows in rows.items():
+        _insert(con, table, table_rows)
+
+
+def _plain(value: Any) -> Any:
+    """JSON for held units: numpy values become numbers, times their text (DuckDB reads it back)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def _process_start(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _alive(pid: Any, created: Any) -> bool:
+    """Is the process that wrote a held file still running (same PID and start time)?"""
+    if not isinstance(pid, int) or not isinstance(created, (int, float)):
+        return False
+    start = _process_start(pid)
+    return start is not None and abs(start - created) < 0.5
+
+
+def settle_budget() -> float:
+    """Seconds the end of a run waits for a busy or full store (``STOREVAL_STORE_WAIT``: 300, 30s, 5m)."""
+    value = os.environ.get(SETTLE_WAIT)
+    if value is None or not value.strip():
+        return SETTLE_DEFAULT
+    try:
+        return parse_duration(value)
+    except UnitError as e:
+        raise InputError(f"{SETTLE_WAIT}={value}: {e} (how long a run waits for a busy or full results store)") from None
 
 
 def _json_default(value: Any) -> Any:
@@ -126,20 +297,35 @@ class RunData:
 
 
 class Store:
+    """The results directory's store. ``create``: make it (run); else it must exist (report, compare, export)."""
+
     def __init__(self, results_dir: str, *, create: bool = True) -> None:
         self.dir = os.path.abspath(results_dir)
         self.path = os.path.join(self.dir, DB_NAME)
-        if not create:
+        self.log: Callable[[str], None] = lambda message: None  # where a run says that it holds or waits
+        self.held: list[dict[str, Any]] = []  # units not stored yet, in order
+        self.held_files: list[str] = []  # this process's files keeping them (the newest first)
+        self.hold_reason: StoreError | None = None
+        self.spill_error: str | None = None
+        self.imported: list[str] = []  # held files of ended processes stored by this open
+        self.unimported: list[str] = []  # ... and those that could not be stored (yet)
+        self.created = False  # this process created the file (a failed start removes it again)
+        self.migrated = False
+        self._made_dirs: list[str] = []
+        self._wal_existed = True
+        if create:
+            settle_budget()  # a bad value is an input error now, not at the end of the run
+            self._create()
+        else:
             if not os.path.exists(self.path):
                 raise InputError(f"{results_dir} holds no storeval results ({DB_NAME} is missing; run storeval run first)")
-            return
-        os.makedirs(self.dir, exist_ok=True)
-        with self.transaction() as con:
-            _create_or_migrate(con)
+            self._validate()
+        self._import_held()
 
     @classmethod
     def check_location(cls, results_dir: str) -> None:
-        """Raise InputError if results cannot be written there (checked before anything runs)."""
+        """Raise InputError if results cannot be written there (checked before anything runs; the directory
+        itself is created by the Store, which removes it again if the start fails)."""
         path = os.path.abspath(results_dir)
         probe = path
         while not os.path.exists(probe):
@@ -148,91 +334,368 @@ class Store:
             raise InputError(f"--results {results_dir}: {probe} is not a directory (choose another results directory)")
         if not os.access(probe, os.W_OK | os.X_OK):
             raise InputError(f"--results {results_dir}: {probe} is not writable (choose another results directory)")
-        try:  # the last check before running: create it now, so a place that refuses says so up front
-            os.makedirs(path, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"--results {results_dir}: cannot create {path}: {e.strerror} "
-                             "(choose another results directory)") from e
         db = os.path.join(path, DB_NAME)
         if os.path.exists(db) and not os.access(db, os.W_OK):
             raise InputError(f"--results {results_dir}: {db} is not writable (choose another results directory)")
 
+    # -- opening ---------------------------------------------------------------------------------------
+    def _create(self) -> None:
+        missing, probe = [], self.dir
+        while not os.path.exists(probe):
+            missing.append(probe)
+            probe = os.path.dirname(probe)
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"--results {self.dir}: cannot create {self.dir}: {e.strerror} (choose another results "
+                             "directory)") from None
+        self._made_dirs = missing  # deepest first
+        self._wal_existed = os.path.lexists(self.path + ".wal")
+        self.created = not os.path.lexists(self.path)
+        try:
+            with self.transaction(wait=0) as con:
+                if not self.created:
+                    _check_intact(con, self.path)
+        except StoreError as e:
+            if e.kind == "busy" and not self.created:
+                self._validate()  # a reader holds it: go on; the schema is brought up to date at the first write
+                return
+            self._discard()
+            e.exit_code = EXIT_INPUT  # nothing has run
+            raise
+        except BaseException:
+            self._discard()
+            raise
+
+    def _validate(self) -> None:
+        """A storeval store (or an empty DuckDB file), readable: else one line saying what it is."""
+        kind = _file_kind(self.path)
+        if kind in ("empty", "foreign"):
+            raise self._error(kind, "", None)
+        with self.connect(read_only=True) as con:
+            tables = table_names(con)
+            _check_intact(con, self.path)
+        if tables and not tables & set(TABLES):
+            raise StoreError(f"{self.path} is not a storeval results store (it holds other tables: "
+                             f"{', '.join(sorted(tables)[:5])})", "foreign", "choose another results directory",
+                             EXIT_INPUT)
+
+    def _discard(self) -> None:
+        """Remove what a failed start of this process created: the empty store and the directories made for it."""
+        if not self.created:
+            return
+        for path in (self.path, *(() if self._wal_existed else (self.path + ".wal",))):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        for directory in self._made_dirs:
+            try:
+                os.rmdir(directory)  # only when empty
+            except OSError:
+                break
+        self.created = False
+
+    def _error(self, kind: str, first: str, file: str | None) -> StoreError:
+        if kind == "busy":
+            pid = re.search(r"\(PID (\d+)\)", first)
+            return StoreError(f"results store {self.path} is in use by another process"
+                              f"{f' (PID {pid.group(1)})' if pid else ''}", kind,
+                              "wait for it or use another --results directory")
+        if kind == "full":
+            return StoreError(f"the file system holding {file or self.path} is full ({first})", kind,
+                              "free space there or use another --results directory", file=file)
+        if kind == "denied":
+            return StoreError(f"results store {self.path}: {first}", kind, "use another --results directory",
+                              EXIT_INPUT, file)
+        if kind == "damaged":
+            return StoreError(f"results store {self.path} is damaged ({first})", kind,
+                              "restore it from a backup or use another --results directory", EXIT_INPUT, file)
+        if kind == "foreign":
+            return StoreError(f"{self.path} is not a storeval results store (not a DuckDB file)", kind,
+                              "choose another results directory", EXIT_INPUT)
+        if kind == "empty":
+            return StoreError(f"results store {self.path} is empty (0 bytes: left by a failed start, or damaged)", kind,
+                              "remove it or use another --results directory", EXIT_INPUT)
+        return StoreError(f"results store {self.path}: {first}", kind, "", file=file)
+
+    def _failure(self, e: BaseException) -> StoreError | None:
+        """The StoreError for ``e``, or None when ``e`` is a bug of storeval's (it then propagates as it is)."""
+        kind, first, file = _classify(e)
+        if kind == "bug":
+            return None
+        if kind in ("damaged", "io") and file in (None, self.path) and _file_kind(self.path) in ("empty", "foreign"):
+            kind = _file_kind(self.path)
+        return self._error(kind, first, file)
+
     @contextmanager
-    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        deadline = time.monotonic() + 30
+    def connect(self, read_only: bool = False, wait: float = OPEN_WAIT) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection; a busy store is waited for up to ``wait`` seconds. Every failure of the file (busy,
+        full, damaged, foreign) is a StoreError, raised from here or from the body."""
+        deadline = time.monotonic() + wait
         while True:
             try:
                 con = duckdb.connect(self.path, read_only=read_only)
                 break
-            except duckdb.IOException as e:
-                first = str(e).splitlines()[0]
-                if "lock" not in first.lower():
-                    raise InputError(f"{self.path} is not a storeval results store ({first}); choose another "
-                                     "results directory") from None
-                if time.monotonic() > deadline:
-                    raise StorevalError(f"cannot open results store {self.path}: {first} "
-                                        "(another storeval is using it; wait for it or use --results DIR)") from None
-                time.sleep(0.2)
+            except duckdb.Error as e:
+                err = self._failure(e)
+                if err is None:
+                    raise
+                if err.kind != "busy" or time.monotonic() >= deadline:
+                    raise err from None
+                time.sleep(0.1)
         try:
             yield con
+        except duckdb.Error as e:
+            err = self._failure(e)
+            if err is None:
+                raise
+            raise err from None
         finally:
-            con.close()
+            try:
+                con.close()
+            except duckdb.Error:
+                pass
 
     @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        with self.connect() as con:
+    def transaction(self, wait: float = OPEN_WAIT) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.connect(wait=wait) as con:
             con.execute("BEGIN TRANSACTION")
             try:
+                if not self.migrated:
+                    _create_or_migrate(con, self.path)
                 yield con
+                con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                try:
+                    con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # a failed COMMIT has rolled back already
                 raise
-            con.execute("COMMIT")
+            self.migrated = True
+
+    # -- holding what cannot be stored now ----------------------------------------------------------------
+    def _store_units(self, units: list[dict[str, Any]], wait: float) -> StoreError | None:
+        """Store ``units`` in order, each in its own transaction, removing each from the list once stored;
+        returns why the rest could not be stored (None: all were)."""
+        if not units:
+            return None
+        try:
+            with self.connect(wait=wait) as con:
+                while units:
+                    con.execute("BEGIN TRANSACTION")
+                    try:
+                        if not self.migrated:
+                            _create_or_migrate(con, self.path)
+                        _apply(con, units[0])
+                        con.execute("COMMIT")
+                    except BaseException:
+                        try:
+                            con.execute("ROLLBACK")
+                        except duckdb.Error:
+                            pass
+                        raise
+                    self.migrated = True
+                    units.pop(0)
+        except StoreError as e:
+            if e.kind == "full":
+                self._tidy_wal()
+            return e
+        return None
+
+    def _tidy_wal(self) -> None:
+        """A commit that failed on a full disk leaves DuckDB's journal empty beside the store; opening and
+        closing the store (under DuckDB's own lock) removes it, so nothing half-made stays behind."""
+        wal = self.path + ".wal"
+        try:
+            if os.path.getsize(wal) == 0:
+                duckdb.connect(self.path).close()
+        except (OSError, duckdb.Error):
+            pass
+
+    def _write(self, unit: dict[str, Any]) -> None:
+        """Store a unit now, or hold it (with everything held before it) and let the run go on."""
+        self.held.append(unit)
+        err = self._store_units(self.held, 0 if self.hold_reason else WRITE_WAIT)  # holding: one quick try
+        if err is None:
+            self._stored()
+        else:
+            self._hold(err)
+
+    def _what_held(self) -> str:
+        cells = sum(1 for u in self.held if u["unit"] == "cell")
+        parts = [f"{cells} cell{'s' if cells != 1 else ''}"] if cells else []
+        if len(self.held) > cells:
+            parts.append("the run's own rows")
+        return " and ".join(parts)
+
+    def _hold(self, err: StoreError) -> None:
+        changed = self.hold_reason is None or self.hold_reason.kind != err.kind
+        self.hold_reason = err
+        self._spill()
+        if changed:
+            where = f"kept in {self.held_files[0]}" if self.held_files else \
+                f"kept in memory only: {self.spill_error}"
+            self.log(f"{err.reason}: {self._what_held()} held, {where}; they are stored as soon as the store "
+                     "can be written")
+
+    def _stored(self) -> None:
+        for path in self.held_files:
+            owned.remove_own(path, "held")
+        self.held_files = []
+        if self.hold_reason is not None:
+            self.hold_reason = None
+            self.log(f"results store {self.path}: the held results are stored now")
+
+    def _spill(self) -> None:
+        """Keep the held units in a file of storeval's own: beside the store, or in the temporary directory
+        when that cannot be written (a full disk). The newest copy that could be written is listed first."""
+        runs = sorted({u["run_id"] for u in self.held})
+        text = json.dumps({"pid": os.getpid(), "created": _process_start(os.getpid()), "units": self.held},
+                          default=_plain)
+        name = f"storeval-held-{runs[0]}-{os.getpid()}.json"
+        errors = []
+        for directory in (self.dir, tempfile.gettempdir()):
+            path = os.path.join(directory, name)
+            try:
+                owned.write_owned(path, "held results", "json", "held", runs, text, replaces=("held",))
+            except (OSError, StorevalError) as e:
+                errors.append(str(e))
+                continue
+            for old in self.held_files:
+                if old != path:
+                    owned.remove_own(old, "held")
+            self.held_files, self.spill_error = [path], None
+            return
+        self.spill_error = "; ".join(errors)
+
+    def _import_held(self) -> None:
+        """Store the held files of processes that have ended (a run that could not store its cells), then
+        remove them; files of running processes, and files that are not storeval's intact own, are left."""
+        def written(path: str) -> float:
+            try:
+                return os.stat(path).st_mtime
+            except OSError:
+                return 0.0
+
+        # oldest first: a dead coordinator's cells before what its watchdog stored about its death
+        for path in sorted(glob.glob(os.path.join(self.dir, HELD_GLOB)), key=written):
+            mark, text = owned.read_owned(path, "held")
+            if mark is None:
+                continue
+            try:
+                held = json.loads(text)
+                units = list(held["units"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if held.get("pid") == os.getpid() or _alive(held.get("pid"), held.get("created")):
+                continue
+            if self._store_units(units, WRITE_WAIT) is not None:
+                self.unimported.append(path)
+                continue
+            owned.remove_own(path, "held")
+            self.imported.append(path)
+
+    def settle(self) -> None:
+        """At the end of a run: store everything held, waiting for a busy or full store (bounded, saying so);
+        if it still cannot, raise one line that says where the held results are kept."""
+        err = self._store_units(self.held, WRITE_WAIT)
+        if err is None:
+            self._stored()
+            return
+        self._hold(err)
+        if err.kind in ("busy", "full", "io"):  # these may pass: wait for them; a damaged store does not heal
+            self._wait(err)
+        if not self.held:
+            return
+        self._fail()
+
+    def _wait(self, err: StoreError) -> None:
+        budget = settle_budget()
+        deadline = time.monotonic() + budget
+        self.log(f"waiting up to {budget:g} s for the results store ({SETTLE_WAIT} sets how long): {err.reason}; "
+                 f"{self._what_held()} held")
+        delay = 0.5
+        while (remaining := deadline - time.monotonic()) > 0:
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 10.0)
+            err = self._store_units(self.held, min(WRITE_WAIT * 2, max(deadline - time.monotonic(), 0.1)))
+            if err is None:
+                self._stored()
+                return
+            if err.kind != self.hold_reason.kind:
+                self._hold(err)
+
+    def _fail(self) -> None:
+        err = self.hold_reason
+        runs = ", ".join(sorted({u["run_id"] for u in self.held}))
+        if self.held_files and os.path.dirname(self.held_files[0]) == self.dir:
+            then = "restore the store from a backup, then " if err.kind == "damaged" else ""
+            kept = f"they are kept in {self.held_files[0]}: {then}storeval report {self.dir} stores them once it can"
+        elif self.held_files:
+            kept = (f"they are kept in {self.held_files[0]}: move it into {self.dir} once there is room, and storeval "
+                    f"report {self.dir} stores them")
+        else:
+            kept = f"they could not be kept in a file either ({self.spill_error})"
+        raise StoreError(f"cannot store {self._what_held()} of run {runs}: {err.reason}; {kept}", "unsaved")
 
     # -- writing ---------------------------------------------------------------------------------
     def begin_run(self, run_id: str, *, study: dict, study_hash: str, version: str, command_line: str,
                   source: str | None, engine: str, environment: dict[str, Any]) -> None:
-        with self.transaction() as con:
-            _insert(con, "studies", [{"run_id": run_id, "started": now(), "status": "running", "storeval_version": version,
-                                      "command_line": command_line, "study": json.dumps(study), "study_hash": study_hash,
-                                      "source": source, "engine": engine}])
-            _insert(con, "environment", [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
-                                         for k, v in environment.items()])
+        """The run's first row. A busy store holds it like any write; a full or damaged one refuses the run
+        before anything runs (and a store this process created for it is removed again)."""
+        unit = {"unit": "begin", "run_id": run_id, "rows": {
+            "studies": [{"run_id": run_id, "started": now(), "status": "running", "storeval_version": version,
+                         "command_line": command_line, "study": json.dumps(study), "study_hash": study_hash,
+                         "source": source, "engine": engine}],
+            "environment": [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
+                            for k, v in environment.items()]}}
+        self.held.append(unit)
+        err = self._store_units(self.held, WRITE_WAIT)
+        if err is None:
+            self._stored()
+            return
+        if err.kind == "busy":
+            self._hold(err)
+            return
+        self.held.remove(unit)
+        self._discard()
+        err.exit_code = EXIT_INPUT
+        raise err
 
     def add_environment(self, run_id: str, key: str, value: Any) -> None:
-        with self.transaction() as con:
-            _insert(con, "environment", [{"run_id": run_id, "key": key, "value": json.dumps(value, default=str)}])
+        self._write({"unit": "environment", "run_id": run_id, "rows": {
+            "environment": [{"run_id": run_id, "key": key, "value": json.dumps(value, default=str)}]}})
 
     def end_run(self, run_id: str, status: str) -> None:
-        with self.transaction() as con:
-            con.execute("UPDATE studies SET finished = ?, status = ? WHERE run_id = ?", [now(), status, run_id])
+        self._write({"unit": "end", "run_id": run_id, "finished": now(), "status": status})
 
     def write_cell(self, run_id: str, cell: Any, *, status: str, error: str | None, started: datetime,
                    phases: list[tuple[str, int, str, str | None]], records: list[PhaseRecord],
                    events: list[dict[str, Any]], samples: list[tuple] | None = None) -> None:
-        with self.transaction() as con:
-            _insert(con, "cells", [{
-                "run_id": run_id, "cell_id": cell.index, "config": cell.config, "target": cell.target.name,
-                "target_url": cell.target.url, "workload": cell.workload, "kind": cell.kind,
-                "params": json.dumps(cell.params), "factors": json.dumps(cell.factors), "clients": cell.clients,
-                "repetition": cell.repetition, "status": status, "error": error, "started": started, "finished": now()}])
-            _insert(con, "phases", [{"run_id": run_id, "cell_id": cell.index, "seq": seq, "phase": phase,
-                                     "iteration": iteration, "status": pstatus, "reason": reason}
-                                    for seq, (phase, iteration, pstatus, reason) in enumerate(phases)])
-            rows = []
-            for r in records:
-                idx, cnt = r.hist.to_sparse()
-                rows.append({"run_id": run_id, "cell_id": cell.index, "phase": r.phase, "iteration": r.iteration,
-                             "rank": r.rank, "host": r.host, "bytes": r.bytes, "ops": r.ops,
-                             "errors": json.dumps(r.errors), "start_ns": r.start_ns, "end_ns": r.end_ns,
-                             "barrier_ns": r.barrier_ns, "cpu_user": r.cpu_user, "cpu_sys": r.cpu_sys,
-                             "lat_index": idx, "lat_count": cnt, "lat_sum": r.hist.sum, "lat_min": r.hist.min,
-                             "lat_max": r.hist.max, "tl_bytes": r.tl_bytes, "tl_ops": r.tl_ops,
-                             "extra": json.dumps(r.extra, default=_json_default), "complete": not r.extra.get("partial", False)})
-            _insert(con, "records", rows)
-            _insert(con, "events", [self._event(run_id, cell.index, ev) for ev in events])
-            _insert(con, "samples", [{"run_id": run_id, "cell_id": cell.index, "t_ns": t, "probe": probe, "device": device,
-                                      "metric": metric, "value": value} for t, probe, device, metric, value in samples or []])
+        rows = []
+        for r in records:
+            idx, cnt = r.hist.to_sparse()
+            rows.append({"run_id": run_id, "cell_id": cell.index, "phase": r.phase, "iteration": r.iteration,
+                         "rank": r.rank, "host": r.host, "bytes": r.bytes, "ops": r.ops,
+                         "errors": json.dumps(r.errors), "start_ns": r.start_ns, "end_ns": r.end_ns,
+                         "barrier_ns": r.barrier_ns, "cpu_user": r.cpu_user, "cpu_sys": r.cpu_sys,
+                         "lat_index": idx, "lat_count": cnt, "lat_sum": r.hist.sum, "lat_min": r.hist.min,
+                         "lat_max": r.hist.max, "tl_bytes": r.tl_bytes, "tl_ops": r.tl_ops,
+                         "extra": json.dumps(r.extra, default=_json_default), "complete": not r.extra.get("partial", False)})
+        self._write({"unit": "cell", "run_id": run_id, "cell_id": cell.index, "rows": {
+            "cells": [{"run_id": run_id, "cell_id": cell.index, "config": cell.config, "target": cell.target.name,
+                       "target_url": cell.target.url, "workload": cell.workload, "kind": cell.kind,
+                       "params": json.dumps(cell.params), "factors": json.dumps(cell.factors), "clients": cell.clients,
+                       "repetition": cell.repetition, "status": status, "error": error, "started": started,
+                       "finished": now()}],
+            "phases": [{"run_id": run_id, "cell_id": cell.index, "seq": seq, "phase": phase, "iteration": iteration,
+                        "status": pstatus, "reason": reason}
+                       for seq, (phase, iteration, pstatus, reason) in enumerate(phases)],
+            "records": rows,
+            "events": [self._event(run_id, cell.index, ev) for ev in events],
+            "samples": [{"run_id": run_id, "cell_id": cell.index, "t_ns": t, "probe": probe, "device": device,
+                         "metric": metric, "value": value} for t, probe, device, metric, value in samples or []]}})
 
     @staticmethod
     def _event(run_id: str, cell_id: int | None, ev: dict[str, Any]) -> dict[str, Any]:
@@ -240,12 +703,25 @@ class Store:
                 "rank": ev.get("rank"), "phase": ev.get("phase"), "message": ev["message"]}
 
     def add_events(self, run_id: str, events: list[dict[str, Any]]) -> None:
-        with self.transaction() as con:
-            _insert(con, "events", [self._event(run_id, ev.get("cell"), ev) for ev in events])
+        self._write({"unit": "events", "run_id": run_id,
+                     "rows": {"events": [self._event(run_id, ev.get("cell"), ev) for ev in events]}})
+
+    def record_output(self, path: str, mark: owned.Mark, size: int) -> bool:
+        """Note a file storeval wrote (best effort: the file's own header is the proof of ownership)."""
+        try:
+            with self.transaction(wait=WRITE_WAIT) as con:
+                _insert(con, "outputs", [{"path": os.path.abspath(path), "format": mark.fmt, "kind": mark.kind,
+                                          "run_id": mark.runs[0] if mark.runs else None, "token": mark.token,
+                                          "sha256": mark.sha256, "size": size, "written": now()}])
+        except StoreError:
+            return False
+        return True
 
     # -- reading -----------------------------------------------------------------------------------
     def run_ids(self) -> list[str]:
         with self.connect(read_only=True) as con:
+            if "studies" not in table_names(con):
+                return []
             return [r[0] for r in con.execute("SELECT run_id FROM studies ORDER BY started").fetchall()]
 
     def resolve_run(self, run_id: str | None) -> str:

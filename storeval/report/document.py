@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
 from ..analysis.scaling import scaling
 from ..analysis.table import summary_table
+from ..owned import Mark, write_atomic, write_owned
 from ..store import RunData
 
 
@@ -49,21 +48,15 @@ def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSum
 
 def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
     """Write ``text`` to ``path`` through a temporary file beside it: a reader never sees half a file, and a
-    failure leaves the old file (if any) as it was."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".storeval-", suffix=suffix, dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    failure leaves the old file (if any) as it was and no temporary file."""
+    write_atomic(path, text.encode("utf-8"), suffix)
 
 
 def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(doc, indent=2, default=str) + "\n", ".json")
+
+
+def write_document(path: str, doc: dict[str, Any], kind: str, runs: list[str]) -> tuple[Mark, int]:
+    """``--json``: the document with storeval's ownership header as its first member (see ``storeval.owned``);
+    replaces only storeval's own unchanged output."""
+    return write_owned(path, "--json", "json", kind, runs, json.dumps(doc, indent=2, default=str) + "\n")
