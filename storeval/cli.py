@@ -48,7 +48,7 @@ def _check_output(path: str, option: str = "--json", creating: str | None = None
     replaced only if storeval wrote it and nobody changed it since (its ownership header and digest, see
     ``storeval.owned``): never a user's file, never the results store. ``creating`` names a directory this
     command will create (the results directory)."""
-    from .owned import check_output
+    from .outputs import check_output
 
     check_output(path, option, "json" if option == "--json" else "html", creating)
 
@@ -278,7 +278,7 @@ def _write_json(store, path: str, doc: dict, runs: list[str]) -> None:
 
 def _write_html(store, data, cells, summary, path: str) -> None:
     """--html: the report with its ownership header, noted in the store's ``outputs`` table."""
-    from .owned import write_owned
+    from .outputs import write_owned
     from .report.html import render_report
 
     mark, size = write_owned(path, "--html", "html", "run", [data.run_id],
@@ -315,7 +315,7 @@ def compare(
     from rich.table import Table
 
     from .analysis.figures import analyze
-    from .owned import write_owned
+    from .outputs import write_owned
     from .report.compare import COLUMNS, RULE, change_rows, compare as compare_runs, render_compare_html
     from .report.document import write_document
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import duckdb
 
-from . import owned
+from . import outputs
 from .engine.records import PhaseRecord
 from .errors import InputError, StorevalError
 from .histogram import Histogram
@@ -541,7 +541,7 @@ class Store:
 
     def _stored(self) -> None:
         for path in self.held_files:
-            owned.remove_own(path, "held")
+            outputs.remove_own(path, "held")
         self.held_files = []
         if self.hold_reason is not None:
             self.hold_reason = None
@@ -558,13 +558,13 @@ class Store:
         for directory in (self.dir, tempfile.gettempdir()):
             path = os.path.join(directory, name)
             try:
-                owned.write_owned(path, "held results", "json", "held", runs, text, replaces=("held",))
+                outputs.write_owned(path, "held results", "json", "held", runs, text, replaces=("held",))
             except (OSError, StorevalError) as e:
                 errors.append(str(e))
                 continue
             for old in self.held_files:
                 if old != path:
-                    owned.remove_own(old, "held")
+                    outputs.remove_own(old, "held")
             self.held_files, self.spill_error = [path], None
             return
         self.spill_error = "; ".join(errors)
@@ -580,7 +580,7 @@ class Store:
 
         # oldest first: a dead coordinator's cells before what its watchdog stored about its death
         for path in sorted(glob.glob(os.path.join(self.dir, HELD_GLOB)), key=written):
-            mark, text = owned.read_owned(path, "held")
+            mark, text = outputs.read_owned(path, "held")
             if mark is None:
                 continue
             try:
@@ -593,7 +593,7 @@ class Store:
             if self._store_units(units, WRITE_WAIT) is not None:
                 self.unimported.append(path)
                 continue
-            owned.remove_own(path, "held")
+            outputs.remove_own(path, "held")
             self.imported.append(path)
 
     def settle(self) -> None:
@@ -706,7 +706,7 @@ class Store:
         self._write({"unit": "events", "run_id": run_id,
                      "rows": {"events": [self._event(run_id, ev.get("cell"), ev) for ev in events]}})
 
-    def record_output(self, path: str, mark: owned.Mark, size: int) -> bool:
+    def record_output(self, path: str, mark: outputs.Mark, size: int) -> bool:
         """Note a file storeval wrote (best effort: the file's own header is the proof of ownership)."""
         try:
             with self.transaction(wait=WRITE_WAIT) as con:

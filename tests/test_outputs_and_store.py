@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from storeval import owned
+from storeval import outputs
 from storeval.store import DB_NAME, Store
 
 from .helpers import load_json, storeval
@@ -89,7 +89,7 @@ def test_storevals_own_unchanged_output_is_replaced_and_recorded_an_edited_one_i
         mark = doc["storeval_output"]
         assert mark["format"] == "storeval-output/1" and mark["kind"] == "run" and mark["runs"] == [doc["run_id"]]
         assert doc["cells"] and doc["status"] == "ok"  # the document itself is as before, one member more
-        html_mark, why = owned.read_mark(str(page))
+        html_mark, why = outputs.read_mark(str(page))
         assert why == "" and html_mark.kind == "run" and html_mark.runs == [doc["run_id"]]
         assert page.read_text().startswith("<!DOCTYPE html>\n<!-- storeval-output {")
         tokens.append((mark["token"], html_mark.token))
@@ -122,7 +122,7 @@ def test_compare_owns_its_outputs_by_their_header_alone(stored, tmp_path):
     doc = load_json(tmp_path / "c.json")
     ids = [load_json(stored / "A.json")["run_id"], load_json(stored / "B.json")["run_id"]]
     assert doc["storeval_output"]["kind"] == "compare" and doc["storeval_output"]["runs"] == ids
-    assert owned.read_mark(str(tmp_path / "c.html"))[0].runs == ids
+    assert outputs.read_mark(str(tmp_path / "c.html"))[0].runs == ids
     r = storeval("report", str(a), "--json", "c.json", cwd=tmp_path)  # storeval's own output, of another command
     assert r.rc == 0, r.err
 
@@ -136,16 +136,16 @@ def test_a_file_appearing_while_storeval_writes_is_not_replaced(tmp_path):
         calls.append(p)
         raise AssertionError("not reached: the path was free")
 
-    data, _ = owned.render("json", "run", ["r"], '{\n  "a": 1\n}\n')
-    owned.write_atomic(str(path), data, ".json", replace=appear)
+    data, _ = outputs.render("json", "run", ["r"], '{\n  "a": 1\n}\n')
+    outputs.write_atomic(str(path), data, ".json", replace=appear)
     assert path.read_bytes() == data and not calls
     path.write_text("user's")
     with pytest.raises(Exception) as e:
-        owned.write_owned(str(path), "--json", "json", "run", ["r"], '{\n  "a": 1\n}\n')
+        outputs.write_owned(str(path), "--json", "json", "run", ["r"], '{\n  "a": 1\n}\n')
     assert str(e.value) == f"--json {path}: {NOT_MINE}"
     assert path.read_text() == "user's" and os.listdir(tmp_path) == ["out.json"]
     with pytest.raises(FileExistsError):
-        owned.place_new(str(tmp_path / "out.json"), str(path))
+        outputs.place_new(str(tmp_path / "out.json"), str(path))
 
 
 # -- case 3: a store another process holds open ------------------------------------------------------------
@@ -231,7 +231,7 @@ def test_held_files_that_are_not_storevals_own_or_of_a_live_process_are_left_alo
     live = res / "storeval-held-live.json"
     text = json.dumps({"pid": os.getpid(), "created": __import__("psutil").Process().create_time(), "units": [
         {"unit": "end", "run_id": "x", "finished": "2024-01-01 00:00:00", "status": "ok"}]})
-    owned.write_owned(str(live), "held", "json", "held", ["x"], text, replaces=())
+    outputs.write_owned(str(live), "held", "json", "held", ["x"], text, replaces=())
     before = {p: digest(p) for p in (mine, live)}
     again = Store(str(res), create=False)
     assert again.imported == [] and again.unimported == [] and store.held == []

@@ -8,7 +8,7 @@ from typing import Any
 from ..analysis.figures import CellFigures, ConfigSummary
 from ..analysis.scaling import scaling
 from ..analysis.table import summary_table
-from ..owned import Mark, write_atomic, write_owned
+from ..outputs import Mark, write_atomic, write_owned
 from ..store import RunData
 
 

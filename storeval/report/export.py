@@ -14,7 +14,7 @@ import shutil
 import tempfile
 
 from ..errors import InputError
-from ..owned import OutputError, failure, place_new
+from ..outputs import OutputError, failure, place_new
 from ..store import TABLES, Store, StoreError, table_names
 
 FORMATS = {"json": ("json", "(FORMAT json, ARRAY true)"), "csv": ("csv", "(FORMAT csv, HEADER true)"),
