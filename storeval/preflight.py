@@ -45,7 +45,8 @@ class Space:
     free: int
     total: int
     free_entries: int
-    total_entries: int  # 0 where the file system does not count inodes (btrfs)
+    total_entries: int  # 0 where the file system does not count inodes (btrfs); total is 0 where it counts no
+    # blocks either (ramfs): such a file system's space is not checked
 
 
 def space_of(path: str) -> Space:
@@ -324,7 +325,7 @@ class Preflight:
                           "choose another --results", "this study's results", os.path.abspath(self.results)))
         need = sum(p[0] for p in parts)
         out = []
-        if parts and need > sp.free:
+        if parts and sp.total and need > sp.free:  # a file system that counts no blocks (ramfs) cannot tell
             _, _, fix, who, where = max(parts, key=lambda p: p[0])
             head = f"{who} needs about {format_size(need)} on the file system of {where} ({' + '.join(p[1] for p in parts)})"
             if need > sp.total:
@@ -333,12 +334,11 @@ class Preflight:
             else:
                 out.append(Problem("space", False, need / max(1, sp.free),
                                    f"{head}; it has {format_size(sp.free)} free", f"{fix}, or free space there"))
-        if disk.entries and sp.total_entries and disk.entries > sp.free_entries:
-            hard = disk.entries > sp.total_entries
-            have = f"it holds {sp.total_entries:,} in all" if hard else f"it has {sp.free_entries:,} free"
-            out.append(Problem("entries", hard, disk.entries / max(1, sp.free_entries),
+        if disk.entries and sp.total_entries and disk.entries > sp.free_entries:  # XFS grows its inodes: only may
+            out.append(Problem("entries", False, disk.entries / max(1, sp.free_entries),
                                f"{_cell(disk.entries_cell)} creates {disk.entries:,} files and directories on the file "
-                               f"system of {disk.entries_root}; {have}", disk.entries_fix))
+                               f"system of {disk.entries_root}; it has {sp.free_entries:,} free inodes of "
+                               f"{sp.total_entries:,}", disk.entries_fix))
         return out
 
     # -- the verdict ------------------------------------------------------------------------------------

@@ -119,7 +119,8 @@ def test_metadata_counts_inodes_and_names(tmp_path):
     msg = refusal(tmp_path, "items=1000000", clients="4", workload="metadata",
                   space=disk(free_entries=5_000_000, total_entries=8_000_000))
     assert msg == (f"cell 0 ({tmp_path} · metadata · 4 clients) creates 8,000,004 files and directories on the file "
-                   f"system of {tmp_path}; it holds 8,000,000 in all (lower items, depth or branching, or --clients)")
+                   f"system of {tmp_path}; it has 5,000,000 free inodes of 8,000,000 (lower items, depth or branching, "
+                   "or --clients, or --force to run it anyway)")
     msg = refusal(tmp_path, "items=1000000000", workload="metadata", url="null://")
     assert msg == ("cell 0 (null:// · metadata · 1 client) needs 1 client process, about 298 GiB of memory (1 × 298 "
                    "GiB, mostly the names of 1,000,000,000 items); this host has 200 GiB of memory in all (lower items "
