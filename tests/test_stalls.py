@@ -23,6 +23,12 @@ def test_oplog_keeps_the_pauses_between_completions_as_it_folds():
     log.fold(2, 4096)
     assert log.gaps == [(0, 1200 * MS), (1202 * MS, 3298 * MS), (4501 * MS, 1499 * MS)]
     assert log.last_end == 6000 * MS and log.ops == 6
+    # time a workload spent computing (the skim's analysis) is work, not a pause of the storage
+    log.add(6100 * MS, 6100 * MS)
+    log.worked(9000 * MS)
+    log.add(9100 * MS, 9200 * MS)
+    log.flush()
+    assert len(log.gaps) == 3 and log.last_end == 9200 * MS and log.ops == 8
 
 
 def test_a_stall_is_when_every_working_client_pauses():

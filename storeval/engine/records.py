@@ -160,6 +160,11 @@ class OpLog:
         self.fold(self.ops_pending)
         self.ops_pending = 0
 
+    def worked(self, t_end: int) -> None:
+        """The thread computed (it did not wait for storage) until ``t_end``: a pause counts from then on."""
+        self.flush()
+        self.last_end = max(self.last_end, t_end)
+
 
 @dataclass
 class PhaseRecord:
