@@ -28,7 +28,7 @@ from .errors import InputError
 from .units import format_size
 
 MAX_OFFSET = (1 << 63) - 1  # off_t, and every storage API's offsets
-ENGINE_TASKS = 4  # fork server, resource tracker, probe sampler, watchdog
+ENGINE_TASKS = 3  # fork server, resource tracker, watchdog (and the probe sampler when sampling)
 TASKS_PER_CLIENT = 2  # the client's main thread and its queue's feeder thread (I/O threads come on top)
 FILES_PER_CLIENT = 2  # the coordinator's descriptors per client process (its sentinel and the pipe to it)
 FILES_BASE = 64  # the coordinator's own descriptors: the results store, the watchdog, the queue, stdio
@@ -100,8 +100,7 @@ class Host:
     threads_max: int | None
     nproc_limit: int | None  # RLIMIT_NPROC (None: unlimited, or not enforced for root)
     user_tasks: int  # this user's tasks now (counted only when nproc_limit is set)
-    nofile_soft: int | None  # RLIMIT_NOFILE (None: unlimited)
-    nofile_hard: int | None
+    nofile_hard: int | None  # RLIMIT_NOFILE's hard limit (None: unlimited); the soft one is raised as needed
 
     @classmethod
     def here(cls) -> Host:
@@ -110,12 +109,11 @@ class Host:
         vm = psutil.virtual_memory()
         nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
         nproc_limit = None if nproc == resource.RLIM_INFINITY or os.geteuid() == 0 else nproc
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         return cls(mem_available=vm.available, mem_total=vm.total, swap_total=psutil.swap_memory().total,
                    tasks=_running_tasks(), pid_max=_read_int("/proc/sys/kernel/pid_max"),
                    threads_max=_read_int("/proc/sys/kernel/threads-max"), nproc_limit=nproc_limit,
                    user_tasks=_user_tasks() if nproc_limit is not None else 0,
-                   nofile_soft=None if soft == resource.RLIM_INFINITY else soft,
                    nofile_hard=None if hard == resource.RLIM_INFINITY else hard)
 
 
@@ -191,7 +189,7 @@ def _on_one_host(engine: Any) -> Callable[[int], int]:
 
 
 class Preflight:
-    """Adds up what each cell needs and names the first thing that does not fit."""
+    """Adds up what each cell needs, per cell and per file system, and keeps what does not fit."""
 
     def __init__(self, study: Any, cells: list, results: str, *, engine: Any = None, host: Host | None = None,
                  space: Callable[[str], Space] = space_of) -> None:
@@ -291,7 +289,8 @@ class Preflight:
     def _process_problems(self, cell: Any, needs: Any) -> list[Problem]:
         h, out = self.host, []
         n = cell.clients
-        tasks = n * (TASKS_PER_CLIENT + (needs.threads if needs.threads > 1 else 0)) + ENGINE_TASKS
+        engine = ENGINE_TASKS + (1 if self.study.probe_interval > 0 else 0)
+        tasks = n * (TASKS_PER_CLIENT + (needs.threads if needs.threads > 1 else 0)) + engine
         head = f"{_cell(cell)} needs {_plural(n, 'client process')} ({tasks:,} tasks with their threads)"
         for limit, name in ((h.pid_max, "kernel.pid_max"), (h.threads_max, "kernel.threads-max")):
             if limit is not None and h.tasks + tasks > limit:
@@ -314,20 +313,20 @@ class Preflight:
     # -- per file system -----------------------------------------------------------------------------------
     def _disk_problems(self, disk: _Disk) -> list[Problem]:
         sp = disk.space
-        parts: list[tuple[int, str, str, str, str]] = []  # (bytes, what, fix, whose, where)
+        parts: list[tuple[int, str, str, str, str]] = []  # (bytes, what, fix, who needs, where)
         if disk.scratch:
-            parts.append((disk.scratch, disk.scratch_what, disk.scratch_fix, _cell(disk.cell), disk.root))
+            parts.append((disk.scratch, disk.scratch_what, disk.scratch_fix, f"{_cell(disk.cell)} needs", disk.root))
         for where, (nbytes, what, fix) in disk.kept.items():
             if nbytes:
-                parts.append((nbytes, f"{what}, kept in {where}", fix, "this study", where))
+                parts.append((nbytes, f"{what}, kept in {where}", fix, "this study needs", where))
         if disk.results:
             parts.append((disk.results, f"the results store, about {format_size(disk.results)}",
-                          "choose another --results", "this study's results", os.path.abspath(self.results)))
+                          "choose another --results", "this study's results need", os.path.abspath(self.results)))
         need = sum(p[0] for p in parts)
         out = []
         if parts and sp.total and need > sp.free:  # a file system that counts no blocks (ramfs) cannot tell
             _, _, fix, who, where = max(parts, key=lambda p: p[0])
-            head = f"{who} needs about {format_size(need)} on the file system of {where} ({' + '.join(p[1] for p in parts)})"
+            head = f"{who} about {format_size(need)} on the file system of {where} ({' + '.join(p[1] for p in parts)})"
             if need > sp.total:
                 out.append(Problem("space", True, need / max(1, sp.total),
                                    f"{head}; it holds {format_size(sp.total)} in all", fix))

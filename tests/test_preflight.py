@@ -23,7 +23,7 @@ TiB = 1 << 40
 def host(**kw) -> Host:
     """A host with plenty of everything, but what a test says."""
     base = dict(mem_available=22 * GiB, mem_total=200 * GiB, swap_total=0, tasks=300, pid_max=4_194_304,
-                threads_max=1_000_000, nproc_limit=None, user_tasks=0, nofile_soft=1024, nofile_hard=1 << 20)
+                threads_max=1_000_000, nproc_limit=None, user_tasks=0, nofile_hard=1 << 20)
     return Host(**{**base, **kw})
 
 
@@ -151,7 +151,7 @@ def test_the_skims_kept_event_files_count_only_what_is_not_there_yet(tmp_path):
 def test_the_results_store_counts_where_it_lives(tmp_path):
     msg = refusal(tmp_path, "file_size=4KiB", "transfer_size=4KiB", clients="100000", url="null://",
                   mem_available=1 << 50, mem_total=1 << 50, space=disk(free=100 << 20))
-    assert msg == (f"this study's results needs about 781 MiB on the file system of {tmp_path}/results (the results "
+    assert msg == (f"this study's results need about 781 MiB on the file system of {tmp_path}/results (the results "
                    "store, about 781 MiB); it has 100 MiB free (choose another --results, or free space there, or "
                    "--force to run it anyway)")
 
@@ -221,3 +221,15 @@ def test_a_study_the_host_cannot_hold_is_refused_before_the_store_or_a_target_is
     assert r.rc == 2 and len(r.err_lines) == 1, r.err
     assert r.err_lines[0].startswith(f"error: cell 0 ({target} · bandwidth · 1000000 clients) needs ")
     assert os.listdir(target) == [] and sorted(os.listdir(tmp_path)) == ["study.yaml", "target"]
+
+
+def test_the_open_files_soft_limit_is_raised_to_what_the_coordinator_needs(tmp_path):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        assert check(tmp_path, "file_size=4KiB", "transfer_size=4KiB", clients="200", url="null://") == []
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (2 * 200 + 64, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
