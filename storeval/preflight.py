@@ -273,7 +273,8 @@ class Preflight:
                                f"host's {format_size(h.mem_total)} of memory", buffer_fix))
         elif total > h.mem_total + h.swap_total:
             out.append(Problem("memory", True, total / (h.mem_total + h.swap_total),
-                               f"{head}; this host has {format_size(h.mem_total + h.swap_total)} of memory in all", fix))
+                               f"{head}; this host has {format_size(h.mem_total + h.swap_total)} of memory in all",
+                               fix))
         elif total > h.mem_available:
             out.append(Problem("memory", False, total / max(1, h.mem_available),
                                f"{head}; this host has {format_size(h.mem_available)} available", fix))

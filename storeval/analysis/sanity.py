@@ -136,8 +136,8 @@ def stalls(fig: Any, records: list[PhaseRecord], limits: dict[str, float]) -> No
     any (``gaps``, kept by OpLog as it folds its buffers: nothing is added per operation); a span counts
     while every client still working was in such a pause."""
     start = min(r.start_ns for r in records)
-    tracks = [(r.start_ns, r.start_ns + r.extra["last_op_ns"], [(r.start_ns + t, n) for t, n in r.extra.get("gaps", [])])
-              for r in records if "last_op_ns" in r.extra]
+    tracks = [(r.start_ns, r.start_ns + r.extra["last_op_ns"],
+               [(r.start_ns + t, n) for t, n in r.extra.get("gaps", [])]) for r in records if "last_op_ns" in r.extra]
     p50 = (fig.latency_us or {}).get("p50")
     limit = max(limits.get("stall", STALL_SECONDS), STALL_LATENCIES * p50 / 1e6 if p50 else 0.0)
     spans = [(t, n) for t, n in quiet_spans(tracks) if n > limit * NS]

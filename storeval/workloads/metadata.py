@@ -199,13 +199,14 @@ class Metadata(Workload):
         items = p.items_per_client
         name = 2 * (NAME_BYTES + 8 * p.depth)  # a name and its native form
         memory = [Need(items * name, f"the names of {items:,} items", "lower items or items_per_dir"),
-                  Need(2 * p.tree_dirs * name, f"the names of {p.tree_dirs:,} tree directories", "lower depth or branching")]
+                  Need(2 * p.tree_dirs * name, f"the names of {p.tree_dirs:,} tree directories",
+                       "lower depth or branching")]
         leader = []
         if p.mode == "shared" and nclients > 1:  # client 0 creates and removes everyone's items
             leader.append(Need((nclients - 1) * items * name, f"the names of all {nclients * items:,} items",
                                "lower items or items_per_dir, or use mode unique or single"))
         if p.file_size:
-            memory.append(Need(2 * p.file_size, "2 buffers of file_size " + format_size(p.file_size), "lower file_size"))
+            memory.append(Need(2 * p.file_size, f"2 buffers of file_size {format_size(p.file_size)}", "lower file_size"))
         trees = p.tree_dirs * (nclients if p.mode == "unique" else 1) if caps.directories else 0
         made_files = nclients * items if files else 0
         made_dirs = nclients * items if dirs else 0
