@@ -86,6 +86,8 @@ def run(
                                                                       "hosts (default) or pack them host by host."),
     clients_per_host: Optional[int] = typer.Option(None, "--clients-per-host", help="Under mpiexec: at most this many "
                                                                                     "clients on one host."),
+    force: bool = typer.Option(False, "--force", help="Run although a cell may need more memory or disk space than "
+                                                      "is free now (never beyond what the host has at all)."),
 ) -> None:
     """Run a study (or the default quick study) and report the results.
 
@@ -122,6 +124,10 @@ def run(
             _check_output(json_out, "--json", creating=results)
         if html_out and not no_html:
             _check_output(html_out, "--html", creating=results)
+        from .preflight import preflight
+
+        for line in preflight(spec, cells, results, engine=engine, force=force):
+            Console(stderr=True, soft_wrap=True).print(f"warning: {line}", highlight=False, markup=False)
         Store.check_location(results)
         out = _console()
         err = Console(stderr=True, soft_wrap=True)

@@ -9,11 +9,17 @@ from pydantic import BeforeValidator
 from .units import UnitError, parse_duration, parse_rate, parse_size
 
 
+MAX_SIZE = 1 << 60  # 1 EiB: far beyond any file or buffer, and sums of a million of them still fit 64-bit offsets
+
+
 def _size(value: object) -> int:
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except UnitError as e:
         raise ValueError(str(e)) from None
+    if size > MAX_SIZE:
+        raise ValueError("is more than 1 EiB, the largest size storeval takes (lower it)")
+    return size
 
 
 def _duration(value: object) -> float:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .drivers import driver_class, normalize_url
 from .errors import InputError
-from .fields import Rate
+from .fields import Duration, Rate
 from .units import UnitError, parse_duration
 from .workloads import WORKLOADS
 from .workloads.base import Params
@@ -34,16 +34,20 @@ TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "
             "probe_interval", "placement", "clients_per_host")
 TARGET_KEYS = ("url", "description", "limits")
 DEFAULT_PROBE_INTERVAL = 1.0
+MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
+MAX_REPETITIONS = 10_000  # every repetition is planned up front
 
 
 class Limits(BaseModel):
-    """What the hardware can deliver, declared per target; a figure above one is flagged not-physical."""
+    """What the hardware can deliver, declared per target; a figure above one is flagged not-physical (and a
+    phase without progress for longer than ``stall`` is flagged stalled)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     network: Rate | None = None  # per host, e.g. 10Gbit
     device_read: Rate | None = None  # e.g. 3GB/s
     device_write: Rate | None = None
     iops: Annotated[float, Field(gt=0)] | None = None  # operations per second
+    stall: Annotated[Duration, Field(ge=1)] | None = None  # no progress this long is a stall (default 2 s)
 DEFAULT_PHASE_TIMEOUT = 3600.0
 
 # The study `storeval run` runs when given nothing: quick, honest (O_DIRECT where the file system allows it).
@@ -329,6 +333,8 @@ def parse_int_list(text: Any, where: str) -> list[int]:
             raise InputError(f"{where}: {_show(item)} is not a whole number of clients (e.g. 1,2,4)") from None
         if n < 1:
             raise InputError(f"{where}: {n} is not a number of clients (at least 1)")
+        if n > MAX_CLIENTS:
+            raise InputError(f"{where}: {n:,} clients is more than storeval runs ({MAX_CLIENTS:,} at most; lower it)")
         if n not in out:
             out.append(n)
     if not out:
@@ -449,9 +455,10 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     else:
         client_counts = list(DEFAULT_CLIENTS) if not path else [1]
     reps = repetitions if repetitions is not None else raw.get("repetitions", 1)
-    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+    if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_REPETITIONS:
         where = "--repetitions" if repetitions is not None else "repetitions"
-        raise InputError(f"{where}: {_show(reps)} is not a number of repetitions (a whole number, at least 1)")
+        raise InputError(f"{where}: {_show(reps)} is not a number of repetitions (a whole number, 1 to "
+                         f"{MAX_REPETITIONS:,})")
     timeout_raw = phase_timeout if phase_timeout is not None else raw.get("phase_timeout", DEFAULT_PHASE_TIMEOUT)
     try:
         timeout = parse_duration(timeout_raw)
@@ -474,9 +481,11 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         where = "--placement" if placement is not None else "placement"
         raise InputError(f"{where}: {_show(place)} is not one of spread, pack")
     per_host = clients_per_host if clients_per_host is not None else raw.get("clients_per_host")
-    if per_host is not None and (isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1):
+    if per_host is not None and (isinstance(per_host, bool) or not isinstance(per_host, int)
+                                 or not 1 <= per_host <= MAX_CLIENTS):
         where = "--clients-per-host" if clients_per_host is not None else "clients_per_host"
-        raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, at least 1)")
+        raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, 1 to "
+                         f"{MAX_CLIENTS:,})")
     description = raw.get("description")
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,

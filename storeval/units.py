@@ -103,7 +103,8 @@ def parse_duration(value: object) -> float:
 def format_size(n: float) -> str:
     """``67108864`` -> ``64 MiB``; exact binary multiples print without decimals."""
     n = float(n)
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    for unit, scale in (("EiB", 1024**6), ("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2),
+                        ("KiB", 1024)):
         if abs(n) >= scale:
             v = n / scale
             return f"{v:.0f} {unit}" if v.is_integer() else f"{v:.3g} {unit}"

@@ -173,8 +173,8 @@ def test_out_of_inodes_fails_the_cell_with_the_reason_and_cleans_up(tmp_path):
                                            capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
-        doc = run_json(tmp_path, "--target", str(mnt), "--workload", "metadata", "--clients", "2",
-                       "--set", "items=500", "--set", "files_only=true", rc=1)
+        doc = run_json(tmp_path, "--target", str(mnt), "--workload", "metadata", "--clients", "2",  # --force: past
+                       "--set", "items=500", "--set", "files_only=true", "--force", rc=1)  # the inode preflight
         cell = doc["cells"][0]
         assert cell["status"] == "failed"
         assert "No space left on device" in cell["error"] and "file-create" in cell["error"]

@@ -72,7 +72,8 @@ class PhaseFigures:
     probes: dict[str, Any] | None = None  # what the host counters say moved (analysis/sanity.py)
     read_amplification: float | None = None
     write_amplification: float | None = None
-    flags: list[dict[str, str]] = field(default_factory=list)  # not-physical figures
+    flags: list[dict[str, str]] = field(default_factory=list)  # not-physical figures, stalls
+    stalls: list[dict[str, float]] = field(default_factory=list)  # spans without progress: start_s, seconds
     fairness: dict[str, Any] | None = None  # multi-client phases (analysis/fairness.py)
     stonewall_ops_per_s: float | None = None
     stonewall_rule: str | None = None  # "first-finisher" or "deadline"
@@ -91,7 +92,7 @@ class PhaseFigures:
             "cpu_seconds": self.cpu_seconds,
             "cpu_seconds_per_GB": self.cpu_seconds / (self.bytes / 1e9) if self.bytes else None,
             "probes": self.probes, "read_amplification": self.read_amplification,
-            "write_amplification": self.write_amplification, "flags": self.flags,
+            "write_amplification": self.write_amplification, "flags": self.flags, "stalls": self.stalls,
             "errors": self.errors, "warnings": self.warnings,
             "client_stats": [c.as_dict() for c in self.client_stats],
             **self.extra,

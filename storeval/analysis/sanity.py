@@ -9,6 +9,10 @@ For each phase:
   workload asked for: Lustre's read-ahead in seed 000 moved 1.7 times what the skim needed;
 * flags ``not-physical`` — a rate above a declared limit (``limits:`` of the target) or above the link speed
   of the interface, with the limit named (the 26 million IOPS of seed 002 were cache);
+* flag ``stalled`` — no client completed an operation for longer than the stall limit (``limits: {stall:
+  2s}`` of the target, default 2 s, or STALL_LATENCIES times the median latency when operations are that
+  slow), with every such interval (its start in the phase and its length), or errors were retried inside an
+  ``ok`` phase: a frozen server must not pass as a normal figure;
 * warnings ``cache-served`` (the device delivered far fewer bytes than were read) and ``client-bound``
   (storeval's clients were busy on CPU most of the phase: the client, not the storage, may set the figure).
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.records import PhaseRecord
+from ..engine.records import NS, PhaseRecord, quiet_spans
 from ..probes.counters import merge
 from ..units import format_size, sig
 
@@ -32,6 +36,8 @@ def format_rate(bps: float) -> str:
 CLIENT_BOUND = 0.9  # CPU seconds per wall second per client above which the client may be the limit
 CACHE_SERVED = 0.1  # device bytes below this fraction of the bytes read means memory served the rest
 MIN_SECONDS = 0.2  # CPU accounting is too coarse to judge shorter phases
+STALL_SECONDS = 2.0  # no operation completed by any client for this long is a stall (target limits: stall)
+STALL_LATENCIES = 10  # ... or for this many median operations, when operations are that slow
 
 
 def phase_probes(records: list[PhaseRecord], where: dict[str, Any]) -> dict[str, Any] | None:
@@ -76,6 +82,7 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
     fig.probes = phase_probes(records, where)
     if fig.status != "ok" or not fig.seconds:
         return
+    stalls(fig, records, limits)
     if direction in ("read", "write") and fig.bytes:
         m = moved(fig.probes, where, direction)
         if m is not None:
@@ -119,3 +126,29 @@ def _rate_limits(limits: dict[str, float], where: dict[str, Any], direction: str
     if where.get("link_speed_Bps"):
         return [("network", where["link_speed_Bps"] * hosts, f"{where.get('interface')} link speed")]
     return []
+
+
+def stalls(fig: Any, records: list[PhaseRecord], limits: dict[str, float]) -> None:
+    """Flag a phase in which no client made progress for longer than the stall limit (``fig.stalls``: start in
+    the phase and length of each such span, seconds), or whose clients retried errors and still passed.
+
+    Each client's record says when it last completed an operation and when none of its threads completed
+    any (``gaps``, kept by OpLog as it folds its buffers: nothing is added per operation); a span counts
+    while every client still working was in such a pause."""
+    start = min(r.start_ns for r in records)
+    tracks = [(r.start_ns, r.start_ns + r.extra["last_op_ns"],
+               [(r.start_ns + t, n) for t, n in r.extra.get("gaps", [])]) for r in records if "last_op_ns" in r.extra]
+    p50 = (fig.latency_us or {}).get("p50")
+    limit = max(limits.get("stall", STALL_SECONDS), STALL_LATENCIES * p50 / 1e6 if p50 else 0.0)
+    spans = [(t, n) for t, n in quiet_spans(tracks) if n > limit * NS]
+    fig.stalls = [{"start_s": round((t - start) / NS, 3), "seconds": round(n / NS, 3)} for t, n in spans]
+    if spans:
+        where = ", ".join(f"{s['seconds']:.2f} s from {s['start_s']:.2f} s" for s in fig.stalls[:5])
+        more = f" and {len(spans) - 5} more" if len(spans) > 5 else ""
+        fig.flags.append({"code": "stalled", "message": (
+            f"no client completed an operation for {where} into the phase{more} (stall limit {limit:.3g} s): "
+            "the figure includes the pause")})
+    if fig.errors:
+        counts = ", ".join(f"{kind}×{n}" for kind, n in fig.errors.items())
+        fig.flags.append({"code": "stalled", "message": (
+            f"errors were retried and the phase still passed ({counts}): the figure includes the retries")})

@@ -2,9 +2,9 @@
 
 Like IOR's DUMMY backend and fio's null engine it measures storeval's own cost
 per operation (the ceiling of what the tool can report) and lets the engine be
-tested without storage. The ``misbehave`` option makes one client fail, hang
-or die after a number of operations, which is how the engine's failure
-handling is tested.
+tested without storage. The ``misbehave`` option makes one client (or every
+client) fail, hang, die or pause after a number of operations, which is how the
+engine's failure handling and stall detection are tested.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ import os
 import time
 from typing import Literal
 
+from ..fields import Duration
 from .base import Capabilities, Driver, DriverOptions, Handle, IOFunc, StatResult
 
 
 class Misbehave(DriverOptions):
-    client: int = 0
+    client: int | Literal["all"] = 0  # which client misbehaves ("all": every client, each on its own count)
     after_ops: int = 0
-    action: Literal["raise", "hang", "exit"] = "raise"
+    action: Literal["raise", "hang", "exit", "pause"] = "raise"
+    seconds: Duration = 3.0  # how long ``pause`` stops (once, like a server that freezes and comes back)
 
 
 class NullOptions(DriverOptions):
@@ -35,7 +37,8 @@ class NullDriver(Driver):
     def __init__(self, url, options=None, *, client: int = -1) -> None:
         super().__init__(url, options, client=client)
         fault = self.options.misbehave
-        self._fault = fault if fault is not None and fault.client == client else None
+        mine = fault is not None and (fault.client == client or (fault.client == "all" and client >= 0))
+        self._fault = fault if mine else None  # the coordinator (client -1) never misbehaves
         self._ops = 0
 
     def _tick(self) -> None:
@@ -46,6 +49,10 @@ class NullDriver(Driver):
                 raise OSError(5, f"null driver: injected failure on client {self.client}")
             if fault.action == "exit":
                 os._exit(17)
+            if fault.action == "pause":
+                self._fault = None
+                time.sleep(fault.seconds)
+                return
             while True:  # hang
                 time.sleep(3600)
 

@@ -43,6 +43,43 @@ class ClientStopped(Exception):
     """The engine stopped this client (another client failed, a timeout, or Ctrl-C)."""
 
 
+GAP_NS = NS  # a pause between two completions of a thread this long or longer is kept (stall detection)
+MAX_GAPS = 256  # per thread and phase: memory stays constant however often a target pauses
+
+
+def quiet_spans(tracks: list[tuple[int, int, list[tuple[int, int]]]], floor_ns: int = GAP_NS) -> list[tuple[int, int]]:
+    """(start, length) of the spans, at least ``floor_ns`` long, in which none of ``tracks`` made progress.
+
+    A track is (first, last, gaps): a thread or client that works from ``first`` to its last completion
+    ``last``, and its own pauses (start, length) between completions (the first from ``first``). A span
+    counts while at least one track is working and every working track is in a pause: a track that has not
+    started or has finished neither makes nor blocks a stall."""
+    events: list[tuple[int, int, int]] = []  # (time, working change, pausing change)
+    for first, last, gaps in tracks:
+        if last <= first:
+            continue
+        events += [(first, 1, 0), (last, -1, 0)]
+        for start, length in gaps:
+            events += [(start, 0, 1), (min(start + length, last), 0, -1)]
+    events.sort()
+    spans: list[tuple[int, int]] = []
+    working = pausing = 0
+    opened = None
+    for i, (t, dw, dp) in enumerate(events):
+        working += dw
+        pausing += dp
+        if i + 1 < len(events) and events[i + 1][0] == t:
+            continue  # apply every change at this instant before judging what follows it
+        quiet = working > 0 and pausing >= working
+        if quiet and opened is None:
+            opened = t
+        elif not quiet and opened is not None:
+            if t - opened >= floor_ns:
+                spans.append((opened, t - opened))
+            opened = None
+    return spans
+
+
 def fold_cap(op_bytes: int) -> int:
     """Operations per fold: about every 16 MiB of data, between 16 and 4096 operations."""
     return int(min(4096, max(16, (16 << 20) // max(1, op_bytes))))
@@ -52,7 +89,7 @@ class OpLog:
     """Per-thread latency/end-time buffers folded into a histogram and a per-second timeline."""
 
     __slots__ = ("ends", "lats", "sizes", "cap", "hist", "tl_bytes", "tl_ops", "t0", "bytes", "ops",
-                 "progress", "slot", "ops_pending")
+                 "progress", "slot", "ops_pending", "last_end", "gaps")
 
     def __init__(self, t0: int, cap: int = 4096, progress: Any = None, slot: int = 0) -> None:
         self.cap = cap
@@ -68,6 +105,8 @@ class OpLog:
         self.progress = progress
         self.slot = slot
         self.ops_pending = 0  # operations buffered by add() and not folded yet
+        self.last_end = -1  # end of the last folded operation (-1: none yet; the first pause starts at t0)
+        self.gaps: list[tuple[int, int]] = []  # (start, length) of pauses of GAP_NS or more between completions
 
     def fold(self, n: int, size: int | None = None) -> None:
         """Fold the first ``n`` buffered operations; ``size`` is their common size, else ``sizes`` holds them."""
@@ -90,6 +129,12 @@ class OpLog:
                 total = n * size
             self.tl_ops[:top] += ops
             self.tl_bytes[:top] += nbytes
+            pauses = np.diff(ends, prepend=self.last_end if self.last_end >= 0 else self.t0)
+            long = np.flatnonzero(pauses >= GAP_NS)
+            if long.size and len(self.gaps) < MAX_GAPS:
+                for i in long[: MAX_GAPS - len(self.gaps)].tolist():
+                    self.gaps.append((int(ends[i] - pauses[i]), int(pauses[i])))
+            self.last_end = int(ends[-1])
             self.ops += n
             self.bytes += total
             if self.progress is not None:
@@ -114,6 +159,11 @@ class OpLog:
         """Fold whatever :meth:`add` left in the buffers."""
         self.fold(self.ops_pending)
         self.ops_pending = 0
+
+    def worked(self, t_end: int) -> None:
+        """The thread computed (it did not wait for storage) until ``t_end``: a pause counts from then on."""
+        self.flush()
+        self.last_end = max(self.last_end, t_end)
 
 
 @dataclass
@@ -212,9 +262,15 @@ class PhaseRecorder:
             tl_bytes[: len(log.tl_bytes)] += log.tl_bytes
         seconds = max(1, -(-(self.end_ns - self.start_ns) // NS))
         ru0, ru1 = self._ru0, self._ru1
+        extra = dict(self.extra)
+        worked = [(log.t0, log.last_end, log.gaps) for log in self.logs if log.last_end >= 0]
+        if worked:  # when this client last completed an operation, and when none of its threads did
+            start = self.start_ns
+            extra["last_op_ns"] = max(last for _, last, _ in worked) - start
+            extra["gaps"] = [[t - start, n] for t, n in quiet_spans(worked)]
         return PhaseRecord(
             rank=self.rank, host=HOST, phase=self.phase, iteration=self.iteration,
             bytes=sum(log.bytes for log in self.logs), ops=sum(log.ops for log in self.logs),
             errors=dict(self.errors), start_ns=self.start_ns, end_ns=self.end_ns, barrier_ns=barrier_ns,
             cpu_user=ru1.ru_utime - ru0.ru_utime, cpu_sys=ru1.ru_stime - ru0.ru_stime, hist=hist,
-            tl_bytes=tl_bytes[:seconds].tolist(), tl_ops=tl_ops[:seconds].tolist(), extra=dict(self.extra))
+            tl_bytes=tl_bytes[:seconds].tolist(), tl_ops=tl_ops[:seconds].tolist(), extra=extra)

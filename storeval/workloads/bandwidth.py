@@ -24,7 +24,7 @@ from ..drivers.base import Capabilities, Driver, join
 from ..engine.records import STOP, ClientStopped, OpLog, PhaseRecorder, fold_cap
 from ..errors import DirectIOUnsupported, StorevalError, VerifyError, error_kind, one_line
 from ..units import format_size
-from .base import ClientContext, Duration, Params, Size, Workload
+from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
 from .payload import Payload, aligned_buffer
 
 PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
@@ -81,6 +81,14 @@ class IOFailure(StorevalError):
 
 
 NEVER = 1 << 62
+
+
+def _prefill_chunk(ts: int, file_size: int) -> int:
+    """Bytes per write when files are laid out untimed: about 4 MiB (whole transfers), or one transfer."""
+    count = max(1, (4 << 20) // ts) if ts % 512 == 0 else 1
+    while file_size % (ts * count):
+        count -= 1
+    return ts * count
 
 
 def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None, deadline_ns: int = NEVER) -> None:
@@ -198,6 +206,28 @@ class Bandwidth(Workload):
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         return nclients * self.p.file_size, nclients * (self.p.file_size // self.p.transfer_size)
 
+    def needs(self, nclients: int, caps: Capabilities) -> Needs:
+        """Buffers as ``prepare`` allocates them (a payload block, ``iodepth`` write and read buffers, checkers
+        with ``verify``, the prefill chunk), the offset tables of random phases, and every client's file."""
+        p = self.p
+        ts, depth, fs = p.transfer_size, p.iodepth, p.file_size
+        chosen = self.phases()
+        reads = [ph for ph in chosen if ph in READS]
+        buffers = (2 * depth + 1) + (2 * depth * (2 if p.reorder else 1) if p.verify and reads else 0)
+        chunk = _prefill_chunk(ts, fs) if chosen[0] not in ("write", "randwrite") else 0
+        memory = [Need(buffers * ts + chunk, f"{buffers} buffers of transfer_size {format_size(ts)}"
+                                             + (f" (iodepth {depth})" if depth > 1 else ""),
+                       "lower transfer_size" + (" or iodepth" if depth > 1 else ""))]
+        randoms = sum(ph in RANDOM for ph in chosen)
+        if randoms:  # each random phase keeps its shuffled offsets (8 bytes, twice); drawing one needs 16 more
+            blocks = fs // ts
+            memory.append(Need(16 * blocks * (randoms + 1), f"the shuffled offsets of {blocks:,} transfers per random "
+                                                            "phase", "raise transfer_size or lower file_size"))
+        scratch = Need(nclients * fs, f"{nclients:,} × file_size {format_size(fs)}", "lower file_size or --clients")
+        return Needs(memory=tuple(memory), scratch=(scratch,), entries=1 if p.layout == "shared-file" else nclients,
+                     largest_buffer=max(ts, chunk), threads=depth,
+                     extent=nclients * fs if p.layout == "shared-file" else fs)
+
     @staticmethod
     def direction(phase: str, params: dict) -> str | None:
         return "write" if phase in WRITES else "read"
@@ -271,9 +301,7 @@ class Bandwidth(Workload):
         """
         p = self.p
         ts = p.transfer_size
-        count = max(1, (4 << 20) // ts) if ts % 512 == 0 else 1
-        while p.file_size % (ts * count):
-            count -= 1
+        count = _prefill_chunk(ts, p.file_size) // ts
         payload = Payload(ts, c.rank, p.random_seed)
         buf, stamp = payload.chunk_buffer(count) if count > 1 else payload.write_buffer()
         h = self._open(c, self._path(c, c.rank), "w", None)

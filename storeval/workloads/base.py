@@ -20,6 +20,47 @@ from ..engine.records import PhaseRecorder
 from ..fields import Duration, Size  # noqa: F401 - re-exported for workloads
 
 
+CLIENT_PROCESS_BYTES = 16 << 20  # a bare client process from the fork server (measured: 10-11 MiB USS/PSS), with margin
+
+
+@dataclass(frozen=True)
+class Need:
+    """One thing a cell needs, in the user's terms: how much, what it is, and which setting lowers it."""
+
+    bytes: int
+    what: str  # "2 × 64 buffers of transfer_size 4 GiB"
+    fix: str  # "lower transfer_size or iodepth"
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one cell of a workload asks of the host and the target; ``storeval.preflight`` checks it before
+    anything runs. Memory is per client, scratch is for all clients of the cell together."""
+
+    memory: tuple[Need, ...] = ()  # per client, beyond the bare process
+    leader: tuple[Need, ...] = ()  # what client 0 alone needs on top (it works for everyone in some modes)
+    scratch: tuple[Need, ...] = ()  # bytes on the target while the cell runs (removed after it)
+    entries: int = 0  # files and directories the cell creates on the target (inodes)
+    kept: Need | None = None  # bytes laid out once per target and kept for later cells and runs
+    kept_dir: str | None = None  # where they live, relative to the target's root
+    largest_buffer: int = 0  # the largest single allocation of one client
+    extent: int = 0  # the largest file (or offset) a client writes or reads
+    threads: int = 1  # threads per client process that do I/O
+    process_bytes: int = CLIENT_PROCESS_BYTES  # a bare client process of this workload
+
+    @property
+    def client_bytes(self) -> int:
+        return self.process_bytes + sum(n.bytes for n in self.memory)
+
+    @property
+    def leader_bytes(self) -> int:
+        return sum(n.bytes for n in self.leader)
+
+    @property
+    def scratch_bytes(self) -> int:
+        return sum(n.bytes for n in self.scratch)
+
+
 class Params(BaseModel):
     """Base of every workload's parameters: unknown keys are errors, values are frozen."""
 
@@ -136,6 +177,11 @@ class Workload(ABC):
     def direction(phase: str, params: dict[str, Any]) -> str | None:
         """Whether a phase reads or writes data ("read", "write"), for amplification and physical limits."""
         return None
+
+    def needs(self, nclients: int, caps: Capabilities) -> Needs:
+        """What a cell of ``nclients`` clients on a target with ``caps`` needs (memory, scratch, entries …),
+        computed from the parameters alone, in constant time: checked against the host before anything runs."""
+        return Needs()
 
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         """Remove whatever the cell's clients may have left behind (after a failure); idempotent."""

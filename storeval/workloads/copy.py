@@ -14,13 +14,13 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from ..drivers.base import Driver, join
+from ..drivers.base import Capabilities, Driver, join
 from ..engine.records import OpLog, PhaseRecorder, fold_cap
 from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..units import format_size
 from .bandwidth import IOFailure, run_ops
-from .base import ClientContext, Params, Workload
+from .base import ClientContext, Need, Needs, Params, Workload
 from .payload import Payload, aligned_buffer
 
 PHASES = ("upload", "download")
@@ -59,6 +59,16 @@ class Copy(Workload):
 
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         return nclients * self.p.chunk_size, nclients * (self.p.chunk_size // self.p.transfer_size)
+
+    def needs(self, nclients: int, caps: Capabilities) -> Needs:
+        """A payload block, its write buffer and a read buffer of transfer_size per worker; every worker's chunk
+        on the target."""
+        p = self.p
+        ts = p.transfer_size
+        return Needs(memory=(Need(3 * ts, f"3 buffers of transfer_size {format_size(ts)}", "lower transfer_size"),),
+                     scratch=(Need(nclients * p.chunk_size, f"{nclients:,} × chunk_size {format_size(p.chunk_size)}",
+                                   "lower chunk_size or --clients"),),
+                     entries=nclients, largest_buffer=ts, extent=p.chunk_size)
 
     def _path(self, c: ClientContext) -> str:
         return join(c.cell_dir, f"copy.{c.rank}")

@@ -27,7 +27,8 @@ from pydantic import Field, model_validator
 from ..drivers.base import Capabilities, Driver, join
 from ..engine.records import ClientStopped, OpLog, PhaseRecorder
 from ..errors import StorevalError, error_kind, one_line
-from .base import ClientContext, Duration, Params, Size, Workload
+from ..units import format_size
+from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
           "file-create", "file-stat", "file-read", "file-remove", "tree-remove")
@@ -37,6 +38,9 @@ Phase = Literal["tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove
 DIR_PHASES = frozenset({"dir-create", "dir-stat", "dir-list", "dir-remove"})
 FILE_PHASES = frozenset({"file-create", "file-stat", "file-read", "file-remove"})
 MAX_TREE_DIRS = 1_000_000
+MAX_ITERATIONS = 10_000  # mdtest -i: each is a step of every phase, planned up front
+NAME_BYTES = 160  # memory of one item's name in a list (a Python str of a cell-relative path, and its slot)
+BLOCK_BYTES = 4096  # a file system's allocation unit: a directory takes one, a file's data whole ones
 DEFAULT_ITEMS = 100  # per client, as in the Fermilab study's `mdtest -n 100`
 
 
@@ -52,7 +56,7 @@ class MetadataParams(Params):
     branching: Annotated[int, Field(ge=1)] = 1
     leaf_only: bool = False
     file_size: Size = 0
-    iterations: Annotated[int, Field(ge=1)] = 1
+    iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] = 1
     stat_stride: Annotated[int, Field(ge=0)] = 0
     files_only: bool = False
     dirs_only: bool = False
@@ -183,6 +187,39 @@ class Metadata(Workload):
 
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         return 0, self._ops(phase, nclients)
+
+    def needs(self, nclients: int, caps: Capabilities) -> Needs:
+        """A phase holds the names of the items a client handles (relative and native, built before the timed
+        loop; client 0 handles everyone's in shared mode), each client its trees' names and two file buffers;
+        on the target every item and tree directory, and the files' data."""
+        p = self.p
+        chosen = set(self.phases())
+        dirs = bool(chosen & DIR_PHASES) and caps.directories
+        files = bool(chosen & FILE_PHASES)
+        items = p.items_per_client
+        name = 2 * (NAME_BYTES + 8 * p.depth)  # a name and its native form
+        memory = [Need(items * name, f"the names of {items:,} items", "lower items or items_per_dir"),
+                  Need(2 * p.tree_dirs * name, f"the names of {p.tree_dirs:,} tree directories",
+                       "lower depth or branching")]
+        leader = []
+        if p.mode == "shared" and nclients > 1:  # client 0 creates and removes everyone's items
+            leader.append(Need((nclients - 1) * items * name, f"the names of all {nclients * items:,} items",
+                               "lower items or items_per_dir, or use mode unique or single"))
+        if p.file_size:
+            memory.append(Need(2 * p.file_size, f"2 buffers of file_size {format_size(p.file_size)}", "lower file_size"))
+        trees = p.tree_dirs * (nclients if p.mode == "unique" else 1) if caps.directories else 0
+        made_files = nclients * items if files else 0
+        made_dirs = nclients * items if dirs else 0
+        block = BLOCK_BYTES
+        scratch = [Need((trees + made_dirs) * block, f"{trees + made_dirs:,} directories",
+                        "lower items, depth or branching, or --clients")]
+        if made_files and p.file_size:
+            scratch.append(Need(made_files * -(-p.file_size // block) * block,
+                                f"{made_files:,} files of file_size {format_size(p.file_size)}",
+                                "lower file_size, items or --clients"))
+        return Needs(memory=tuple(memory), leader=tuple(leader), scratch=tuple(scratch),
+                     entries=trees + made_dirs + made_files,
+                     largest_buffer=p.file_size, extent=p.file_size)
 
     # -- names -------------------------------------------------------------------------------------
     def _tree(self, c: ClientContext, owner: int) -> Tree:
