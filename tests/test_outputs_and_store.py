@@ -283,10 +283,15 @@ def test_a_full_results_disk_at_start_is_one_line_and_leaves_nothing(small_fs, t
     fill(small_fs)
     before = digest(existing / DB_NAME)
     for res in (small_fs / "new" / "deeper", small_fs / "mine", existing):
+        # the preflight check refuses a full results file system first; --force goes on to meet it for real
         r = storeval("run", *QUICK, "--results", str(res), "--json", str(tmp_path / "o.json"), cwd=tmp_path)
+        assert r.rc == 2 and len(r.err_lines) == 1 and "it has 0 B free" in r.err and "--force" in r.err, r.err
+        r = storeval("run", *QUICK, "--results", str(res), "--json", str(tmp_path / "o.json"), "--force",
+                     cwd=tmp_path)
         where = res / (DB_NAME + ".wal" if res == existing else DB_NAME)
-        assert r.rc == 2 and r.err_lines == [f"error: the file system holding {where} is full (No space left on "
-                                             "device); free space there or use another --results directory"], r.err
+        assert r.rc == 2 and r.err_lines[-1] == f"error: the file system holding {where} is full (No space left on " \
+                                                "device); free space there or use another --results directory", r.err
+        assert all(line.startswith("warning:") for line in r.err_lines[:-1]), r.err
     assert sorted(os.listdir(small_fs)) == ["existing", "filler", "mine"]  # new/deeper was made, and removed again
     assert os.listdir(small_fs / "mine") == [] and os.listdir(existing) == [DB_NAME]
     assert digest(existing / DB_NAME) == before and not (tmp_path / "o.json").exists()
