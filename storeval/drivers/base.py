@@ -174,10 +174,15 @@ class Deadline:
             helper = self._local.helper = _Helper()
         helper.fn, helper.args = fn, args
         helper.go.release()
-        if not helper.done.acquire(timeout=self.timeout):
+        try:
+            answered = helper.done.acquire(timeout=self.timeout)
+        except BaseException:  # interrupted (the engine stops this client): the call may still be running
+            self._local.helper = None
+            raise
+        if not answered:
             self._local.helper = None  # stuck in the library: never reused
             raise TimeoutError(f"no answer within {self.timeout:g} s")
-        fn = helper.fn = helper.args = None
+        helper.fn = helper.args = None
         if helper.error is not None:
             error, helper.error = helper.error, None
             raise error
