@@ -83,6 +83,7 @@ class Runner:
         self.drivers[name] = driver
         self.guard.target(cell)
         self._finish_earlier_cleanups(driver, cell)
+        driver.retry_server()  # an earlier run's leftovers that are still out of reach do not fail this cell
         try:  # what the server says it is, for the environment record (never credentials)
             self.store.add_environment(self.run_id, f"target:{name}", driver.describe())
         except Exception as e:  # noqa: BLE001 - a description is a nicety, not a reason to fail
