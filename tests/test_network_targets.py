@@ -195,4 +195,10 @@ def test_driver_vector_reads_and_metadata_calls(name, testbed_targets):
     driver2.remove(odd)
     if name != "minio":
         driver2.rmdir("odd dir")
+        # a directory that is not empty is kept, and reads as such (not as the server's exception)
+        driver2.ensure_dir("full dir")
+        driver2.put("full dir/f", b"1")
+        assert driver2.rmdir_quietly("full dir") is False and driver2.exists("full dir/f")
+        driver2.remove("full dir/f")
+        assert driver2.rmdir_quietly("full dir") and not driver2.exists("full dir")
     driver2.shutdown()

@@ -13,6 +13,7 @@ after it fail at once.
 
 from __future__ import annotations
 
+import errno
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -118,8 +119,14 @@ class HdfsDriver(Driver):
             raise self._error(e, op, path) from None
 
     def _error(self, exc: BaseException, op: str, path: str) -> BaseException:
+        """The namenode's exceptions as the OSErrors callers expect (a directory that is not empty must read as
+        one, not as an RPCError with a Java stack trace), a server that cannot be talked to in one line."""
         if _not_found(exc):
             return FileNotFoundError(2, "no such file", path)
+        if "PathIsNotEmptyDirectoryException" in str(exc):
+            return OSError(errno.ENOTEMPTY, "directory not empty", path)
+        if "FileAlreadyExistsException" in str(exc):
+            return FileExistsError(errno.EEXIST, "already exists", path)
         if network_failure(exc) is not None:
             return self.failure(exc, op, path)
         return exc
