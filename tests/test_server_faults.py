@@ -400,7 +400,13 @@ def test_a_deadline_gives_up_on_a_call_that_never_returns():
         deadline.call(never.wait)
     assert time.monotonic() - t0 < 0.5 + 5
     assert deadline.call(str.upper, "after") == "AFTER"  # a fresh helper: the stuck one is abandoned
+    helpers = [h.thread for h in deadline._helpers]
+    assert len(helpers) == 2 and all(t.is_alive() for t in helpers)
+    deadline.close()  # the idle helper ends at once, the stuck one when its call returns
     never.set()
+    for t in helpers:
+        t.join(timeout=SAFETY)
+    assert not any(t.is_alive() for t in helpers)
 
 
 # ------------------------------------------------------------------------------------------ the watchdog

@@ -167,11 +167,13 @@ class Deadline:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._local = threading.local()
+        self._helpers: list[_Helper] = []
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         helper = getattr(self._local, "helper", None)
         if helper is None:
             helper = self._local.helper = _Helper()
+            self._helpers.append(helper)
         helper.fn, helper.args = fn, args
         helper.go.release()
         try:
@@ -189,6 +191,14 @@ class Deadline:
         result, helper.result = helper.result, None
         return result
 
+    def close(self) -> None:
+        """Let the helper threads end (one stuck in a call ends when the call returns, if ever)."""
+        helpers, self._helpers = self._helpers, []
+        self._local = threading.local()
+        for helper in helpers:
+            helper.fn = None
+            helper.go.release()
+
 
 class _Helper:
     """The thread that makes one caller's library calls (see :class:`Deadline`)."""
@@ -201,11 +211,14 @@ class _Helper:
         self.args: tuple = ()
         self.result: Any = None
         self.error: BaseException | None = None
-        threading.Thread(target=self._serve, name="storeval-deadline", daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name="storeval-deadline", daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
         while True:
             self.go.acquire()
+            if self.fn is None:  # Deadline.close()
+                return
             try:
                 self.result = self.fn(*self.args)
             except BaseException as e:  # noqa: BLE001 - handed to the caller

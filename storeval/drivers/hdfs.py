@@ -142,6 +142,7 @@ class HdfsDriver(Driver):
 
     def shutdown(self) -> None:
         self.client = None
+        self.deadline.close()
 
     def describe(self) -> dict[str, Any]:
         return {"url": self.url, "driver": self.scheme, "namenode": self.namenode, "client": "hdfs-native",
