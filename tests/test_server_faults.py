@@ -410,6 +410,20 @@ def test_a_deadline_gives_up_on_a_call_that_never_returns():
 
 
 # ------------------------------------------------------------------------------------------ the watchdog
+FOLLOWED = """
+def followed(pid):  # the watchdog holds a pidfd of ours: it will see us go
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]":
+                return True
+        except OSError:
+            pass
+    return False
+while not followed(proc.pid):
+    time.sleep(0.01)
+"""
+
+
 @pytest.mark.parametrize("how", ["exits", "killed"])
 def test_the_watchdog_says_killed_only_when_the_coordinator_was(tmp_path, target, how):
     """A coordinator that exits on its own before its run is done (an error it could not handle) is not said
@@ -428,7 +442,7 @@ def test_the_watchdog_says_killed_only_when_the_coordinator_was(tmp_path, target
               f"from storeval.engine import watchdog\n"
               f"watchdog.save_state({str(path)!r}, {state!r})\n"
               f"proc = watchdog.start({str(path)!r})\n"
-              f"time.sleep(1.0)\n"  # the watchdog is following us
+              f"{FOLLOWED}"
               + ("raise SystemExit(1)\n" if how == "exits" else "os.kill(os.getpid(), signal.SIGKILL)\n"))
     # the watchdog shares the coordinator's stderr: this returns once it has said its line and left
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SAFETY)
