@@ -258,6 +258,9 @@ def _print_run_state(data, console) -> None:
     for e in data.events:
         if e.get("kind") in ("died", "timeout") and e.get("message") and e["message"] not in said:
             console.print(f"{e['kind']}: {e['message']}", highlight=False, markup=False)
+        elif e.get("kind") in ("left-behind", "cleaned-up"):  # what storeval could not remove, and when it later did
+            console.print(e["message"] if e["kind"] == "left-behind" else f"cell {e.get('cell')}: {e['message']}",
+                          highlight=False, markup=False)
     if data.status == "running":
         console.print("the run is still going, or its coordinator died without a watchdog: figures are partial",
                       highlight=False)

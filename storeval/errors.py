@@ -54,6 +54,9 @@ def error_kind(exc: BaseException) -> str:
     """A short stable label for counting errors by kind (``ENOSPC``, ``timeout``, ``VerifyError``)."""
     import errno
 
+    raw = getattr(exc, "raw_kind", None)  # a driver's one-line error keeps the kind of what the library raised
+    if isinstance(exc, StorevalError) and raw:
+        return raw
     if isinstance(exc, OSError) and exc.errno:
         return errno.errorcode.get(exc.errno, f"errno{exc.errno}")
     if isinstance(exc, TimeoutError):

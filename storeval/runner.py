@@ -18,6 +18,7 @@ from typing import Any
 
 from . import __version__
 from .drivers import Driver, join, make_driver
+from .drivers.base import TargetError, TargetUnreachable
 from .engine.clients import make_job
 from .engine import watchdog
 from .engine.local import CellOutcome, LocalEngine
@@ -53,6 +54,7 @@ class Runner:
         self.scratch = f"storeval-{self.run_id}"
         self.drivers: dict[str, Driver] = {}
         self.connect_errors: dict[str, str] = {}
+        self.last_cell: dict[str, int] = {}  # target -> index of the last cell that used it
         self.events: list[dict[str, Any]] = []
         self.regenerate = regenerate
         self.prepared: set[tuple[str, str]] = set()  # (target, data key) laid out in this run
@@ -60,29 +62,78 @@ class Runner:
 
     # -- targets ---------------------------------------------------------------------------------------
     def _driver(self, cell: Cell) -> Driver:
+        """The coordinator's driver of the cell's target, connected once per run. Every call it makes waits at
+        most the target's timeout; a target that cannot be reached fails its cells, never the run."""
         name = cell.target.name
+        self.last_cell[name] = cell.index  # what a scratch directory left behind at the end is recorded with
         if name in self.connect_errors:
             raise StorevalError(self.connect_errors[name])
-        if name not in self.drivers:
-            driver = make_driver(cell.target.url, cell.target.options)
+        if name in self.drivers:
+            self.drivers[name].retry_server()  # a new cell: a server that stopped answering may be back
+            return self.drivers[name]
+        driver = make_driver(cell.target.url, cell.target.options)
+        driver.name = name
+        try:
+            driver.connect()
+            driver.ensure_dir(self.scratch)
+        except Exception as e:  # noqa: BLE001 - a target that is down fails its cells, not the run
+            self.connect_errors[name] = one_line(e) if isinstance(e, TargetError) else \
+                f"target {name} ({cell.target.url}): {one_line(e)}"
+            raise StorevalError(self.connect_errors[name]) from e
+        self.drivers[name] = driver
+        self.guard.target(cell)
+        self._finish_earlier_cleanups(driver, cell)
+        driver.retry_server()  # an earlier run's leftovers that are still out of reach do not fail this cell
+        try:  # what the server says it is, for the environment record (never credentials)
+            self.store.add_environment(self.run_id, f"target:{name}", driver.describe())
+        except Exception as e:  # noqa: BLE001 - a description is a nicety, not a reason to fail
+            self.events.append({"kind": "warning", "message": f"cannot describe target {name}: {one_line(e)}"})
+        return driver
+
+    def _finish_earlier_cleanups(self, driver: Driver, cell: Cell) -> None:
+        """Remove what earlier runs of this results store left behind on this target because its server could not
+        be reached when they cleaned up (files, objects, incomplete uploads): storeval's own names in their own
+        cell directories, for runs that have ended, whose clients are gone. A cleanup that works is recorded
+        with the earlier run (``cleaned-up``), so it is done once."""
+        name = cell.target.name
+        try:
+            pending = self.store.left_behind(name, cell.target.url)
+        except Exception:  # noqa: BLE001 - a convenience: the cells of this run matter more
+            return
+        for run_id, cell_id, kind, params, clients in pending:
+            scratch = f"storeval-{run_id}"
+            cell_dir = join(scratch, f"cell-{cell_id:04d}")
             try:
-                driver.connect()
-                driver.ensure_dir(self.scratch)
-            except Exception as e:  # noqa: BLE001 - a target that is down fails its cells, not the run
-                self.connect_errors[name] = f"target {name} ({cell.target.url}): {one_line(e)}"
-                raise StorevalError(self.connect_errors[name]) from e
-            self.drivers[name] = driver
-            self.guard.target(cell)
-            try:  # what the server says it is, for the environment record (never credentials)
-                self.store.add_environment(self.run_id, f"target:{name}", driver.describe())
-            except Exception as e:  # noqa: BLE001 - a description is a nicety, not a reason to fail
-                self.events.append({"kind": "warning", "message": f"cannot describe target {name}: {one_line(e)}"})
-        return self.drivers[name]
+                make_workload(kind, params).cell_cleanup(driver, cell_dir, clients)
+                driver.rmdir_quietly(cell_dir)
+                driver.rmdir_quietly(scratch)
+                self.store.add_events(run_id, [{"kind": "cleaned-up", "cell": cell_id, "message":
+                                                f"removed what this cell left on {name}, during run {self.run_id}"}])
+            except Exception as e:  # noqa: BLE001 - still unreachable, or no longer ours to judge: stays recorded
+                self.events.append({"kind": "warning", "message": f"cannot yet remove what run {run_id} left behind "
+                                                                  f"in {cell_dir}/ on {name}: {one_line(e)}"})
+                continue
+            message = f"removed what run {run_id} left behind in {cell_dir}/ on {name}"
+            self.events.append({"kind": "cleanup", "message": message})
+            self.ui.log(message)
+
+    def _left_behind(self, cell: int | None, what: str, name: str, driver: Driver, exc: BaseException) -> None:
+        """Record (and say) what storeval created but could not remove, and where, so a user can remove it."""
+        why = one_line(exc)
+        message = f"left behind: {what} on {name} ({driver.url}): {why}"
+        self.events.append({"kind": "left-behind", "cell": cell, "message": message})
+        self.ui.log(message)
 
     def _release_targets(self) -> None:
+        """Remove the run's scratch directory from every target and close the sessions. Never raises: what
+        cannot be removed (a server that is gone) is recorded as left behind, and the run's results are written."""
         for name, driver in self.drivers.items():
-            if not driver.rmdir_quietly(self.scratch):
-                self.events.append({"kind": "warning", "message": f"could not remove {self.scratch} on {name}: not empty"})
+            try:
+                if not driver.rmdir_quietly(self.scratch) and driver.exists(self.scratch):
+                    self.events.append({"kind": "warning",
+                                        "message": f"could not remove {self.scratch} on {name}: not empty"})
+            except Exception as e:  # noqa: BLE001 - a server that went away must not take the results with it
+                self._left_behind(self.last_cell.get(name), f"{self.scratch}/", name, driver, e)
             try:
                 driver.shutdown()
             except Exception:  # noqa: BLE001
@@ -109,8 +160,8 @@ class Runner:
             if to_run:
                 driver.ensure_dir(cell_dir)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
-                               cell_dir=cell_dir, steps=to_run, seed=cell.index, keep_cache=self.study.keep_cache,
-                               probe_interval=self.study.probe_interval)
+                               target=cell.target.name, cell_dir=cell_dir, steps=to_run, seed=cell.index,
+                               keep_cache=self.study.keep_cache, probe_interval=self.study.probe_interval)
                 self.guard.cell(cell, cell_dir)
                 outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
                                                on_clients=self.guard.clients)
@@ -145,11 +196,16 @@ class Runner:
         return outcome
 
     def _clean_cell(self, wl: Any, driver: Driver, cell: Cell, cell_dir: str) -> None:
+        """Remove what the cell's clients may have left (files, then the directory; on object stores also the
+        incomplete uploads under it). Never raises: a server that cannot be reached is waited for once, at most
+        its timeout, and what stays is recorded as left behind."""
         try:
             wl.cell_cleanup(driver, cell_dir, cell.clients)
             if not driver.rmdir_quietly(cell_dir) and driver.exists(cell_dir):
                 self.events.append({"kind": "warning", "cell": cell.index,
                                     "message": f"could not remove {cell_dir} on {cell.target.name}: not empty"})
+        except TargetUnreachable as e:
+            self._left_behind(cell.index, f"{cell_dir}/", cell.target.name, driver, e)
         except Exception as e:  # noqa: BLE001
             self.events.append({"kind": "warning", "cell": cell.index,
                                 "message": f"cleanup of {cell_dir} on {cell.target.name} failed: {one_line(e)}"})

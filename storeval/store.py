@@ -735,6 +735,19 @@ class Store:
             raise InputError(f"run '{run_id}' is not in {self.dir} ({'ambiguous' if matches else 'known: ' + ', '.join(ids[-5:])})")
         return matches[0]
 
+    def left_behind(self, target: str, url: str) -> list[tuple[str, int, str, dict[str, Any], int]]:
+        """(run, cell, kind, params, clients) of the cells of ended runs that left something on ``target`` (at
+        ``url``) which no later run has removed: a ``left-behind`` event without a ``cleaned-up`` one."""
+        with self.connect(read_only=True) as con:
+            rows = con.execute(
+                "SELECT DISTINCT c.run_id, c.cell_id, c.kind, c.params, c.clients FROM events e "
+                "JOIN studies s ON s.run_id = e.run_id "
+                "JOIN cells c ON c.run_id = e.run_id AND c.cell_id = e.cell_id "
+                "WHERE e.kind = 'left-behind' AND s.status <> 'running' AND c.target = ? AND c.target_url = ? "
+                "AND NOT EXISTS (SELECT 1 FROM events d WHERE d.run_id = e.run_id AND d.cell_id = e.cell_id "
+                "AND d.kind = 'cleaned-up') ORDER BY c.run_id, c.cell_id", [target, url]).fetchall()
+        return [(run, cell, kind, json.loads(params), clients) for run, cell, kind, params, clients in rows]
+
     def load_samples(self, run_id: str) -> list[tuple[int, int, str, str, str, float]]:
         """(cell, t_ns, probe, device, metric, value) of a run's probe samples, in time order per cell."""
         with self.connect(read_only=True) as con:

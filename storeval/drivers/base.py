@@ -14,6 +14,9 @@ which return a pre-bound callable ``f(buffers, offset) -> bytes`` (for POSIX,
 from __future__ import annotations
 
 import functools
+import http.client
+import socket
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -22,7 +25,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import CapabilityError
+from ..errors import CapabilityError, StorevalError, error_kind
 
 IOFunc = Callable[[Sequence[Any], int], int]
 
@@ -79,6 +82,150 @@ class StatResult:
     mtime: float = 0.0
 
 
+@dataclass(frozen=True)
+class Upload:
+    """An incomplete multipart upload: invisible to listings, yet it holds the parts sent so far on the server."""
+
+    path: str  # the object it would have become, relative to the target's root
+    upload_id: str
+    initiated: str = ""  # when the server says it began (ISO 8601), "" when unknown
+
+
+# -- failed operations, in one line ------------------------------------------------------------------------
+class TargetError(StorevalError):
+    """An operation on a target failed: the message names the target, the operation, the path and the reason.
+
+    ``raw_kind`` is the kind of what the library raised (``error_kind``), so errors are still counted by it."""
+
+    def __init__(self, message: str, raw_kind: str = "") -> None:
+        super().__init__(message)
+        self.raw_kind = raw_kind
+
+
+class TargetUnreachable(TargetError):
+    """The server did not answer: it refused or broke the connection, or stayed silent past the target's
+    ``timeout``. The driver that saw it stops talking to that server (see :meth:`Driver.check_server`)."""
+
+
+# Why talking to a server failed, from the words Python, reqwest/hyper (obstore, hdfs-native) and the XRootD
+# client use for it; the first kind whose word appears in an error's text (with its debug source) wins.
+NETWORK_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("timeout", ("timed out", "kind: Timeout", "TimedOut", "Operation expired", "Socket timeout")),
+    ("refused", ("Connection refused", "ConnectionRefused", "os error 111")),
+    ("reset", ("Connection reset", "ConnectionReset", "os error 104", "Broken pipe", "BrokenPipe", "os error 32",
+               "connection closed before message completed", "IncompleteMessage", "Remote end closed",
+               "UnexpectedEof", "unexpected end of file", "Socket disconnected", "Stream disconnect")),
+    ("dns", ("failed to lookup address", "Name or service not known", "dns error", "Temporary failure in name")),
+    ("down", ("error sending request", "tcp connect error", "Connection error", "Socket error",
+              "Network is unreachable", "No route to host", "All nodes failed", "DataTransferError")),
+)
+NETWORK_REASONS = {
+    "timeout": "no answer from {server} within {timeout:g} s (the server is frozen, overloaded or unreachable)",
+    "refused": "connection refused by {server} (the server is down or unreachable)",
+    "reset": "the connection to {server} broke (the server closed it or went down)",
+    "dns": "cannot resolve the server's name in {server} (check the URL or endpoint)",
+    "down": "cannot talk to {server} (the server is down or unreachable)",
+}
+
+
+def network_failure(exc: BaseException | str) -> str | None:
+    """``timeout``, ``refused``, ``reset``, ``dns`` or ``down`` when ``exc`` says a server could not be talked
+    to; None for any other failure (permissions, a missing file, a full disk …)."""
+    if isinstance(exc, BaseException):
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            return "timeout"
+        if isinstance(exc, ConnectionRefusedError):
+            return "refused"
+        if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.IncompleteRead,
+                            http.client.RemoteDisconnected)):
+            return "reset"
+        if isinstance(exc, socket.gaierror):
+            return "dns"
+        text = f"{type(exc).__name__}: {exc}"
+    else:
+        text = exc
+    for kind, words in NETWORK_WORDS:
+        if any(w in text for w in words):
+            return kind
+    return None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (libraries append pages of debug detail after it)."""
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+class Deadline:
+    """Calls into a library that has no timeouts of its own, giving up after ``timeout`` seconds.
+
+    Each calling thread hands its calls to a helper thread of its own and waits at most ``timeout``; a call still
+    blocked then (a frozen or vanished server) is abandoned to its helper and ``TimeoutError`` is raised, so the
+    caller goes on. Costs one thread hand-off per call (about 10–20 µs), nothing allocated but the call's own
+    arguments."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._local = threading.local()
+        self._helpers: list[_Helper] = []
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        helper = getattr(self._local, "helper", None)
+        if helper is None:
+            helper = self._local.helper = _Helper()
+            self._helpers.append(helper)
+        helper.fn, helper.args = fn, args
+        helper.go.release()
+        try:
+            answered = helper.done.acquire(timeout=self.timeout)
+        except BaseException:  # interrupted (the engine stops this client): the call may still be running
+            self._local.helper = None
+            raise
+        if not answered:
+            self._local.helper = None  # stuck in the library: never reused
+            raise TimeoutError(f"no answer within {self.timeout:g} s")
+        helper.fn = helper.args = None
+        if helper.error is not None:
+            error, helper.error = helper.error, None
+            raise error
+        result, helper.result = helper.result, None
+        return result
+
+    def close(self) -> None:
+        """Let the helper threads end (one stuck in a call ends when the call returns, if ever)."""
+        helpers, self._helpers = self._helpers, []
+        self._local = threading.local()
+        for helper in helpers:
+            helper.fn = None
+            helper.go.release()
+
+
+class _Helper:
+    """The thread that makes one caller's library calls (see :class:`Deadline`)."""
+
+    def __init__(self) -> None:
+        self.go, self.done = threading.Lock(), threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.fn: Any = None
+        self.args: tuple = ()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, name="storeval-deadline", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            self.go.acquire()
+            if self.fn is None:  # Deadline.close()
+                return
+            try:
+                self.result = self.fn(*self.args)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                self.error = e
+            self.done.release()
+
+
 class DriverOptions(BaseModel):
     """Options every target may carry; drivers extend this with their own."""
 
@@ -108,6 +255,50 @@ class Driver(ABC):
         self.parts = urlsplit(url)
         self.options = options if options is not None else self.Options()
         self.client = client  # rank of the client using this driver (-1: the coordinator)
+        self.name: str | None = None  # the study's name of this target, for messages
+        self.down: TargetUnreachable | None = None  # the server stopped answering (see check_server)
+
+    # -- failures ---------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        """How messages name this target: ``target NAME`` (the study's name), else its URL."""
+        return f"target {self.name}" if self.name else f"target {self.url}"
+
+    def address(self) -> str:
+        """The host:port this driver talks to, for messages."""
+        return self.parts.netloc or self.url
+
+    def failure(self, exc: BaseException | str, op: str, path: str | None = None, *,
+                raw_kind: str | None = None, kind: str | None = None) -> TargetError:
+        """The one-line error of a failed ``op`` (``write``, ``removal`` …) on ``path``, naming the target.
+
+        A server that could not be talked to gives :class:`TargetUnreachable` with the reason in plain words, and
+        the driver remembers it: the operations that follow (closing, cleaning up) fail at once with it instead
+        of waiting for the same silent server again. ``kind`` overrides what the text says (a driver that knows
+        better). Drivers call this in their error paths only."""
+        what = f"{op} of {path}" if path else op
+        kind = kind or network_failure(exc)
+        raw = raw_kind or (error_kind(exc) if isinstance(exc, BaseException) else "")
+        if kind is None:
+            detail = first_line(exc) if isinstance(exc, BaseException) else str(exc)
+            return TargetError(self.scrub(f"{self.label}: {what} failed: {detail}"), raw)
+        reason = NETWORK_REASONS[kind].format(server=self.address(), timeout=getattr(self.options, "timeout", 0) or 0)
+        self.down = TargetUnreachable(f"{self.label}: {what} failed: {reason}", raw)
+        return self.down
+
+    def scrub(self, text: str) -> str:
+        """``text`` without any secret the driver holds (drivers with credentials override this)."""
+        return text
+
+    def check_server(self) -> None:
+        """Raise the server's last failure if it stopped answering: after one operation waited the full timeout
+        (or was refused), closing and cleaning up must not wait again, one operation after another."""
+        if self.down is not None:
+            raise self.down
+
+    def retry_server(self) -> None:
+        """Talk to the server again (a new cell: it may be back)."""
+        self.down = None
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -253,7 +444,8 @@ class Driver(ABC):
             return False
 
     def rmdir_quietly(self, path: str) -> bool:
-        """Remove a directory storeval created if it is empty; True if removed."""
+        """Remove a directory storeval created if it is empty; True if removed. A server that does not answer
+        is an error (:class:`TargetUnreachable`), not a directory that is still in use."""
         if not self.caps.directories:
             return True
         try:
@@ -261,6 +453,17 @@ class Driver(ABC):
             return True
         except (FileNotFoundError, OSError):
             return False
+
+    # -- incomplete uploads (object stores) ---------------------------------------------------------------
+    def list_uploads(self, prefix: str) -> list[Upload]:
+        """Incomplete multipart uploads under ``prefix`` (relative to the target's root). Object stores keep
+        them, unlisted, until they are aborted; targets without such uploads have none."""
+        return []
+
+    def abort_stale_uploads(self, prefix: str) -> list[Upload]:
+        """Abort every incomplete upload under ``prefix`` and return them. The caller vouches that ``prefix`` is
+        storeval's own (``storeval-<run>/`` or a cell directory) and that nobody writes there any more."""
+        return []
 
 
 def join(*parts: str) -> str:

@@ -6,15 +6,23 @@ variables named by ``access_key_env``/``secret_key_env``, an AWS shared-credenti
 Only those names and paths are ever recorded; the secrets stay in memory and are scrubbed from messages.
 
 Writes stream: ``open(path, "w")`` starts an upload that becomes multipart once ``part_size`` bytes are
-buffered, and ``close`` completes it. Reads are ranged GETs; the vector read is ``get_ranges`` (parallel
-ranged GETs, ranges closer than ``vector_coalesce`` merged into one request). There are no directories,
-no random writes, no fsync — the capability flags say so and workloads adapt.
+buffered, and ``close`` completes it. An upload that never completes (a client killed, a server gone) keeps
+its parts on the server, unlisted: removing a storeval directory aborts those under it (``rmdir_quietly``),
+and ``abort_stale_uploads`` does it for a dead run's prefix. Reads are ranged GETs; the vector read is
+``get_ranges`` (parallel ranged GETs, ranges closer than ``vector_coalesce`` merged into one request). There
+are no directories, no random writes, no fsync — the capability flags say so and workloads adapt.
+
+Every request waits at most ``timeout`` (obstore's request timeout, retried only within it; the signed HTTP
+path's socket timeout). A server that could not be talked to is named in one line (``Driver.failure``), and the
+operations after it fail at once instead of waiting again.
 """
 
 from __future__ import annotations
 
 import configparser
+import http.client
 import os
+import re
 from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -26,8 +34,11 @@ from pydantic import Field
 
 from ..errors import CapabilityError, InputError, StorevalError
 from ..fields import Duration, Size
-from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult
-from .sigv4 import S3HttpError, SignedGetter
+from .base import (Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult, TargetError,
+                   TargetUnreachable, Upload, first_line, network_failure)
+from .sigv4 import S3HttpError, SignedS3
+
+ERRORS = (BaseError, OSError, http.client.HTTPException)  # what obstore (its writer: OSError) and http.client raise
 
 
 class S3Options(DriverOptions):
@@ -85,7 +96,8 @@ class S3Driver(Driver):
         super().__init__(url, options, client=client)
         self.bucket, self.prefix = _bucket_prefix(url)
         self.store: S3Store | None = None
-        self.getter: SignedGetter | None = None
+        self.http: SignedS3 | None = None  # signed requests obstore has no call for (incomplete uploads)
+        self.getter: SignedS3 | None = None  # the same, for GETs when fast_get is on
         self._secrets: tuple[str, ...] = ()
 
     @classmethod
@@ -118,26 +130,42 @@ class S3Driver(Driver):
             raise InputError("part_size must be at least 5MiB (the S3 minimum for multipart parts)")
 
     # -- sessions ---------------------------------------------------------------------------------
-    def _scrub(self, text: str) -> str:
+    def scrub(self, text: str) -> str:
         for secret in self._secrets:
             if secret:
                 text = text.replace(secret, "***")
         return text
 
-    def _error(self, exc: BaseException, what: str) -> StorevalError:
-        """One line for an obstore error, never holding a credential."""
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    def address(self) -> str:
+        return urlsplit(self.options.endpoint).netloc if self.options.endpoint else f"AWS S3 ({self.options.region})"
+
+    def _error(self, exc: BaseException, op: str, path: str | None = None) -> OSError | TargetError:
+        """The one place obstore's and the signed path's errors become one line, never holding a credential:
+        a missing object (FileNotFoundError, which callers rely on), refused credentials, a missing bucket, a
+        server that cannot be talked to (``Driver.failure``), or else the library's first line — never its
+        pages of debug detail or its request URLs with upload ids."""
+        if isinstance(exc, (FileNotFoundError, NotFoundError)):  # obstore raises both, by call
+            return FileNotFoundError(2, "no such object", path or "")
+        first = first_line(exc)
         where = self.options.endpoint or "AWS"
+        what = f"{op} of {path}" if path else op
+        raw = type(exc).__name__
+        kind = network_failure(exc)
+        if kind == "down":  # obstore's short form ("… in 3.0s - HTTP error: error sending request") says how long
+            took = re.search(r" in ([0-9.]+)(ms|s)\b", first)
+            if took and float(took.group(1)) / (1000 if took.group(2) == "ms" else 1) >= 0.95 * self.options.timeout:
+                kind = "timeout"
+        if kind is not None:
+            return self.failure(exc, op, path, raw_kind=raw, kind=kind)
         if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or "403" in first or "AccessDenied" in first \
                 or (isinstance(exc, S3HttpError) and exc.status == 403) \
                 or "InvalidAccessKeyId" in first or "SignatureDoesNotMatch" in first:
-            return StorevalError(f"S3 at {where} refused the credentials from {self._source} ({what})")
+            return TargetError(f"{self.label}: S3 at {where} refused the credentials from {self._source} ({what})", raw)
         if "NoSuchBucket" in str(exc):
-            return StorevalError(f"bucket {self.bucket} does not exist at {where} (create it first)")
-        if "error sending request" in first or "Connection refused" in str(exc) or "timed out" in str(exc).lower() \
-                or isinstance(exc, (ConnectionError, TimeoutError)):
-            return StorevalError(f"cannot reach S3 at {where} ({what}: no answer; is the server up?)")
-        return StorevalError(self._scrub(f"S3 {what} failed: {first}"))
+            return TargetError(f"{self.label}: bucket {self.bucket} does not exist at {where} (create it first)", raw)
+        # "Error performing DELETE http://…?uploadId=… in 3.0s - Server returned …": the request, not its URL
+        first = re.sub(r"\s+in [0-9.]+\S*s\b", "", re.sub(r"\s*https?://\S+", "", first))
+        return self.failure(first, op, path, raw_kind=raw)
 
     def connect(self) -> None:
         o = self.options
@@ -150,6 +178,8 @@ class S3Driver(Driver):
             kwargs["access_key_id"], kwargs["secret_access_key"] = key, secret
         else:
             kwargs["skip_signature"] = True
+        # A request waits at most the timeout, and is retried only while its first attempt began less than the
+        # timeout ago: a silent server fails an operation after one timeout, a refused connection at once.
         timeout = timedelta(seconds=o.timeout)
         self.store = S3Store(self.bucket, prefix=self.prefix or None,
                              client_options={"allow_http": bool(o.endpoint and o.endpoint.startswith("http:")),
@@ -157,17 +187,17 @@ class S3Driver(Driver):
                              retry_config={"max_retries": 2, "retry_timeout": timeout}, **kwargs)
         try:
             obstore.list_with_delimiter(self.store, None)
-        except BaseError as e:
-            raise self._error(e, "listing the bucket") from None
-        if o.fast_get:
-            token = os.environ.get("AWS_SESSION_TOKEN") if self._source.startswith("AWS_ACCESS_KEY_ID") else None
-            self.getter = SignedGetter(o.endpoint or f"https://s3.{o.region}.amazonaws.com", self.bucket, self.prefix,
-                                       o.region, key, secret, token, o.virtual_hosted, o.timeout)
+        except ERRORS as e:
+            raise self._error(e, "listing", "the bucket") from None
+        token = os.environ.get("AWS_SESSION_TOKEN") if self._source.startswith("AWS_ACCESS_KEY_ID") else None
+        self.http = SignedS3(o.endpoint or f"https://s3.{o.region}.amazonaws.com", self.bucket, self.prefix,
+                             o.region, key, secret, token, o.virtual_hosted, o.timeout)
+        self.getter = self.http if o.fast_get else None
 
     def shutdown(self) -> None:
-        if self.getter is not None:
-            self.getter.close()
-        self.store = self.getter = None
+        if self.http is not None:
+            self.http.close()
+        self.store = self.getter = self.http = None
 
     def _get(self, path: str, buf, offset: int = 0, length: int | None = None) -> int:
         """A GET through the lean path, with its errors turned into storeval's."""
@@ -178,26 +208,24 @@ class S3Driver(Driver):
                 raise FileNotFoundError(2, "no such object", path) from None
             if e.status == 416:  # the range starts past the end of the object
                 return 0
-            raise self._error(e, f"reading {path}") from None
-        except OSError as e:
-            raise self._error(e, f"reading {path}") from None
+            raise self._error(e, "read", path) from None
+        except (OSError, http.client.HTTPException) as e:
+            raise self._error(e, "read", path) from None
 
     def describe(self) -> dict[str, Any]:
         out = {"url": self.url, "driver": self.scheme, "endpoint": self.options.endpoint or "AWS",
                "region": self.options.region, "bucket": self.bucket, "prefix": self.prefix}
         if self.options.endpoint:  # the server names itself in its response headers (MinIO, Ceph RGW …)
-            import http.client
-
             ep = urlsplit(self.options.endpoint)
             cls = http.client.HTTPSConnection if ep.scheme == "https" else http.client.HTTPConnection
+            conn = cls(ep.netloc, timeout=min(5.0, self.options.timeout))
             try:
-                conn = cls(ep.netloc, timeout=5)
                 conn.request("HEAD", "/")
-                resp = conn.getresponse()
-                out["server"] = resp.getheader("Server") or "unknown"
-                conn.close()
-            except OSError:
+                out["server"] = conn.getresponse().getheader("Server") or "unknown"
+            except (OSError, http.client.HTTPException):
                 out["server"] = "unknown (no answer)"
+            finally:
+                conn.close()
         return out
 
     # -- data -------------------------------------------------------------------------------------------
@@ -207,10 +235,11 @@ class S3Driver(Driver):
         if mode == "rw":
             raise CapabilityError(f"target {self.url} cannot open an object for reading and writing")
         o = self.options
+        self.check_server()
         try:
             writer = obstore.open_writer(self.store, path, buffer_size=o.part_size, max_concurrency=o.upload_concurrency)
-        except BaseError as e:
-            raise self._error(e, f"starting the upload of {path}") from None
+        except ERRORS as e:
+            raise self._error(e, "write", path) from None
         return S3Handle(path, mode, writer)
 
     def pread(self, h: Handle, buf, offset: int) -> int:
@@ -218,10 +247,10 @@ class S3Driver(Driver):
             return self._get(h.path, buf, offset, len(buf))
         try:
             data = obstore.get_range(self.store, h.path, start=offset, length=len(buf))
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(2, "no such object", h.path) from None
-        except BaseError as e:
-            raise self._error(e, f"reading {h.path}") from None
+        except ERRORS as e:
+            raise self._error(e, "read", h.path) from None
         n = len(data)
         memoryview(buf)[:n] = data
         return n
@@ -233,8 +262,8 @@ class S3Driver(Driver):
             # obstore keeps a reference to what it is given until the part is uploaded; the caller reuses
             # (and re-stamps) its buffer, so hand over a copy: one memcpy per write, in storeval's CPU figure
             n = h.writer.write(bytes(buf))
-        except BaseError as e:
-            raise self._error(e, f"uploading {h.path}") from None
+        except ERRORS as e:  # a part that could not be uploaded surfaces here or at close
+            raise self._error(e, "write", h.path) from None
         h.pos += n
         return n
 
@@ -244,15 +273,19 @@ class S3Driver(Driver):
         try:
             return obstore.get_ranges(self.store, h.path, starts=[o for o, _ in ranges], lengths=[n for _, n in ranges],
                                       coalesce=self.options.vector_coalesce)
-        except BaseError as e:
-            raise self._error(e, f"reading ranges of {h.path}") from None
+        except ERRORS as e:
+            raise self._error(e, "vector read", h.path) from None
 
     def close(self, h: Handle) -> None:
+        """Complete a streaming upload. When that fails obstore aborts the upload itself — a request that fails
+        too when the server is gone; the parts then stay until a cleanup aborts them (``rmdir_quietly``)."""
         if h.writer is not None:
+            writer, h.writer = h.writer, None
+            self.check_server()
             try:
-                h.writer.close()
-            except BaseError as e:
-                raise self._error(e, f"completing the upload of {h.path}") from None
+                writer.close()
+            except ERRORS as e:
+                raise self._error(e, "write", h.path) from None
 
     def reader(self, h: Handle, into_buffer: bool = True) -> IOFunc:
         if self.getter is not None:  # the bytes land in the buffer as they arrive: no extra copy either way
@@ -264,8 +297,8 @@ class S3Driver(Driver):
             buf = bufs[0]
             try:
                 data = get_range(store, path, start=offset, length=len(buf))
-            except BaseError as e:
-                raise self._error(e, f"reading {path}") from None
+            except ERRORS as e:
+                raise self._error(e, "read", path) from None
             n = len(data)
             if into_buffer:
                 memoryview(buf)[:n] = data
@@ -279,13 +312,15 @@ class S3Driver(Driver):
     # -- whole objects -----------------------------------------------------------------------------------
     def put(self, path: str, data) -> None:
         o = self.options
+        self.check_server()
         try:
             obstore.put(self.store, path, memoryview(data) if len(data) else b"", chunk_size=o.part_size,
                         max_concurrency=o.upload_concurrency)
-        except BaseError as e:
-            raise self._error(e, f"writing {path}") from None
+        except ERRORS as e:
+            raise self._error(e, "write", path) from None
 
     def get_into(self, path: str, buf) -> int:
+        self.check_server()
         if self.getter is not None:
             return self._get(path, buf)
         try:
@@ -296,10 +331,10 @@ class S3Driver(Driver):
                 view[total:total + n] = chunk
                 total += n
             return total
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(2, "no such object", path) from None
-        except BaseError as e:
-            raise self._error(e, f"reading {path}") from None
+        except ERRORS as e:
+            raise self._error(e, "read", path) from None
         except ValueError:  # the object is larger than the buffer
             raise StorevalError(f"object {path} is larger than the {len(buf)} bytes expected") from None
 
@@ -314,45 +349,95 @@ class S3Driver(Driver):
         def read(path: str, buf) -> int:
             try:  # the GET's bytes arrive in obstore's memory; they are counted, not copied again
                 return sum(len(chunk) for chunk in obstore.get(store, path).stream(min_chunk_size=64 << 10))
-            except NotFoundError:
+            except (NotFoundError, FileNotFoundError):
                 raise FileNotFoundError(2, "no such object", path) from None
-            except BaseError as e:
-                raise self._error(e, f"reading {path}") from None
+            except ERRORS as e:
+                raise self._error(e, "read", path) from None
 
         return FastOps(mkdir=base.mkdir, rmdir=base.rmdir, stat=base.stat, listdir=base.listdir, create=base.create,
                        read=read, remove=base.remove)
 
     # -- metadata ----------------------------------------------------------------------------------------
     def stat(self, path: str) -> StatResult:
+        self.check_server()
         try:
             meta = obstore.head(self.store, path)
             return StatResult(size=meta["size"], is_dir=False, mtime=meta["last_modified"].timestamp())
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):
             pass
-        except BaseError as e:
-            raise self._error(e, f"stat of {path}") from None
+        except ERRORS as e:
+            raise self._error(e, "stat", path) from None
         if self.listdir(path):  # a prefix with objects under it behaves as a directory
             return StatResult(size=0, is_dir=True)
         raise FileNotFoundError(2, "no such object", path)
 
     def remove(self, path: str) -> None:
+        self.check_server()
         try:
             obstore.delete(self.store, path)
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(2, "no such object", path) from None
-        except BaseError as e:
-            raise self._error(e, f"deleting {path}") from None
+        except ERRORS as e:
+            raise self._error(e, "removal", path) from None
 
     def listdir(self, path: str) -> list[str]:
+        self.check_server()
         prefix = path.strip("/")
         try:
             result = obstore.list_with_delimiter(self.store, prefix or None)
-        except BaseError as e:
-            raise self._error(e, f"listing {path}") from None
+        except ERRORS as e:
+            raise self._error(e, "listing", path or "the bucket") from None
         names = [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
         names += [m["path"].rsplit("/", 1)[-1] for m in result["objects"]]
         return names
 
-    def rmdir_quietly(self, path: str) -> bool:
-        return not self.listdir(path)  # a prefix disappears with its last object
+    def remove_quietly(self, path: str) -> bool:
+        """Remove an object storeval created — and any incomplete upload of that key, which holds parts on the
+        server though no listing shows it (a client killed mid-upload, a server gone before the upload ended)."""
+        mine = [up for up in self._uploads(path) if up.path == path]  # the prefix also matches bw.1 → bw.10
+        self._abort(mine)
+        return super().remove_quietly(path) or bool(mine)
 
+    def rmdir_quietly(self, path: str) -> bool:
+        """A prefix is gone with its last object — and its last incomplete upload, which holds parts on the
+        server though no listing shows it: those under storeval's directory are aborted first."""
+        self._abort(self._uploads(f"{path.strip('/')}/"))
+        return not self.listdir(path)
+
+    def _uploads(self, prefix: str) -> list[Upload]:
+        """``list_uploads`` for a cleanup: a server that will not list uploads (credentials without that right,
+        a store without the call) leaves only the objects to remove; one that cannot be reached is an error."""
+        try:
+            return self.list_uploads(prefix)
+        except TargetUnreachable:
+            raise
+        except TargetError:
+            return []
+
+    # -- incomplete uploads ----------------------------------------------------------------------------
+    def list_uploads(self, prefix: str) -> list[Upload]:
+        """ListMultipartUploads under ``prefix`` (through the signed HTTP path: obstore has no such call)."""
+        self.check_server()
+        try:
+            return [Upload(path, upload_id, initiated) for path, upload_id, initiated in self.http.list_uploads(prefix)]
+        except (S3HttpError, OSError, http.client.HTTPException) as e:
+            raise self._error(e, "listing of the incomplete uploads", prefix) from None
+        except SyntaxError as e:  # ElementTree's ParseError: not an S3 answer
+            raise self._error(e, "listing of the incomplete uploads", prefix) from None
+
+    def abort_stale_uploads(self, prefix: str) -> list[Upload]:
+        """Abort the incomplete uploads under ``prefix`` (storeval's own, of clients that are gone).
+
+        AWS S3 and Ceph list every upload under a prefix; MinIO lists only those of an exact key, so there a
+        directory's uploads are found key by key, as ``remove_quietly`` removes storeval's objects."""
+        uploads = self.list_uploads(prefix)
+        self._abort(uploads)
+        return uploads
+
+    def _abort(self, uploads: list[Upload]) -> None:
+        for up in uploads:
+            self.check_server()
+            try:
+                self.http.abort_upload(up.path, up.upload_id)
+            except (S3HttpError, OSError, http.client.HTTPException) as e:
+                raise self._error(e, "abort of the incomplete upload", up.path) from None

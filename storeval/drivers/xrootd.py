@@ -3,6 +3,11 @@
 ``root://host:port//path``. Reads at any offset, vector reads as kXR_readv split to honour the server's
 limits (``readv_iov_max`` elements per request, ``readv_ior_max`` bytes per element, asked once at
 connect), writes at any offset, sync, and the namespace calls (stat, mkdir, rmdir, rm, dirlist).
+
+Every call carries the target's ``timeout``, and the client checks its timers every second (its default is
+every 15 s, which let a 3 s timeout fire after 15): a frozen server fails an operation within the timeout.
+A server that cannot be talked to is named in one line (``Driver.failure``); the operations after it fail
+at once.
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ from urllib.parse import urlsplit
 from XRootD import client as xrd
 from XRootD.client.flags import AccessMode, DirListFlags, MkDirFlags, OpenFlags, QueryCode, StatInfoFlags
 
+import errno as errno_mod
+
 from ..errors import InputError, StorevalError
 from ..fields import Duration
-from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult
+from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult, network_failure
 
 NOT_FOUND = 3011  # kXR_NotFound
 ITEM_EXISTS = 3018  # kXR_ItExists
+OPERATION_EXPIRED = 206  # XrdCl::errOperationExpired: no answer within the timeout
+NETWORK_CODES = range(101, 111)  # XrdCl's socket, stream and connection errors (errInvalidAddr … errTlsError)
 DEFAULT_IOV_MAX = 1024
 DEFAULT_IOR_MAX = 2097136
 MODE = AccessMode.UR | AccessMode.UW | AccessMode.GR | AccessMode.OR
@@ -35,18 +44,6 @@ class XrdHandle(Handle):
         super().__init__(path, mode)
         self.file = file
         self.url = url
-
-
-def _raise(status: Any, what: str) -> None:
-    """Turn a failed XRootDStatus into the matching Python exception (one line)."""
-    if status.ok:
-        return
-    message = (status.message or "").strip().replace("\n", " ")
-    if status.errno == NOT_FOUND or "No such file" in message:
-        raise FileNotFoundError(2, f"{what}: {message}")
-    if status.errno == ITEM_EXISTS:
-        raise FileExistsError(17, f"{what}: {message}")
-    raise OSError(status.errno or 5, f"{what}: {message}")
 
 
 class XrootdDriver(Driver):
@@ -79,8 +76,27 @@ class XrootdDriver(Driver):
     def _url(self, path: str) -> str:
         return f"{self.server}/{self._p(path)}"
 
+    def _check(self, status: Any, op: str, path: str) -> None:
+        """Turn a failed XRootDStatus into an exception: FileNotFoundError, FileExistsError, one line naming a
+        server that cannot be talked to (TargetUnreachable), or OSError with the server's message."""
+        if status.ok:
+            return
+        message = (status.message or "").strip().replace("\n", " ")
+        if status.errno == NOT_FOUND or "No such file" in message:
+            raise FileNotFoundError(2, f"{op} {path}: {message}")
+        if status.errno == ITEM_EXISTS:
+            raise FileExistsError(17, f"{op} {path}: {message}")
+        if status.code == OPERATION_EXPIRED or status.code in NETWORK_CODES or network_failure(message):
+            why = "Operation expired" if status.code == OPERATION_EXPIRED else (message or "Connection error")
+            raw = errno_mod.errorcode.get(status.errno or 5, "EIO")
+            raise self.failure(why if network_failure(why) else f"Connection error: {why}", op, path or "/",
+                               raw_kind=raw)
+        raise OSError(status.errno or 5, f"{op} {path}: {message}")
+
     def connect(self) -> None:
-        # bound every wait on an absent or silent server by the target's timeout
+        # bound every wait on an absent or silent server by the target's timeout; the client looks at its
+        # timers every TimeoutResolution seconds (15 by default: a 3 s timeout would fire after 15 s)
+        xrd.EnvPutInt("TimeoutResolution", 1)
         xrd.EnvPutInt("ConnectionWindow", self.timeout)
         xrd.EnvPutInt("ConnectionRetry", 1)
         xrd.EnvPutInt("RequestTimeout", self.timeout)
@@ -90,7 +106,7 @@ class XrootdDriver(Driver):
         if not status.ok:
             if status.errno == NOT_FOUND:
                 raise StorevalError(f"directory {self.root} does not exist on {self.server} (create it first)")
-            raise StorevalError(f"cannot reach XRootD at {self.server}: {(status.message or '').strip()}")
+            self._check(status, "stat", self.root)
         if not info.flags & StatInfoFlags.IS_DIR:
             raise StorevalError(f"{self.root} on {self.server} is not a directory")
         status, answer = self.fs.query(QueryCode.CONFIG, "readv_iov_max readv_ior_max", timeout=self.timeout)
@@ -105,7 +121,7 @@ class XrootdDriver(Driver):
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"url": self.url, "driver": self.scheme, "server": self.server,
                                "readv_iov_max": self.iov_max, "readv_ior_max": self.ior_max}
-        if self.fs is not None:
+        if self.fs is not None and self.down is None:
             status, answer = self.fs.query(QueryCode.CONFIG, "version", timeout=self.timeout)
             if status.ok and answer:
                 out["server_version"] = answer.decode(errors="replace").strip()
@@ -113,6 +129,7 @@ class XrootdDriver(Driver):
 
     # -- data -------------------------------------------------------------------------------------------
     def open(self, path: str, mode: str, *, direct: bool = False) -> XrdHandle:
+        self.check_server()
         f = xrd.File()
         url = self._url(path)
         if mode == "r":
@@ -125,19 +142,19 @@ class XrootdDriver(Driver):
             if not status.ok and status.errno == NOT_FOUND:
                 f = xrd.File()
                 status, _ = f.open(url, OpenFlags.NEW | OpenFlags.MAKEPATH | OpenFlags.FORCE, MODE, timeout=self.timeout)
-        _raise(status, f"open {path}")
+        self._check(status, "open", path)
         return XrdHandle(path, mode, f, url)
 
     def pread(self, h: Handle, buf, offset: int) -> int:
         status, data = h.file.read(offset, len(buf), timeout=self.timeout)
-        _raise(status, f"read {h.path}")
+        self._check(status, "read", h.path)
         n = len(data)
         memoryview(buf)[:n] = data
         return n
 
     def pwrite(self, h: Handle, buf, offset: int) -> int:
         status, _ = h.file.write(bytes(buf), offset, len(buf), timeout=self.timeout)
-        _raise(status, f"write {h.path}")
+        self._check(status, "write", h.path)
         return len(buf)
 
     def preadv(self, h: Handle, ranges) -> list:
@@ -153,28 +170,30 @@ class XrootdDriver(Driver):
         for b in range(0, len(pieces), self.iov_max):
             batch = pieces[b:b + self.iov_max]
             status, info = h.file.vector_read(chunks=[(o, n) for _, o, n in batch], timeout=self.timeout)
-            _raise(status, f"vector read {h.path}")
+            self._check(status, "vector read", h.path)
             for (r, _, _), chunk in zip(batch, info.chunks):
                 parts[r].append(chunk.buffer)
         joined = {r: p[0] if len(p) == 1 else b"".join(p) for r, p in parts.items()}
         return [joined.get((o, n), b"") for o, n in ranges]
 
     def fsync(self, h: Handle) -> None:
+        self.check_server()
         status, _ = h.file.sync(timeout=self.timeout)
-        _raise(status, f"sync {h.path}")
+        self._check(status, "sync", h.path)
 
     def close(self, h: Handle) -> None:
+        self.check_server()
         status, _ = h.file.close(timeout=self.timeout)
-        _raise(status, f"close {h.path}")
+        self._check(status, "close", h.path)
 
     def reader(self, h: Handle, into_buffer: bool = True) -> IOFunc:
-        read, timeout, path = h.file.read, self.timeout, h.path
+        read, timeout, path, check = h.file.read, self.timeout, h.path, self._check
 
         def fast(bufs, offset: int) -> int:
             buf = bufs[0]
             status, data = read(offset, len(buf), timeout=timeout)
             if not status.ok:
-                _raise(status, f"read {path}")
+                check(status, "read", path)
             n = len(data)
             if into_buffer:
                 memoryview(buf)[:n] = data
@@ -183,61 +202,69 @@ class XrootdDriver(Driver):
         return fast
 
     def writer(self, h: Handle) -> IOFunc:
-        write, timeout, path = h.file.write, self.timeout, h.path
+        write, timeout, path, check = h.file.write, self.timeout, h.path, self._check
 
         def fast(bufs, offset: int) -> int:
             buf = bufs[0]  # the bindings take only bytes: one copy per write (in storeval's CPU figure)
             status, _ = write(bytes(buf), offset, len(buf), timeout=timeout)
             if not status.ok:
-                _raise(status, f"write {path}")
+                check(status, "write", path)
             return len(buf)
 
         return fast
 
     # -- whole files -----------------------------------------------------------------------------------
     def put(self, path: str, data) -> None:
+        self.check_server()
         f = xrd.File()
         status, _ = f.open(self._url(path), OpenFlags.DELETE | OpenFlags.WRITE, MODE, timeout=self.timeout)
-        _raise(status, f"create {path}")
+        self._check(status, "creation", path)
         try:
             if len(data):
                 status, _ = f.write(bytes(data), 0, len(data), timeout=self.timeout)
-                _raise(status, f"write {path}")
+                self._check(status, "write", path)
         finally:
-            f.close(timeout=self.timeout)
+            if self.down is None:
+                f.close(timeout=self.timeout)
 
     def get_into(self, path: str, buf) -> int:
         h = self.open(path, "r")
         try:
             return self.pread(h, buf, 0) if len(buf) else 0
         finally:
-            h.file.close(timeout=self.timeout)
+            if self.down is None:
+                h.file.close(timeout=self.timeout)
 
     # -- metadata ----------------------------------------------------------------------------------------
     def native(self, path: str) -> str:
         return self._p(path)
 
     def stat(self, path: str) -> StatResult:
+        self.check_server()
         status, info = self.fs.stat(self._p(path), timeout=self.timeout)
-        _raise(status, f"stat {path}")
+        self._check(status, "stat", path)
         return StatResult(size=info.size, is_dir=bool(info.flags & StatInfoFlags.IS_DIR), mtime=float(info.modtime))
 
     def mkdir(self, path: str) -> None:
+        self.check_server()
         status, _ = self.fs.mkdir(self._p(path), MkDirFlags.NONE, MODE | AccessMode.UX | AccessMode.GX | AccessMode.OX,
                                   timeout=self.timeout)
-        _raise(status, f"mkdir {path}")
+        self._check(status, "mkdir", path)
 
     def rmdir(self, path: str) -> None:
+        self.check_server()
         status, _ = self.fs.rmdir(self._p(path), timeout=self.timeout)
-        _raise(status, f"rmdir {path}")
+        self._check(status, "rmdir", path)
 
     def remove(self, path: str) -> None:
+        self.check_server()
         status, _ = self.fs.rm(self._p(path), timeout=self.timeout)
-        _raise(status, f"rm {path}")
+        self._check(status, "removal", path)
 
     def listdir(self, path: str) -> list[str]:
+        self.check_server()
         status, listing = self.fs.dirlist(self._p(path), DirListFlags.NONE, timeout=self.timeout)
-        _raise(status, f"dirlist {path}")
+        self._check(status, "listing", path)
         return [e.name for e in listing.dirlist]
 
     def fast_ops(self) -> FastOps:
@@ -247,7 +274,7 @@ class XrootdDriver(Driver):
 
         def check(status: Any, what: str, path: str) -> None:
             if not status.ok:
-                _raise(status, f"{what} {path}")
+                self._check(status, what, path)
 
         def mkdir(path: str) -> None:
             check(fs.mkdir(path, MkDirFlags.NONE, dir_mode, timeout=timeout)[0], "mkdir", path)
@@ -262,17 +289,18 @@ class XrootdDriver(Driver):
 
         def listdir(path: str) -> list:
             status, listing = fs.dirlist(path, DirListFlags.NONE, timeout=timeout)
-            check(status, "dirlist", path)
+            check(status, "listing", path)
             return listing.dirlist
 
         def create(path: str, data) -> None:
             f = xrd.File()
-            check(f.open(f"{server}/{path}", OpenFlags.NEW, MODE, timeout=timeout)[0], "create", path)
+            check(f.open(f"{server}/{path}", OpenFlags.NEW, MODE, timeout=timeout)[0], "creation", path)
             try:
                 if len(data):
                     check(f.write(bytes(data), 0, len(data), timeout=timeout)[0], "write", path)
             finally:
-                f.close(timeout=timeout)
+                if self.down is None:  # after a server that stopped answering, closing would only wait again
+                    f.close(timeout=timeout)
 
         def read(path: str, buf) -> int:
             f = xrd.File()
@@ -284,10 +312,11 @@ class XrootdDriver(Driver):
                 check(status, "read", path)
                 return len(data)  # the bindings return new memory: no copy into buf
             finally:
-                f.close(timeout=timeout)
+                if self.down is None:  # after a server that stopped answering, closing would only wait again
+                    f.close(timeout=timeout)
 
         def remove(path: str) -> None:
-            check(fs.rm(path, timeout=timeout)[0], "rm", path)
+            check(fs.rm(path, timeout=timeout)[0], "removal", path)
 
         return FastOps(mkdir=mkdir, rmdir=rmdir, stat=stat, listdir=listdir, create=create, read=read,
                        remove=remove)

@@ -31,10 +31,13 @@ Send = Callable[[tuple], None]
 
 
 def make_job(*, url: str, options: dict, kind: str, params: dict, cell_dir: str, steps: list[tuple[str, int]],
-             seed: int, keep_cache: bool = False, probe_interval: float = 1.0) -> dict[str, Any]:
-    """The picklable description of a cell that every client receives; steps are (phase, iteration)."""
+             seed: int, keep_cache: bool = False, probe_interval: float = 1.0,
+             target: str | None = None) -> dict[str, Any]:
+    """The picklable description of a cell that every client receives; steps are (phase, iteration), ``target``
+    the study's name of the target (errors name it)."""
     return {"url": url, "options": options, "kind": kind, "params": params, "cell_dir": cell_dir,
-            "steps": [list(s) for s in steps], "seed": seed, "keep_cache": keep_cache, "probe_interval": probe_interval}
+            "steps": [list(s) for s in steps], "seed": seed, "keep_cache": keep_cache, "probe_interval": probe_interval,
+            "target": target}
 
 
 def _own_io() -> dict[str, float]:
@@ -49,6 +52,7 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
     cleaned = False
     try:
         driver = make_driver(job["url"], job["options"], client=rank)
+        driver.name = job.get("target")
         driver.connect()
         wl = make_workload(job["kind"], job["params"])
         leader = getattr(comm, "host_leader", rank == 0)
@@ -92,6 +96,9 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
         except Exception:  # noqa: BLE001
             pass
     finally:
+        # After a failure: remove what this client made. A server that stopped answering is not waited for
+        # again — the driver fails at once (Driver.check_server) — and the coordinator cleans up after the
+        # cell, recording what it could not remove.
         if wl is not None and ctx is not None and not cleaned:
             try:
                 wl.cleanup(ctx)

@@ -19,6 +19,7 @@ When the coordinator disappears first, the watchdog:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -32,6 +33,7 @@ from typing import Any
 import psutil
 
 POLL = 0.2
+LEAVING = b"!"  # the coordinator's last word on the wake pipe when it exits on its own (not killed)
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
@@ -51,11 +53,25 @@ def start(state_path: str | Path) -> subprocess.Popen | None:
     watchdog's last line still reaches the user before ``mpiexec`` returns."""
     me = psutil.Process()
     try:
-        return subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
+        proc = subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
                                  repr(me.create_time())], start_new_session=True, stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL)
     except OSError:
         return None
+    atexit.register(_leaving, proc, me.pid)
+    return proc
+
+
+def _leaving(proc: subprocess.Popen, pid: int) -> None:
+    """At the coordinator's exit (atexit: not when a signal kills it) tell the watchdog it leaves on its own, so
+    a run it did not finish (an error it could not handle) is not reported as the coordinator being killed."""
+    if os.getpid() != pid or proc.stdin is None or proc.stdin.closed:
+        return
+    try:
+        proc.stdin.write(LEAVING)
+        proc.stdin.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _alive(pid: int, created: float | None) -> bool:
@@ -161,6 +177,7 @@ def main(path: str, pid: int, created: float) -> int:
     state: dict[str, Any] | None = None
     wake: int | None = 0  # stdin: a byte per state change, EOF when the coordinator is gone
     coordinator_first = False
+    exited = False  # the coordinator said it leaves on its own (atexit): it was not killed
     while True:
         fresh = _read(path)
         if fresh is None and state is None:
@@ -170,13 +187,16 @@ def main(path: str, pid: int, created: float) -> int:
             return 0
         deaths.follow(state)
         ready, _, _ = select.select([coordinator, *deaths.fds, *([wake] if wake is not None else [])], [], [], POLL)
+        if wake is not None and wake in ready:
+            data = os.read(wake, 65536)
+            exited = exited or LEAVING in data
+            if not data:
+                wake = None  # EOF: the coordinator closed it (done) or died; the next loop says which
         if coordinator in ready:
             coordinator_first = not deaths.first
             deaths.ended(ready, coordinator=True)
             break
         deaths.ended(ready)
-        if wake is not None and wake in ready and not os.read(wake, 65536):
-            wake = None  # EOF: the coordinator closed it (done) or died; the next loop says which
     latest = _read(path)  # the coordinator may have finished just before it died
     if latest is not None:
         state = latest
@@ -192,7 +212,12 @@ def main(path: str, pid: int, created: float) -> int:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
                 pass
-    message = _message(state, deaths.first, coordinator_first, bool(state.get("job")))
+    if wake is not None and select.select([wake], [], [], 0)[0]:  # its last word may have come with its death
+        try:
+            exited = exited or LEAVING in os.read(wake, 65536)
+        except OSError:
+            pass
+    message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
     removed = _clean(state)
     _record(state, message)
     tail = "storeval removed its files" if removed else "some of storeval's files could not be removed"
@@ -207,8 +232,11 @@ def main(path: str, pid: int, created: float) -> int:
     return 1
 
 
-def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_mpi: bool) -> str:
+def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_mpi: bool,
+             exited: bool = False) -> str:
+    """Who ended first and where. A coordinator that exited on its own (``exited``) is never said to be killed."""
     cell = state.get("cell")
+    gone = "exited before finishing its run" if exited else "was killed"
     known = {str(c["rank"]): c for c in [*state.get("job", []), *(cell or {}).get("clients", [])]}
     unit = "rank" if under_mpi else "client"
 
@@ -218,14 +246,14 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
         return f"{unit} {r} (pid {known[r]['pid']} on {known[r]['host']})"
 
     if first == ["coordinator"]:
-        what = f"{name('coordinator')} was killed"
+        what = f"{name('coordinator')} {gone}"
     elif first:
         who = " and ".join(name(r) for r in first)
         what = f"{who} died" + (" at the same moment" if len(first) > 1 else "")
     elif coordinator_first and under_mpi:
-        what = "rank 0 (the coordinator) was killed"
+        what = f"rank 0 (the coordinator) {gone}"
     elif coordinator_first:
-        what = "the storeval coordinator was killed"
+        what = f"the storeval coordinator {gone}"
     else:
         what = "a rank on another host died"
     where = f" during {state.get('phase') or 'the start'} of cell {cell['index']} ({cell['target']} · " \
