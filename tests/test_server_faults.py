@@ -27,7 +27,7 @@ import yaml
 from storeval.drivers import make_driver
 from storeval.drivers.base import Deadline, TargetUnreachable, network_failure
 from storeval.engine import watchdog
-from storeval.testbed.base import cache_dir, free_port, spawn
+from storeval.testbed.base import cache_dir, free_port
 from storeval.testbed.minio import MINIO_VERSION, MinioServer
 from storeval.workloads import make_workload
 
@@ -74,8 +74,8 @@ def stop(server) -> None:
 
 def restart_minio(server: MinioServer) -> None:
     """Start a killed MinIO again: same ports, same data, same credentials."""
-    server.state.procs = [spawn(server._commands(server.state.ports)[0], name="minio", log=server.log,
-                                env=server._proc_env(0))]
+    server._spawn(server._commands(server.state.ports)[0], name="minio", log=server._logs()[0],
+                  env=server._proc_env(0), slot=0)
     server.wait_ready(timeout=120)
 
 
