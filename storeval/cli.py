@@ -38,9 +38,18 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """storeval — evaluate storage systems for data-intensive science."""
 
 
-def _console() -> Console:
-    """Tables on stdout; wide enough to stay readable when written to a file or a pipe."""
-    return Console() if sys.stdout.isatty() else Console(width=160)
+def _console(stderr: bool = False) -> Console:
+    """Tables on stdout (wide enough to stay readable in a file or a pipe), messages on stderr."""
+    from .report.terminal import console
+
+    return console(stderr)
+
+
+def _safe(text) -> str:
+    """User-given text (names, URLs, paths, errors) for a printed line: see report.terminal.safe."""
+    from .report.terminal import safe
+
+    return safe(text)
 
 
 OWN_MARKS = {"--json": (b'"storeval_version"',), "--html": (b"storeval report", b"storeval comparison")}
@@ -142,7 +151,7 @@ def run(
             _check_output(html_out, "--html", creating=results)
         Store.check_location(results)
         out = _console()
-        err = Console(stderr=True, soft_wrap=True)
+        err = _console(stderr=True)
         store = Store(results)
         ui = QuietUI() if quiet else ProgressUI(err)
         command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
@@ -176,21 +185,23 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
         try:
             _write_html(store, data, cell_figs, summary, html_out)
         except OSError as e:  # the run is stored: `storeval report --html` can write it later
-            err.print(f"[yellow]warning:[/] cannot write the HTML report {html_out}: {e.strerror} (the run is stored; "
-                      f"write it with storeval report {store.dir} --html FILE)", highlight=False)
+            err.print(f"[yellow]warning:[/] cannot write the HTML report {_safe(html_out)}: {_safe(e.strerror)} (the run "
+                      f"is stored; write it with storeval report {_safe(store.dir)} --html FILE)", highlight=False)
             html_out = None
     if not quiet:
         _print_all(summary, cell_figs, out)
         failed = (f", {result.failed} failed" if result.failed else "") + \
             (f", {result.not_run} not run" if result.not_run else "")
-        out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {store.dir}"
-                  + (f", JSON in {json_out}" if json_out else "") + (f", report in {html_out}" if html_out else ""))
+        out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {_safe(store.dir)}"
+                  + (f", JSON in {_safe(json_out)}" if json_out else "")
+                  + (f", report in {_safe(html_out)}" if html_out else ""))
     for cf in cell_figs:
         if cf.cell.status == "failed":
-            err.print(f"[red]cell {cf.cell.cell_id} ({cf.cell.target} · {cf.cell.workload} · {cf.cell.clients} clients) "
-                      f"failed:[/] {cf.cell.error}", highlight=False)
+            err.print(f"[red]cell {cf.cell.cell_id} ({_safe(cf.cell.target)} · {_safe(cf.cell.workload)} · "
+                      f"{cf.cell.clients} clients) failed:[/] {_safe(cf.cell.error)}", highlight=False)
     if result.fatal:
-        err.print(f"[red]error:[/] {result.fatal}; the job is aborted (the cell's files were removed)", highlight=False)
+        err.print(f"[red]error:[/] {_safe(result.fatal)}; the job is aborted (the cell's files were removed)",
+                  highlight=False)
         if engine is not None:
             engine.abort_job(EXIT_FAILED)
     code = EXIT_OK
@@ -228,7 +239,7 @@ def report(
         write_json_atomic(json_out, run_document(data, cells, summary))
     if html_out:
         _write_html(store, data, cells, summary, html_out)
-        _console().print(f"report in {html_out}", highlight=False)
+        _console().print(f"report in {_safe(html_out)}", highlight=False)
 
 
 def _open_results(results: str):
@@ -243,17 +254,17 @@ def _print_run_state(data, console) -> None:
     """How the run ended, its failed cells and what went wrong: a stored run says so as its live run did."""
     statuses = [c.status for c in data.cells]
     counts = ", ".join(f"{statuses.count(st)} {st}" for st in dict.fromkeys(statuses) if st != "ok")
-    console.print(f"run {data.run_id} ({data.started:%Y-%m-%d %H:%M}): {data.status}; {len(statuses)} cells"
-                  + (f", {counts}" if counts else ""), highlight=False)
+    console.print(f"run {_safe(data.run_id)} ({data.started:%Y-%m-%d %H:%M}): {_safe(data.status)}; {len(statuses)} "
+                  f"cells" + (f", {_safe(counts)}" if counts else ""), highlight=False)
     said = set()
     for c in data.cells:
         if c.status not in ("ok", "skipped") and c.error:
             said.add(c.error)
-            console.print(f"cell {c.cell_id} ({c.target} · {c.workload} · {c.clients} clients) {c.status}: {c.error}",
-                          highlight=False, markup=False)
+            console.print(f"cell {c.cell_id} ({_safe(c.target)} · {_safe(c.workload)} · {c.clients} clients) "
+                          f"{_safe(c.status)}: {_safe(c.error)}", highlight=False)
     for e in data.events:
         if e.get("kind") in ("died", "timeout") and e.get("message") and e["message"] not in said:
-            console.print(f"{e['kind']}: {e['message']}", highlight=False, markup=False)
+            console.print(f"{_safe(e['kind'])}: {_safe(e['message'])}", highlight=False)
     if data.status == "running":
         console.print("the run is still going, or its coordinator died without a watchdog: figures are partial",
                       highlight=False)
@@ -331,17 +342,17 @@ def compare(
     colour = {"better": "green", "worse": "red"}
     for change, row in zip(changes, change_rows(changes)):
         style = colour.get(change.verdict)
-        table.add_row(*row, style=style)
+        table.add_row(*map(_safe, row), style=style)
     console.print(table)
     for label, items in (("only in A", only_a), ("only in B", only_b), ("not compared, parameters differ", differ)):
         if items:
-            console.print(f"{label}: " + "; ".join(items), highlight=False)
+            console.print(f"{label}: " + _safe("; ".join(items)), highlight=False)
     if json_out:
         write_json_atomic(json_out, {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": RULE, "changes": [c.as_dict() for c in changes],
                                      "only_in_a": only_a, "only_in_b": only_b, "parameters_differ": differ})
     if html_out:
         write_text_atomic(html_out, render_compare_html(run_a, run_b, changes, only_a, only_b, differ), ".html")
-        console.print(f"comparison in {html_out}", highlight=False)
+        console.print(f"comparison in {_safe(html_out)}", highlight=False)
 
 
 @app.command()
@@ -361,7 +372,7 @@ def export(
     run = store.resolve_run(run_id) if run_id is not None else None
     out = out or os.path.join(store.dir, f"export-{fmt}" + (f"-{run}" if run else ""))
     names = export_tables(store, fmt, out, run)
-    _console().print(f"{len(names)} tables written to {out}: {', '.join(names)}", highlight=False)
+    _console().print(f"{len(names)} tables written to {_safe(out)}: {', '.join(names)}", highlight=False)
 
 
 @app.command()
@@ -466,7 +477,7 @@ def _mpi_rank() -> int:
 
 def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = _console(stderr=True)
     try:
         code = command.main(args=argv, prog_name="storeval", standalone_mode=False)
     except TyperException as e:  # usage errors: unknown option, bad option value, missing argument
@@ -475,20 +486,20 @@ def main(argv: list[str] | None = None) -> None:
             code = EXIT_OK
         else:
             message = e.format_message() if hasattr(e, "format_message") else str(e)
-            err.print(f"error: {' '.join(message.split())} (see storeval --help)", markup=False)
+            err.print(f"error: {_safe(' '.join(message.split()))} (see storeval --help)")
             code = EXIT_INPUT
     except typer.Abort:
         code = EXIT_INTERRUPTED
     except StorevalError as e:
         if _mpi_rank() == 0:  # under mpiexec every rank meets the same mistake; one says it
-            err.print(f"error: {e}", markup=False)
+            err.print(f"error: {_safe(e)}")
         code = e.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except Exception as e:  # a bug: say so in one line; STOREVAL_DEBUG=1 shows the traceback
         if os.environ.get("STOREVAL_DEBUG"):
             raise
-        err.print(f"internal error (a bug in storeval, please report it): {type(e).__name__}: {e} "
-                  "(rerun with STOREVAL_DEBUG=1 for the traceback)", markup=False)
+        err.print(f"internal error (a bug in storeval, please report it): {type(e).__name__}: {_safe(e)} "
+                  "(rerun with STOREVAL_DEBUG=1 for the traceback)")
         code = EXIT_FAILED
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,7 +1,12 @@
-"""Terminal tables of a run (rich), with a note under each on how its figures were measured."""
+"""Terminal tables of a run (rich), with a note under each on how its figures were measured.
+
+Names, URLs, paths and error texts are data, never markup: every one printed goes through :func:`safe`.
+"""
 
 from __future__ import annotations
 
+import re
+import sys
 from collections import defaultdict
 from typing import Any
 
@@ -10,6 +15,7 @@ from rich.table import Table
 
 from ..analysis.figures import ConfigSummary
 from ..analysis.stats import Summary
+from ..redact import redact_text, visible
 from ..spec import is_size_param
 from ..units import format_duration_ns, format_size_compact, sig
 from ..workloads import WORKLOADS
@@ -27,6 +33,26 @@ HOW_MEASURED = {
     "metadata": ("ops/s: operations of all clients / (exit of the closing barrier − first client start), mdtest's rate; "
                  "max/min/mean/std dev over iterations and repetitions, as mdtest's SUMMARY. Latency: per operation."),
 }
+
+
+_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what rich reads as a markup tag, with the backslashes before it
+
+
+def safe(text: Any) -> str:
+    """``text`` ready to go into a rich markup string: secrets masked, control and bidi characters shown as
+    escapes (``\\x1b``, ``\\u202e``), tags escaped, so a name such as ``[/red]`` prints as itself.
+
+    Unlike ``rich.markup.escape`` a trailing backslash is left single (it would print doubled at the end of
+    a line or cell); storeval's own markup never puts a tag straight after a value."""
+    return _TAG.sub(lambda m: f"{m[1]}{m[1]}\\{m[2]}", visible(redact_text(str(text))))
+
+
+def console(stderr: bool = False) -> Console:
+    """The console storeval prints through: no emoji codes (``:warning:`` in a name stays text); stdout wide
+    enough to stay readable when written to a file or a pipe."""
+    if stderr:
+        return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+    return Console(emoji=False) if sys.stdout.isatty() else Console(width=160, emoji=False)
 
 
 def fmt_summary(s: Summary | None, scale: float = 1.0) -> str:
@@ -172,7 +198,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
     for col in TABLE_COLUMNS:
         t.add_column(col, justify="left" if col in ("target", "workload", "notes") else "right", overflow="fold")
     for row in table_rows(table):
-        t.add_row(*row)
+        t.add_row(*map(safe, row))
     console.print(t)
 
 
@@ -182,8 +208,9 @@ def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
         unit = "ops/s" if s["figure"] == "ops_per_s" else "MiB/s"
         points = ", ".join(f"{p['clients']}→{sig(p['aggregate'])}" for p in s["series"])
         extra = f"; workers to peak {s['workers_to_peak']}" if s["kind"] == "copy" else ""
-        console.print(f"scaling {s['target']} · {s['workload']} · {s['phase']}: {points} {unit}; saturation at "
-                      f"{s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}{extra}", highlight=False)
+        console.print(f"scaling {safe(s['target'])} · {safe(s['workload'])} · {s['phase']}: {points} {unit}; saturation "
+                      f"at {s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}{extra}",
+                      highlight=False)
 
 
 def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
@@ -225,12 +252,12 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
 def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
     console = console or Console()
     for spec in phase_tables(summary):
-        table = Table(title=spec["title"], caption="\n".join(spec["caption"]), caption_justify="left")
+        table = Table(title=safe(spec["title"]), caption="\n".join(map(safe, spec["caption"])), caption_justify="left")
         for col in spec["columns"]:
             table.add_column(col, justify="left" if col in ("target", "workload", "phase", "notes") else "right",
                              overflow="fold")
         for row in spec["rows"]:
-            table.add_row(*row)
+            table.add_row(*map(safe, row))
         console.print(table)
         print_messages(spec["summary"], console)
 
@@ -247,7 +274,7 @@ def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12)
                                  f"[{r.target} · {r.workload} · {r.clients} client(s) · {r.phase}]")
     lines = list(seen.values())
     for line in lines[:limit]:
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+        console.print(safe(line), highlight=False, soft_wrap=True)
     if len(lines) > limit:
         console.print(f"… and {len(lines) - limit} more in the JSON document", highlight=False)
 
