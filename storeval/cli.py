@@ -40,14 +40,14 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
 
 def _console(stderr: bool = False) -> Console:
     """Tables on stdout (wide enough to stay readable in a file or a pipe), messages on stderr."""
-    from .report.terminal import console
+    from .report.console import console
 
     return console(stderr)
 
 
 def _safe(text) -> str:
-    """User-given text (names, URLs, paths, errors) for a printed line: see report.terminal.safe."""
-    from .report.terminal import safe
+    """User-given text (names, URLs, paths, errors) for a printed line: see report.console.safe."""
+    from .report.console import safe
 
     return safe(text)
 

@@ -1,7 +1,7 @@
 """Text from outside made safe to show: secrets masked, invisible characters made visible.
 
 Everything storeval prints, stores or puts in a JSON document or HTML report passes through :func:`redact`
-(the store on every insert and load, the terminal through ``report.terminal.safe``), so a credential that
+(the store on every insert and load, the terminal through ``report.console.safe``), so a credential that
 slipped into a URL, an option or a library's error message never reaches output. Masked are: the
 ``user:password@`` part of URLs (and a bare ``user@`` of schemes that only carry keys there), query
 parameters named like secrets (``X-Amz-Signature``, ``X-Amz-Credential``, ``token``, ``authz`` …),

@@ -14,7 +14,7 @@ import pytest
 from storeval.drivers import make_driver
 from storeval.errors import InputError
 from storeval.redact import redact, redact_text, register_secret, visible
-from storeval.report.terminal import safe
+from storeval.report.console import safe
 from storeval.spec import load_study
 
 from .helpers import load_json, storeval

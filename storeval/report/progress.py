@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from ..redact import redact_text, visible
-from .terminal import safe
+from .console import safe
 
 MARKS = {"ok": "[green]✓[/]", "failed": "[red]✗ failed[/]", "interrupted": "[yellow]interrupted[/]"}
 

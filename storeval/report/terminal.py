@@ -1,12 +1,11 @@
 """Terminal tables of a run (rich), with a note under each on how its figures were measured.
 
-Names, URLs, paths and error texts are data, never markup: every one printed goes through :func:`safe`.
+Names, URLs, paths and error texts are data, never markup: every cell and line printed goes through
+:func:`storeval.report.console.safe`.
 """
 
 from __future__ import annotations
 
-import re
-import sys
 from collections import defaultdict
 from typing import Any
 
@@ -15,10 +14,10 @@ from rich.table import Table
 
 from ..analysis.figures import ConfigSummary
 from ..analysis.stats import Summary
-from ..redact import redact_text, visible
 from ..spec import is_size_param
 from ..units import format_duration_ns, format_size_compact, sig
 from ..workloads import WORKLOADS
+from .console import safe
 
 HOW_MEASURED = {
     "bandwidth": ("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
@@ -33,26 +32,6 @@ HOW_MEASURED = {
     "metadata": ("ops/s: operations of all clients / (exit of the closing barrier − first client start), mdtest's rate; "
                  "max/min/mean/std dev over iterations and repetitions, as mdtest's SUMMARY. Latency: per operation."),
 }
-
-
-_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what rich reads as a markup tag, with the backslashes before it
-
-
-def safe(text: Any) -> str:
-    """``text`` ready to go into a rich markup string: secrets masked, control and bidi characters shown as
-    escapes (``\\x1b``, ``\\u202e``), tags escaped, so a name such as ``[/red]`` prints as itself.
-
-    Unlike ``rich.markup.escape`` a trailing backslash is left single (it would print doubled at the end of
-    a line or cell); storeval's own markup never puts a tag straight after a value."""
-    return _TAG.sub(lambda m: f"{m[1]}{m[1]}\\{m[2]}", visible(redact_text(str(text))))
-
-
-def console(stderr: bool = False) -> Console:
-    """The console storeval prints through: no emoji codes (``:warning:`` in a name stays text); stdout wide
-    enough to stay readable when written to a file or a pipe."""
-    if stderr:
-        return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
-    return Console(emoji=False) if sys.stdout.isatty() else Console(width=160, emoji=False)
 
 
 def fmt_summary(s: Summary | None, scale: float = 1.0) -> str:
