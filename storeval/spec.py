@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "
             "probe_interval", "placement", "clients_per_host")
 TARGET_KEYS = ("url", "description", "limits")
 DEFAULT_PROBE_INTERVAL = 1.0
+MAX_COMBOS = 10_000  # parameter combinations of one workload: a few lines of YAML must not plan billions
+MAX_CELLS = 100_000  # cells of a study (a cell takes seconds at least: this is days of measuring)
 
 
 class Limits(BaseModel):
@@ -238,6 +241,10 @@ def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str) -> Wo
             sweeps[key] = [_validate_value(model, key, v, f"{where}.{key}[{i}]") for i, v in enumerate(value)]
         else:
             fixed[key] = _validate_value(model, key, value, f"{where}.{key}")
+    count = math.prod(len(v) for v in sweeps.values())
+    if count > MAX_COMBOS:
+        raise InputError(f"{where}: the swept parameters make {count:,} combinations (at most {MAX_COMBOS:,}); sweep "
+                         "fewer values")
     combos = []
     for values in itertools.product(*sweeps.values()):
         combo = dict(zip(sweeps, values))
@@ -517,6 +524,10 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     if per_host is not None and (isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1):
         where = "--clients-per-host" if clients_per_host is not None else "clients_per_host"
         raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, at least 1)")
+    cells = len(chosen_targets) * sum(len(w.combos) for w in specs.values()) * len(client_counts) * reps
+    if cells > MAX_CELLS:
+        raise InputError(f"the study has {cells:,} cells (targets × parameter combinations × client counts × "
+                         f"repetitions; at most {MAX_CELLS:,}): sweep fewer values or repeat less")
     description = raw.get("description")
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,

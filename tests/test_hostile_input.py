@@ -117,6 +117,20 @@ def test_oversized_study_and_bad_tagged_values_are_one_line(tmp_path):
                                                       "invalid literal for int() with base 10: 'many'); check the file")
 
 
+def test_sweeps_that_would_plan_billions_of_cells_are_refused_before_expanding(target):
+    values = ",".join(str(i) for i in range(1, 101))
+    with pytest.raises(InputError) as exc:
+        load_study(None, targets=[str(target)], workloads=["bandwidth"],
+                   sets=[f"iodepth={values}", f"random_seed={values}", f"verify=true,false"])
+    assert str(exc.value) == ("--workload bandwidth: the swept parameters make 20,000 combinations (at most 10,000); "
+                              "sweep fewer values")
+    with pytest.raises(InputError) as exc:
+        load_study(None, targets=[str(target)], workloads=["bandwidth"], sets=[f"iodepth={values}"],
+                   clients=values, repetitions=11)
+    assert str(exc.value) == ("the study has 110,000 cells (targets × parameter combinations × client counts × "
+                              "repetitions; at most 100,000): sweep fewer values or repeat less")
+
+
 # -- case 12: every part of a URL is understood, or refused ------------------------------------------------
 @pytest.mark.parametrize("url,message", [
     ("s3://bucket/x?endpoint=http://127.0.0.1:1",
