@@ -38,9 +38,18 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """storeval — evaluate storage systems for data-intensive science."""
 
 
-def _console() -> Console:
-    """Tables on stdout; wide enough to stay readable when written to a file or a pipe."""
-    return Console() if sys.stdout.isatty() else Console(width=160)
+def _console(stderr: bool = False) -> Console:
+    """Tables on stdout (wide enough to stay readable in a file or a pipe), messages on stderr."""
+    from .report.console import console
+
+    return console(stderr)
+
+
+def _safe(text) -> str:
+    """User-given text (names, URLs, paths, errors) for a printed line: see report.console.safe."""
+    from .report.console import safe
+
+    return safe(text)
 
 
 def _check_output(path: str, option: str = "--json", creating: str | None = None) -> None:
@@ -127,10 +136,10 @@ def run(
         from .preflight import preflight
 
         for line in preflight(spec, cells, results, engine=engine, force=force):
-            Console(stderr=True, soft_wrap=True).print(f"warning: {line}", highlight=False, markup=False)
+            _console(stderr=True).print(f"warning: {_safe(line)}", highlight=False)
         Store.check_location(results)
         out = _console()
-        err = Console(stderr=True, soft_wrap=True)
+        err = _console(stderr=True)
         store = Store(results)
         ui = QuietUI() if quiet else ProgressUI(err)
         command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
@@ -155,7 +164,7 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
 
     # a store that cannot be written holds the cells and says so; at the run's end it waits for the store
     # (bounded) and, if it still cannot store them, raises one line naming the file that keeps them: never `ok`
-    store.log = lambda message: err.print(f"warning: {message}", highlight=False, markup=False)
+    store.log = lambda message: err.print(f"warning: {_safe(message)}", highlight=False)
     result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
                     engine=engine).run()
     data = store.load_run(result.run_id)
@@ -170,22 +179,24 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
         try:
             write(path)
         except StorevalError as e:  # the run is stored: `storeval report` writes it later
-            err.print(f"error: {e} (the run is stored: storeval report {store.dir} --run {result.run_id} "
-                      f"{option} FILE writes it)", highlight=False, markup=False)
+            err.print(f"error: {_safe(e)} (the run is stored: storeval report {_safe(store.dir)} --run "
+                      f"{result.run_id} {option} FILE writes it)", highlight=False)
             unwritten = True
             json_out, html_out = (None, html_out) if option == "--json" else (json_out, None)
     if not quiet:
         _print_all(summary, cell_figs, out)
         failed = (f", {result.failed} failed" if result.failed else "") + \
             (f", {result.not_run} not run" if result.not_run else "")
-        out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {store.dir}"
-                  + (f", JSON in {json_out}" if json_out else "") + (f", report in {html_out}" if html_out else ""))
+        out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {_safe(store.dir)}"
+                  + (f", JSON in {_safe(json_out)}" if json_out else "")
+                  + (f", report in {_safe(html_out)}" if html_out else ""))
     for cf in cell_figs:
         if cf.cell.status == "failed":
-            err.print(f"[red]cell {cf.cell.cell_id} ({cf.cell.target} · {cf.cell.workload} · {cf.cell.clients} clients) "
-                      f"failed:[/] {cf.cell.error}", highlight=False)
+            err.print(f"[red]cell {cf.cell.cell_id} ({_safe(cf.cell.target)} · {_safe(cf.cell.workload)} · "
+                      f"{cf.cell.clients} clients) failed:[/] {_safe(cf.cell.error)}", highlight=False)
     if result.fatal:
-        err.print(f"[red]error:[/] {result.fatal}; the job is aborted (the cell's files were removed)", highlight=False)
+        err.print(f"[red]error:[/] {_safe(result.fatal)}; the job is aborted (the cell's files were removed)",
+                  highlight=False)
         if engine is not None:
             engine.abort_job(EXIT_FAILED)
     code = EXIT_OK
@@ -223,7 +234,7 @@ def report(
         _write_json(store, json_out, run_document(data, cells, summary), [data.run_id])
     if html_out:
         _write_html(store, data, cells, summary, html_out)
-        _console().print(f"report in {html_out}", highlight=False)
+        _console().print(f"report in {_safe(html_out)}", highlight=False)
 
 
 def _open_results(results: str):
@@ -234,12 +245,12 @@ def _open_results(results: str):
     if not os.path.isdir(results):
         raise InputError(f"{results} is not a results directory (run storeval run first, or pass the directory)")
     store = Store(results, create=False)
-    err = Console(stderr=True, soft_wrap=True)
+    err = _console(stderr=True)
     for path in store.imported:
-        err.print(f"stored the held results of {path} in {store.path}", highlight=False, markup=False)
+        err.print(f"stored the held results of {_safe(path)} in {_safe(store.path)}", highlight=False)
     for path in store.unimported:
-        err.print(f"warning: held results in {path} are not in {store.path} yet (the store cannot be written now; "
-                  "the next storeval command here tries again)", highlight=False, markup=False)
+        err.print(f"warning: held results in {_safe(path)} are not in {_safe(store.path)} yet (the store cannot be "
+                  "written now; the next storeval command here tries again)", highlight=False)
     return store
 
 
@@ -247,20 +258,20 @@ def _print_run_state(data, console) -> None:
     """How the run ended, its failed cells and what went wrong: a stored run says so as its live run did."""
     statuses = [c.status for c in data.cells]
     counts = ", ".join(f"{statuses.count(st)} {st}" for st in dict.fromkeys(statuses) if st != "ok")
-    console.print(f"run {data.run_id} ({data.started:%Y-%m-%d %H:%M}): {data.status}; {len(statuses)} cells"
-                  + (f", {counts}" if counts else ""), highlight=False)
+    console.print(f"run {_safe(data.run_id)} ({data.started:%Y-%m-%d %H:%M}): {_safe(data.status)}; {len(statuses)} "
+                  f"cells" + (f", {_safe(counts)}" if counts else ""), highlight=False)
     said = set()
     for c in data.cells:
         if c.status not in ("ok", "skipped") and c.error:
             said.add(c.error)
-            console.print(f"cell {c.cell_id} ({c.target} · {c.workload} · {c.clients} clients) {c.status}: {c.error}",
-                          highlight=False, markup=False)
+            console.print(f"cell {c.cell_id} ({_safe(c.target)} · {_safe(c.workload)} · {c.clients} clients) "
+                          f"{_safe(c.status)}: {_safe(c.error)}", highlight=False)
     for e in data.events:
         if e.get("kind") in ("died", "timeout") and e.get("message") and e["message"] not in said:
-            console.print(f"{e['kind']}: {e['message']}", highlight=False, markup=False)
+            console.print(f"{_safe(e['kind'])}: {_safe(e['message'])}", highlight=False)
         elif e.get("kind") in ("left-behind", "cleaned-up"):  # what storeval could not remove, and when it later did
-            console.print(e["message"] if e["kind"] == "left-behind" else f"cell {e.get('cell')}: {e['message']}",
-                          highlight=False, markup=False)
+            console.print(_safe(e["message"]) if e["kind"] == "left-behind"
+                          else f"cell {e.get('cell')}: {_safe(e['message'])}", highlight=False)
     if data.status == "running":
         console.print("the run is still going, or its coordinator died without a watchdog: figures are partial",
                       highlight=False)
@@ -350,11 +361,11 @@ def compare(
     colour = {"better": "green", "worse": "red"}
     for change, row in zip(changes, change_rows(changes)):
         style = colour.get(change.verdict)
-        table.add_row(*row, style=style)
+        table.add_row(*map(_safe, row), style=style)
     console.print(table)
     for label, items in (("only in A", only_a), ("only in B", only_b), ("not compared, parameters differ", differ)):
         if items:
-            console.print(f"{label}: " + "; ".join(items), highlight=False)
+            console.print(f"{label}: " + _safe("; ".join(items)), highlight=False)
     if json_out:  # no results store owns a comparison: its ownership header alone proves it is storeval's
         write_document(json_out, {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": RULE,
                                   "changes": [c.as_dict() for c in changes], "only_in_a": only_a, "only_in_b": only_b,
@@ -362,7 +373,7 @@ def compare(
     if html_out:
         write_owned(html_out, "--html", "html", "compare", [id_a, id_b],
                     render_compare_html(run_a, run_b, changes, only_a, only_b, differ))
-        console.print(f"comparison in {html_out}", highlight=False)
+        console.print(f"comparison in {_safe(html_out)}", highlight=False)
 
 
 @app.command()
@@ -382,7 +393,7 @@ def export(
     run = store.resolve_run(run_id) if run_id is not None else None
     out = out or os.path.join(store.dir, f"export-{fmt}" + (f"-{run}" if run else ""))
     names = export_tables(store, fmt, out, run)
-    _console().print(f"{len(names)} tables written to {out}: {', '.join(names)}", highlight=False)
+    _console().print(f"{len(names)} tables written to {_safe(out)}: {', '.join(names)}", highlight=False)
 
 
 @app.command()
@@ -415,7 +426,7 @@ TESTBED_DIR_HELP = ("Directory holding the servers' data and state: new, empty o
 
 def _testbed_log(message: str) -> None:
     """Progress of `storeval testbed` on stderr; paths are data, never markup."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
+    _console(stderr=True).print(_safe(message), highlight=False)
 
 
 @testbed_app.command("up")
@@ -494,7 +505,7 @@ def _mpi_rank() -> int:
 
 def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = _console(stderr=True)
     try:
         code = command.main(args=argv, prog_name="storeval", standalone_mode=False)
     except TyperException as e:  # usage errors: unknown option, bad option value, missing argument
@@ -503,20 +514,20 @@ def main(argv: list[str] | None = None) -> None:
             code = EXIT_OK
         else:
             message = e.format_message() if hasattr(e, "format_message") else str(e)
-            err.print(f"error: {' '.join(message.split())} (see storeval --help)", markup=False)
+            err.print(f"error: {_safe(' '.join(message.split()))} (see storeval --help)")
             code = EXIT_INPUT
     except typer.Abort:
         code = EXIT_INTERRUPTED
     except StorevalError as e:
         if _mpi_rank() == 0:  # under mpiexec every rank meets the same mistake; one says it
-            err.print(f"error: {e}", markup=False)
+            err.print(f"error: {_safe(e)}")
         code = e.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except Exception as e:  # a bug: say so in one line; STOREVAL_DEBUG=1 shows the traceback
         if os.environ.get("STOREVAL_DEBUG"):
             raise
-        err.print(f"internal error (a bug in storeval, please report it): {type(e).__name__}: {e} "
-                  "(rerun with STOREVAL_DEBUG=1 for the traceback)", markup=False)
+        err.print(f"internal error (a bug in storeval, please report it): {type(e).__name__}: {_safe(e)} "
+                  "(rerun with STOREVAL_DEBUG=1 for the traceback)")
         code = EXIT_FAILED
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,8 +1,8 @@
 """The environment record stored with every run: the machine, the software, the targets.
 
 Numbers without their context cannot be compared; this is the context. Only
-facts are recorded, never credentials: targets are described by URL (without
-any user:password part) and driver options hold names of environment
+facts are recorded, never credentials: targets are described by URL (any
+credential masked, see redact.py) and driver options hold names of environment
 variables, not their values.
 """
 
@@ -17,25 +17,14 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
 from . import __version__
+from .redact import redact_text
 
 LIBRARIES = ("numpy", "duckdb", "pydantic", "typer", "rich", "psutil", "obstore", "hdfs-native", "xrootd", "uproot",
              "awkward", "mpi4py", "mpich", "plotly")
-
-
-def redact_url(url: str) -> str:
-    """A URL without user name or password."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return url
 
 
 def cpu_model() -> str:
@@ -89,7 +78,7 @@ def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
 
     targets: dict[str, Any] = {}
     for name, t in study.targets.items():
-        info: dict[str, Any] = {"url": redact_url(t.url), "path": target_path(t.url, t.options)}
+        info: dict[str, Any] = {"url": redact_text(t.url), "path": target_path(t.url, t.options)}
         if t.url.startswith("file://"):
             info["mount"] = mount_of(url_path(t.url))
         if t.limits:

@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -23,9 +24,11 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from . import safeyaml
 from .drivers import driver_class, normalize_url
 from .errors import InputError
 from .fields import Duration, Rate
+from .redact import redact_text, visible
 from .units import UnitError, parse_duration
 from .workloads import WORKLOADS
 from .workloads.base import Params
@@ -36,6 +39,8 @@ TARGET_KEYS = ("url", "description", "limits")
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
 MAX_REPETITIONS = 10_000  # every repetition is planned up front
+MAX_COMBOS = 10_000  # parameter combinations of one workload: a few lines of YAML must not plan billions
+MAX_CELLS = 100_000  # cells of a study (a cell takes seconds at least: this is days of measuring)
 
 
 class Limits(BaseModel):
@@ -119,8 +124,20 @@ class Study:
 
 # -- error messages -----------------------------------------------------------------------------
 def _show(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    """A value as an error line quotes it: short, secrets masked, invisible characters escaped."""
+    text = visible(redact_text(repr(value) if isinstance(value, str) else json.dumps(value, default=str)))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_name(name: str, where: str) -> str:
+    """A target or workload name is printed in tables, progress bars and reports: only visible characters."""
+    if not name.strip():
+        raise InputError(f"{where}: the name is empty (name it with letters, digits or punctuation)")
+    bad = next((ch for ch in name if not ch.isprintable()), None)
+    if bad is not None:
+        raise InputError(f"{where}: the name holds the invisible character {visible(bad)} (names are printed; use "
+                         "letters, digits, spaces and punctuation)")
+    return name
 
 
 def _suggest(word: str, choices: typing.Iterable[str]) -> str:
@@ -228,6 +245,10 @@ def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str) -> Wo
             sweeps[key] = [_validate_value(model, key, v, f"{where}.{key}[{i}]") for i, v in enumerate(value)]
         else:
             fixed[key] = _validate_value(model, key, value, f"{where}.{key}")
+    count = math.prod(len(v) for v in sweeps.values())
+    if count > MAX_COMBOS:
+        raise InputError(f"{where}: the swept parameters make {count:,} combinations (at most {MAX_COMBOS:,}); sweep "
+                         "fewer values")
     combos = []
     for values in itertools.product(*sweeps.values()):
         combo = dict(zip(sweeps, values))
@@ -242,6 +263,7 @@ def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str) -> Wo
 
 
 def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, Any]]:
+    check_name(name, where)
     kinds = ", ".join(sorted(WORKLOADS))
     if isinstance(entry, str):
         entry = {entry: {}}
@@ -258,6 +280,15 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
 
 
 # -- targets --------------------------------------------------------------------------------------
+def _under(where: str, error: InputError) -> InputError:
+    """``error`` under the place it concerns, without repeating a URL the place already names."""
+    text = str(error)
+    head = where.split(" ", 1)[1] if " " in where else None
+    if head and (text.startswith(head + " ") or text.startswith(head + ": ")):
+        text = text[len(head):].removeprefix(":").lstrip()
+    return InputError(f"{where}: {text}")
+
+
 def make_target(name: str, entry: Any, where: str, url_where: str | None = None) -> TargetSpec:
     if isinstance(entry, str):
         entry = {"url": entry}
@@ -272,8 +303,10 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
     url = normalize_url(url.strip())
     try:
         cls = driver_class(url)
+        cls.parse(url)  # every part of the URL is one the driver reads, or this says which is not
     except InputError as e:
-        raise InputError(f"{url_where}: {e}") from None
+        raise _under(url_where, e) from None
+    check_name(name, where)
     try:
         limits = Limits.model_validate(entry.get("limits") or {})
     except ValidationError as e:
@@ -286,7 +319,7 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
     try:
         cls.check_url(url, options)
     except InputError as e:
-        raise InputError(f"{url_where}: {e}") from None
+        raise _under(url_where, e) from None
     return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True),
                       limits=limits.model_dump(exclude_none=True))
 
@@ -306,14 +339,26 @@ def read_yaml(path: str) -> dict[str, Any]:
     if os.path.isdir(path):
         raise InputError(f"study file {path} is a directory (give a YAML file)")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            raw = f.read(safeyaml.MAX_BYTES + 1)
+    except OSError as e:
+        raise InputError(f"study file {path}: cannot read it ({e.strerror})") from None
+    if len(raw) > safeyaml.MAX_BYTES:
+        raise InputError(f"study file {path} is larger than {safeyaml.MAX_BYTES >> 20} MiB (a study is a few KiB; "
+                         "check that this is the study file)")
+    try:
+        data = safeyaml.load(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not valid YAML (byte {e.start} is not UTF-8); save the file as UTF-8") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        if isinstance(e, safeyaml.Refused):
+            raise InputError(f"{path}{at}: {e.problem}") from None
         raise InputError(f"{path}{at}: not valid YAML ({e.problem}; check indentation and quoting)") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: not valid YAML ({type(e).__name__}); check the file") from None
+    except yaml.YAMLError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: not valid YAML ({visible(first)}); check the file") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -351,20 +396,21 @@ def _split_set(item: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _set_yaml(key: str, text: str) -> Any:
+    """A --set value read as YAML (through the same bounded loader as study files); text if it is not YAML."""
+    try:
+        return safeyaml.load(text)
+    except safeyaml.Refused as e:
+        raise InputError(f"--set {key}: column {e.problem_mark.column + 1}: {e.problem}") from None
+    except yaml.YAMLError:
+        return text
+
+
 def _parse_set_value(model: type[Params], key: str, text: str) -> Any:
     """A --set value: YAML scalar or flow list; a bare comma list sweeps (or is the list of a list parameter)."""
-    try:
-        value = yaml.safe_load(text) if text else ""
-    except yaml.YAMLError:
-        value = text
+    value = _set_yaml(key, text) if text else ""
     if isinstance(value, str) and "," in value:
-        parts = []
-        for part in value.split(","):
-            try:
-                parts.append(yaml.safe_load(part.strip()))
-            except yaml.YAMLError:
-                parts.append(part.strip())
-        value = parts
+        value = [_set_yaml(key, part.strip()) for part in value.split(",")]
     if is_list_param(model, key) and not isinstance(value, list):
         value = [value]
     return value
@@ -385,7 +431,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     raw_targets = raw.get("targets") or {}
     if not isinstance(raw_targets, dict):
         raise InputError(f"targets: {_show(raw_targets)} is not a mapping of target names to URLs")
-    study_targets = {str(n): make_target(str(n), e, f"targets.{n}") for n, e in raw_targets.items()}
+    study_targets = {str(n): make_target(str(n), e, f"targets.{visible(str(n))}") for n, e in raw_targets.items()}
     chosen_targets: dict[str, TargetSpec] = {}
     for item in targets or []:
         if item in study_targets:
@@ -393,7 +439,8 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         else:
             url = normalize_url(item)
             name = _target_name(url, chosen_targets)
-            chosen_targets[name] = make_target(name, {"url": url}, f"--target {item}", f"--target {item}")
+            where = f"--target {visible(redact_text(item))}"
+            chosen_targets[name] = make_target(name, {"url": url}, where, where)
     if not targets:
         chosen_targets = study_targets
     if not chosen_targets:
@@ -406,8 +453,8 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     raw_workloads = raw.get("workloads") or {}
     if not isinstance(raw_workloads, dict):
         raise InputError(f"workloads: {_show(raw_workloads)} is not a mapping of workload names to kinds")
-    entries = {str(n): _workload_entry(str(n), e, f"workloads.{n}") for n, e in raw_workloads.items()}
-    where_of = {n: f"workloads.{n}" for n in entries}
+    entries = {str(n): _workload_entry(str(n), e, f"workloads.{visible(str(n))}") for n, e in raw_workloads.items()}
+    where_of = {n: f"workloads.{visible(n)}" for n in entries}
     if workloads:
         selected = {}
         for item in workloads:
@@ -486,6 +533,10 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         where = "--clients-per-host" if clients_per_host is not None else "clients_per_host"
         raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, 1 to "
                          f"{MAX_CLIENTS:,})")
+    cells = len(chosen_targets) * sum(len(w.combos) for w in specs.values()) * len(client_counts) * reps
+    if cells > MAX_CELLS:
+        raise InputError(f"the study has {cells:,} cells (targets × parameter combinations × client counts × "
+                         f"repetitions; at most {MAX_CELLS:,}): sweep fewer values or repeat less")
     description = raw.get("description")
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,

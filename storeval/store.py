@@ -48,6 +48,7 @@ from .engine.records import PhaseRecord
 from .errors import InputError, StorevalError
 from .histogram import Histogram
 from .units import UnitError, parse_duration
+from .redact import redact, redact_text
 
 DB_NAME = "storeval.duckdb"
 
@@ -177,13 +178,34 @@ def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
                                       "AND table_catalog = current_database()").fetchall()}
 
 
+# Columns holding text from outside (URLs, options, error messages, the command line): every value written
+# to them passes through storeval.redact, so no credential is ever stored (JSON ones value by value).
+REDACTED = {("studies", "command_line"): "text", ("studies", "study"): "json", ("studies", "source"): "text",
+            ("cells", "target_url"): "text", ("cells", "error"): "text", ("phases", "reason"): "text",
+            ("events", "message"): "text", ("environment", "value"): "json"}
+
+
+def _redacted(table: str, name: str, value: Any) -> Any:
+    kind = REDACTED.get((table, name))
+    if kind is None or not isinstance(value, str):
+        return value
+    return redact_text(value) if kind == "text" else json.dumps(redact(json.loads(value)), default=str)
+
+
+def _redact_unit(unit: dict[str, Any]) -> dict[str, Any]:
+    """Redact a unit's rows when it is made, so a held file never holds a credential either."""
+    for table, rows in unit.get("rows", {}).items():
+        rows[:] = [{name: _redacted(table, name, value) for name, value in row.items()} for row in rows]
+    return unit
+
+
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     """INSERT naming its columns, so older files with appended columns take the rows as well."""
     if not rows:
         return
     names = list(rows[0])
     con.executemany(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                    [[row[n] for n in names] for row in rows])
+                    [[_redacted(table, n, row[n]) for n in names] for row in rows])
 
 
 def _exists(con: duckdb.DuckDBPyConnection, table: str, where: dict[str, Any]) -> bool:
@@ -515,7 +537,7 @@ class Store:
 
     def _write(self, unit: dict[str, Any]) -> None:
         """Store a unit now, or hold it (with everything held before it) and let the run go on."""
-        self.held.append(unit)
+        self.held.append(_redact_unit(unit))
         err = self._store_units(self.held, 0 if self.hold_reason else WRITE_WAIT)  # holding: one quick try
         if err is None:
             self._stored()
@@ -650,7 +672,7 @@ class Store:
                          "source": source, "engine": engine}],
             "environment": [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
                             for k, v in environment.items()]}}
-        self.held.append(unit)
+        self.held.append(_redact_unit(unit))
         err = self._store_units(self.held, WRITE_WAIT)
         if err is None:
             self._stored()
@@ -763,14 +785,14 @@ class Store:
             cells = {}
             for c in con.execute("SELECT cell_id, config, target, target_url, workload, kind, params, factors, clients, "
                                  "repetition, status, error FROM cells WHERE run_id = ? ORDER BY cell_id", [run_id]).fetchall():
-                cells[c[0]] = CellRow(cell_id=c[0], config=c[1], target=c[2], target_url=c[3], workload=c[4], kind=c[5],
-                                      params=json.loads(c[6]), factors=json.loads(c[7]), clients=c[8], repetition=c[9],
-                                      status=c[10], error=c[11], phases=[], records=[])
+                cells[c[0]] = CellRow(cell_id=c[0], config=c[1], target=c[2], target_url=redact(c[3]), workload=c[4],
+                                      kind=c[5], params=json.loads(c[6]), factors=json.loads(c[7]), clients=c[8],
+                                      repetition=c[9], status=c[10], error=redact(c[11]), phases=[], records=[])
             for cell_id, phase, iteration, status, reason in con.execute(
                     "SELECT cell_id, phase, coalesce(iteration, 0), status, reason FROM phases WHERE run_id = ? "
                     "ORDER BY cell_id, seq",
                     [run_id]).fetchall():
-                cells[cell_id].phases.append((phase, iteration, status, reason))
+                cells[cell_id].phases.append((phase, iteration, status, redact(reason)))
             for r in con.execute(
                     "SELECT cell_id, phase, coalesce(iteration, 0), rank, host, bytes, ops, errors, start_ns, end_ns, barrier_ns, "
                     "cpu_user, cpu_sys, lat_index, lat_count, lat_sum, lat_min, lat_max, tl_bytes, tl_ops, extra "
@@ -780,11 +802,11 @@ class Store:
                     rank=r[3], host=r[4], phase=r[1], iteration=r[2], bytes=r[5], ops=r[6], errors=json.loads(r[7]),
                     start_ns=r[8], end_ns=r[9], barrier_ns=r[10], cpu_user=r[11], cpu_sys=r[12], hist=hist,
                     tl_bytes=list(r[18] or []), tl_ops=list(r[19] or []), extra=json.loads(r[20])))
-            env = {k: json.loads(v) for k, v in con.execute(
+            env = {k: redact(json.loads(v)) for k, v in con.execute(
                 "SELECT key, value FROM environment WHERE run_id = ?", [run_id]).fetchall()}
-            events = [{"cell": e[0], "t": e[1], "kind": e[2], "rank": e[3], "phase": e[4], "message": e[5]}
+            events = [{"cell": e[0], "t": e[1], "kind": e[2], "rank": e[3], "phase": e[4], "message": redact(e[5])}
                       for e in con.execute("SELECT cell_id, t, kind, rank, phase, message FROM events WHERE run_id = ? "
                                            "ORDER BY t", [run_id]).fetchall()]
         return RunData(run_id=row[0], started=row[1], finished=row[2], status=row[3], storeval_version=row[4],
-                       command_line=row[5], study=json.loads(row[6]), study_hash=row[7], engine=row[8],
+                       command_line=redact(row[5]), study=redact(json.loads(row[6])), study_hash=row[7], engine=row[8],
                        cells=list(cells.values()), environment=env, events=events)

@@ -85,6 +85,14 @@ TARGET_MISTAKES = [
     ("no targets", "targets: {}\nworkloads: {bw: bandwidth}", "no targets"),
     ("not a mapping", "- a\n- b", "the study must be a mapping"),
     ("broken YAML", "targets: {s: [unclosed", "not valid YAML"),
+    ("query a driver would ignore", "targets: {s: {url: 's3://bucket/x?endpoint=http://127.0.0.1:1'}}",
+     "targets.s.url: s3://bucket/x?endpoint=http://127.0.0.1:1: the s3:// driver does not understand the query"),
+    ("credentials in an endpoint", "targets: {s: {url: 's3://b/p', endpoint: 'http://K:S3CR3T@h:9000'}}",
+     "targets.s.endpoint: 'http://***@h:9000' holds a password; credentials never go in a URL"),
+    ("duplicate key", "targets: {s: {url: 'null://'}, s: {url: 'null://x'}}",
+     "study.yaml:1:32: the key 's' appears twice in one mapping (first at line 1); keep one"),
+    ("invisible character in a name", 'targets: {"s\\u202e": {url: "null://"}}',
+     "targets.s\\u202e: the name holds the invisible character \\u202e"),
 ]
 
 

@@ -21,11 +21,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import CapabilityError, StorevalError, error_kind
+from ..redact import redact_text
+from .url import ParsedUrl, parse_url
 
 IOFunc = Callable[[Sequence[Any], int], int]
 
@@ -244,15 +245,17 @@ class Handle:
 
 
 class Driver(ABC):
-    """Base class of all drivers. Subclasses set ``scheme``, ``Options`` and ``caps``."""
+    """Base class of all drivers. Subclasses set ``scheme``, ``Options``, ``caps`` and the URL parts they use."""
 
     scheme: ClassVar[str]
     Options: ClassVar[type[DriverOptions]] = DriverOptions
     caps: Capabilities = Capabilities()
+    url_parts: ClassVar[frozenset[str]] = frozenset({"path"})  # what the driver reads from its URL; the rest is refused
+    url_hints: ClassVar[dict[str, str]] = {}  # what to write instead of a part it does not read (see drivers/url.py)
 
     def __init__(self, url: str, options: DriverOptions | None = None, *, client: int = -1) -> None:
         self.url = url
-        self.parts = urlsplit(url)
+        self.parsed_url = self.parse(url)
         self.options = options if options is not None else self.Options()
         self.client = client  # rank of the client using this driver (-1: the coordinator)
         self.name: str | None = None  # the study's name of this target, for messages
@@ -287,8 +290,8 @@ class Driver(ABC):
         return self.down
 
     def scrub(self, text: str) -> str:
-        """``text`` without any secret the driver holds (drivers with credentials override this)."""
-        return text
+        """``text`` without any secret (drivers register the keys they read with ``redact.register_secret``)."""
+        return redact_text(text)
 
     def check_server(self) -> None:
         """Raise the server's last failure if it stopped answering: after one operation waited the full timeout
@@ -301,6 +304,11 @@ class Driver(ABC):
         self.down = None
 
     # -- lifecycle -------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, url: str) -> ParsedUrl:
+        """The parts of a target URL, or InputError naming a part this driver would ignore."""
+        return parse_url(url, cls.url_parts, cls.url_hints, (cls.scheme,))
+
     @classmethod
     def check_url(cls, url: str, options: DriverOptions) -> None:
         """Raise InputError if the URL or options cannot work, without touching the network."""

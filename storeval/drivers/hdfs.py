@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from hdfs_native import Client, WriteOptions
 from pydantic import Field
@@ -88,21 +87,23 @@ class HdfsDriver(Driver):
     Options = HdfsOptions
     caps = Capabilities(random_write=False, direct_io=False, vector_read=False, directories=True,
                         append_only=True, fsync=True, shared_write=False)
+    url_parts = frozenset({"host", "port", "path"})  # hdfs://namenode[:port]/path
+    url_hints = {"user": "the HDFS user comes from Kerberos, or from HADOOP_USER_NAME in the environment",
+                 "password": "the HDFS user comes from Kerberos, or from HADOOP_USER_NAME in the environment"}
     options: HdfsOptions
 
     def __init__(self, url: str, options: HdfsOptions | None = None, *, client: int = -1) -> None:
         super().__init__(url, options, client=client)
-        parts = urlsplit(url)
-        self.namenode = f"hdfs://{parts.netloc}"
-        self.root = "/" + parts.path.strip("/") if parts.path.strip("/") else "/"
+        self.namenode = f"hdfs://{self.parsed_url.netloc}"
+        self.root = "/" + self.parsed_url.path.strip("/") if self.parsed_url.path.strip("/") else "/"
         self.client: Client | None = None
         self.deadline = Deadline(self.options.timeout)
 
     @classmethod
     def check_url(cls, url: str, options: HdfsOptions) -> None:
-        parts = urlsplit(url)
-        if not parts.netloc:
-            raise InputError(f"{url} names no namenode (write hdfs://HOST:PORT/path)")
+        parsed = cls.parse(url)
+        if not parsed.host:
+            raise InputError(f"{parsed.shown} names no namenode (write hdfs://HOST:PORT/path)")
         if options.block_size is not None and (options.block_size < 1 << 20 or options.block_size % 512):
             raise InputError("block_size must be at least 1MiB and a multiple of 512 bytes (HDFS limits)")
 

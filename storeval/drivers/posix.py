@@ -11,7 +11,6 @@ import errno
 import functools
 import os
 import stat as stat_mod
-from urllib.parse import unquote, urlsplit
 
 from ..errors import DirectIOUnsupported, InputError
 from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult
@@ -19,10 +18,11 @@ from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, 
 
 def url_path(url: str) -> str:
     """The local path of a ``file://`` URL."""
-    parts = urlsplit(url)
-    if parts.netloc not in ("", "localhost"):
-        raise InputError(f"{url} names a host; file:// URLs name a local path (write file:///path, three slashes)")
-    return unquote(parts.path) or "/"
+    parsed = PosixDriver.parse(url)
+    if parsed.host not in ("", "localhost"):
+        raise InputError(f"{parsed.shown} names a host; file:// URLs name a local path (write file:///path, three "
+                         "slashes)")
+    return parsed.local_path or "/"
 
 
 class PosixHandle(Handle):
@@ -41,6 +41,9 @@ class PosixDriver(Driver):
     Options = DriverOptions
     caps = Capabilities(random_write=True, direct_io=hasattr(os, "O_DIRECT"), vector_read=False,
                         directories=True, append_only=False, fsync=True, shared_write=True, client_page_cache=True)
+    url_parts = frozenset({"host", "path"})  # the host only as localhost (url_path says so)
+    url_hints = {"port": "file:// URLs name a local path, not a server",
+                 "user": "file:// URLs name a local path, not a server"}
 
     def __init__(self, url: str, options: DriverOptions | None = None, *, client: int = -1) -> None:
         super().__init__(url, options, client=client)

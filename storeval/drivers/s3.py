@@ -25,20 +25,30 @@ import os
 import re
 from datetime import timedelta
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 import obstore
 from obstore.exceptions import (BaseError, NotFoundError, PermissionDeniedError, UnauthenticatedError)
 from obstore.store import S3Store
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..errors import CapabilityError, InputError, StorevalError
 from ..fields import Duration, Size
+from ..redact import redact_text, register_secret, visible
 from .base import (Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult, TargetError,
                    TargetUnreachable, Upload, first_line, network_failure)
 from .sigv4 import S3HttpError, SignedS3
+from .url import ParsedUrl, parse_url
 
 ERRORS = (BaseError, OSError, http.client.HTTPException)  # what obstore (its writer: OSError) and http.client raise
+
+CREDENTIALS_HINT = ("give the keys through access_key_env/secret_key_env, which name environment variables, or "
+                    "credentials_file")
+
+
+def parse_endpoint(endpoint: str) -> ParsedUrl:
+    """An S3 endpoint: http(s)://HOST[:PORT][/path], nothing else (no credentials, query or fragment)."""
+    return parse_url(endpoint, {"host", "port", "path"}, {"password": CREDENTIALS_HINT, "user": CREDENTIALS_HINT},
+                     ("http", "https"), "an S3 endpoint")
 
 
 class S3Options(DriverOptions):
@@ -55,6 +65,17 @@ class S3Options(DriverOptions):
     virtual_hosted: bool = False
     fast_get: bool = True  # GETs through storeval's lean signed HTTP path (see sigv4.py); false: through obstore
 
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                if not parse_endpoint(value).host:
+                    raise ValueError("names no server (write http://HOST:PORT)")
+            except InputError as e:  # the value is shown before the reason: do not repeat it
+                raise ValueError(str(e).removeprefix(f"{visible(redact_text(value))}: ")) from None
+        return value
+
 
 class S3Handle(Handle):
     __slots__ = ("writer", "pos")
@@ -66,23 +87,28 @@ class S3Handle(Handle):
 
 
 def _bucket_prefix(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.netloc, parts.path.strip("/")
+    parsed = S3Driver.parse(url)
+    return parsed.host, parsed.path.strip("/")
 
 
 def _credentials(o: S3Options) -> tuple[str | None, str | None, str]:
-    """(access key, secret key, where they came from) — the source is safe to show, the keys are not."""
+    """(access key, secret key, where they came from) — the source is safe to show, the keys are not (they are
+    registered, so every message and record of this process masks them)."""
     if o.access_key_env or o.secret_key_env:
-        return os.environ.get(o.access_key_env or ""), os.environ.get(o.secret_key_env or ""), \
-            f"environment variables {o.access_key_env}/{o.secret_key_env}"
-    if o.credentials_file:
+        key, secret = os.environ.get(o.access_key_env or ""), os.environ.get(o.secret_key_env or "")
+        source = f"environment variables {o.access_key_env}/{o.secret_key_env}"
+    elif o.credentials_file:
         cp = configparser.ConfigParser()
         cp.read(o.credentials_file)
         section = cp[o.profile] if cp.has_section(o.profile) else {}
-        return section.get("aws_access_key_id"), section.get("aws_secret_access_key"), \
-            f"{o.credentials_file} [{o.profile}]"
-    return os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"), \
-        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        key, secret = section.get("aws_access_key_id"), section.get("aws_secret_access_key")
+        source = f"{o.credentials_file} [{o.profile}]"
+    else:
+        key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        source = "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    register_secret(key)
+    register_secret(secret)
+    return key, secret, source
 
 
 class S3Driver(Driver):
@@ -90,6 +116,11 @@ class S3Driver(Driver):
     Options = S3Options
     caps = Capabilities(random_write=False, direct_io=False, vector_read=True, directories=False,
                         append_only=True, fsync=False, shared_write=False)
+    url_parts = frozenset({"host", "path"})  # s3://BUCKET/prefix
+    url_hints = {"port": "an s3:// URL names a bucket; the server is the endpoint option, e.g. endpoint: "
+                         "http://HOST:9000",
+                 "user": CREDENTIALS_HINT, "password": CREDENTIALS_HINT,
+                 "query": "give settings as keys of the target (endpoint, region, …), not in the URL"}
     options: S3Options
 
     def __init__(self, url: str, options: S3Options | None = None, *, client: int = -1) -> None:
@@ -98,17 +129,12 @@ class S3Driver(Driver):
         self.store: S3Store | None = None
         self.http: SignedS3 | None = None  # signed requests obstore has no call for (incomplete uploads)
         self.getter: SignedS3 | None = None  # the same, for GETs when fast_get is on
-        self._secrets: tuple[str, ...] = ()
 
     @classmethod
     def check_url(cls, url: str, options: S3Options) -> None:
         bucket, _ = _bucket_prefix(url)
         if not bucket:
-            raise InputError(f"{url} names no bucket (write s3://BUCKET/prefix)")
-        if options.endpoint is not None:
-            ep = urlsplit(options.endpoint)
-            if ep.scheme not in ("http", "https") or not ep.netloc:
-                raise InputError(f"endpoint {options.endpoint!r} is not an http(s) URL (e.g. http://127.0.0.1:9000)")
+            raise InputError(f"{cls.parse(url).shown} names no bucket (write s3://BUCKET/prefix)")
         for name in (options.access_key_env, options.secret_key_env):
             if name is not None and name not in os.environ:
                 raise InputError(f"environment variable {name} is not set (export it, or use credentials_file)")
@@ -128,16 +154,11 @@ class S3Driver(Driver):
                 raise InputError(f"credentials_file {path} has no profile [{options.profile}] with aws_access_key_id")
         if options.part_size < 5 << 20:
             raise InputError("part_size must be at least 5MiB (the S3 minimum for multipart parts)")
+        _credentials(options)  # known from now on, so nothing this process stores or prints can show them
 
     # -- sessions ---------------------------------------------------------------------------------
-    def scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret:
-                text = text.replace(secret, "***")
-        return text
-
     def address(self) -> str:
-        return urlsplit(self.options.endpoint).netloc if self.options.endpoint else f"AWS S3 ({self.options.region})"
+        return parse_endpoint(self.options.endpoint).netloc if self.options.endpoint else f"AWS S3 ({self.options.region})"
 
     def _error(self, exc: BaseException, op: str, path: str | None = None) -> OSError | TargetError:
         """The one place obstore's and the signed path's errors become one line, never holding a credential:
@@ -170,7 +191,6 @@ class S3Driver(Driver):
     def connect(self) -> None:
         o = self.options
         key, secret, self._source = _credentials(o)
-        self._secrets = tuple(x for x in (key, secret) if x)
         kwargs: dict[str, Any] = {"region": o.region, "virtual_hosted_style_request": o.virtual_hosted}
         if o.endpoint:
             kwargs["endpoint"] = o.endpoint
@@ -216,7 +236,7 @@ class S3Driver(Driver):
         out = {"url": self.url, "driver": self.scheme, "endpoint": self.options.endpoint or "AWS",
                "region": self.options.region, "bucket": self.bucket, "prefix": self.prefix}
         if self.options.endpoint:  # the server names itself in its response headers (MinIO, Ceph RGW …)
-            ep = urlsplit(self.options.endpoint)
+            ep = parse_endpoint(self.options.endpoint)
             cls = http.client.HTTPSConnection if ep.scheme == "https" else http.client.HTTPConnection
             conn = cls(ep.netloc, timeout=min(5.0, self.options.timeout))
             try:

@@ -13,7 +13,6 @@ at once.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from XRootD import client as xrd
 from XRootD.client.flags import AccessMode, DirListFlags, MkDirFlags, OpenFlags, QueryCode, StatInfoFlags
@@ -51,24 +50,29 @@ class XrootdDriver(Driver):
     Options = XrootdOptions
     caps = Capabilities(random_write=True, direct_io=False, vector_read=True, directories=True,
                         append_only=False, fsync=True, shared_write=True)  # shared writes open with FORCE
+    url_parts = frozenset({"user", "host", "port", "path"})  # root://[user@]host[:port]//path
+    url_hints = {"password": "use XRootD's own authentication: a token, Kerberos or an X.509 proxy from the "
+                             "environment",
+                 "query": "files are opened by host and path, so ?xrd.… settings would be dropped; set them as "
+                          "XRD_… environment variables instead"}
     options: XrootdOptions
 
     def __init__(self, url: str, options: XrootdOptions | None = None, *, client: int = -1) -> None:
         super().__init__(url, options, client=client)
-        parts = urlsplit(url)
-        self.server = f"root://{parts.netloc}"
-        self.root = "/" + parts.path.strip("/")
+        self.server = f"root://{self.parsed_url.netloc}"
+        self.root = "/" + self.parsed_url.path.strip("/")
         self.fs: Any = None
         self.iov_max, self.ior_max = DEFAULT_IOV_MAX, DEFAULT_IOR_MAX
         self.timeout = int(max(1, round(self.options.timeout)))
 
     @classmethod
     def check_url(cls, url: str, options: XrootdOptions) -> None:
-        parts = urlsplit(url)
-        if not parts.hostname:
-            raise InputError(f"{url} names no server (write root://HOST:PORT//path)")
-        if not parts.path.startswith("//"):
-            raise InputError(f"{url}: XRootD paths are absolute (write root://{parts.netloc}//path, two slashes)")
+        parsed = cls.parse(url)
+        if not parsed.host:
+            raise InputError(f"{parsed.shown} names no server (write root://HOST:PORT//path)")
+        if not parsed.path.startswith("//"):
+            raise InputError(f"{parsed.shown}: XRootD paths are absolute (write root://{parsed.netloc}//path, two "
+                             "slashes)")
 
     def _p(self, path: str) -> str:
         return f"{self.root.rstrip('/')}/{path}" if path else self.root

@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 from typing import Any
-from urllib.parse import urlsplit
 
 NETWORK_FS = {"nfs", "nfs4", "lustre", "ceph", "fuse.ceph", "fuse.glusterfs", "glusterfs", "beegfs", "gpfs", "cifs",
               "smb3", "fuse.sshfs", "9p", "fuse.s3fs", "fuse.rclone", "afs", "orangefs", "pvfs2", "fuse.hdfs"}
@@ -79,16 +78,19 @@ def link_speed_Bps(interface: str | None) -> float | None:
 def target_path(url: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """How a target's bytes move: {"medium": "device"|"network"|"memory"|"unknown", "device", "interface",
     "link_speed_Bps", "fstype"}."""
+    from ..drivers import target_url  # the one URL parser
     from ..environment import mount_of  # the environment record owns findmnt
 
-    parts = urlsplit(url)
-    if parts.scheme == "null":
+    parsed = target_url(url)
+    if parsed.scheme == "null":
         return {"medium": "none"}
-    if parts.scheme != "file":
-        host = parts.hostname
-        if parts.scheme == "s3":  # the URL names the bucket; the server is the endpoint
+    if parsed.scheme != "file":
+        host = parsed.host.strip("[]")
+        if parsed.scheme == "s3":  # the URL names the bucket; the server is the endpoint
+            from ..drivers.s3 import parse_endpoint
+
             endpoint = (options or {}).get("endpoint")
-            host = urlsplit(endpoint).hostname if endpoint else None
+            host = parse_endpoint(endpoint).host.strip("[]") if endpoint else None
         iface = interface_for_host(host) if host else None
         return {"medium": "network", "interface": iface, "link_speed_Bps": link_speed_Bps(iface)}
     from ..drivers.posix import url_path

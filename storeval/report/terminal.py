@@ -1,4 +1,8 @@
-"""Terminal tables of a run (rich), with a note under each on how its figures were measured."""
+"""Terminal tables of a run (rich), with a note under each on how its figures were measured.
+
+Names, URLs, paths and error texts are data, never markup: every cell and line printed goes through
+:func:`storeval.report.console.safe`.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from ..analysis.stats import Summary
 from ..spec import is_size_param
 from ..units import format_duration_ns, format_size_compact, sig
 from ..workloads import WORKLOADS
+from .console import safe
 
 HOW_MEASURED = {
     "bandwidth": ("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
@@ -172,7 +177,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
     for col in TABLE_COLUMNS:
         t.add_column(col, justify="left" if col in ("target", "workload", "notes") else "right", overflow="fold")
     for row in table_rows(table):
-        t.add_row(*row)
+        t.add_row(*map(safe, row))
     console.print(t)
 
 
@@ -182,8 +187,9 @@ def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
         unit = "ops/s" if s["figure"] == "ops_per_s" else "MiB/s"
         points = ", ".join(f"{p['clients']}→{sig(p['aggregate'])}" for p in s["series"])
         extra = f"; workers to peak {s['workers_to_peak']}" if s["kind"] == "copy" else ""
-        console.print(f"scaling {s['target']} · {s['workload']} · {s['phase']}: {points} {unit}; saturation at "
-                      f"{s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}{extra}", highlight=False)
+        console.print(f"scaling {safe(s['target'])} · {safe(s['workload'])} · {s['phase']}: {points} {unit}; saturation "
+                      f"at {s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}{extra}",
+                      highlight=False)
 
 
 def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
@@ -225,12 +231,12 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
 def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
     console = console or Console()
     for spec in phase_tables(summary):
-        table = Table(title=spec["title"], caption="\n".join(spec["caption"]), caption_justify="left")
+        table = Table(title=safe(spec["title"]), caption="\n".join(map(safe, spec["caption"])), caption_justify="left")
         for col in spec["columns"]:
             table.add_column(col, justify="left" if col in ("target", "workload", "phase", "notes") else "right",
                              overflow="fold")
         for row in spec["rows"]:
-            table.add_row(*row)
+            table.add_row(*map(safe, row))
         console.print(table)
         print_messages(spec["summary"], console)
 
@@ -247,7 +253,7 @@ def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12)
                                  f"[{r.target} · {r.workload} · {r.clients} client(s) · {r.phase}]")
     lines = list(seen.values())
     for line in lines[:limit]:
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+        console.print(safe(line), highlight=False, soft_wrap=True)
     if len(lines) > limit:
         console.print(f"… and {len(lines) - limit} more in the JSON document", highlight=False)
 
