@@ -260,7 +260,8 @@ workloads:
     assert r.rc == 1, r.err  # the S3 cell fails (nothing listens on port 1); the local one runs
     doc = load_json(out_json)
     assert [c["status"] for c in doc["cells"]] == ["ok", "failed"]
-    assert doc["cells"][1]["error"].startswith("target s3down (s3://bucket/p): cannot reach S3 at http://127.0.0.1:1")
+    assert doc["cells"][1]["error"].startswith("target s3down: listing of the bucket failed: connection refused by "
+                                               "127.0.0.1:1 ")
     html = list(results.glob("report-*.html"))
     assert len(html) == 1
     blob = (r.out + r.err).encode() + _everything(results, out_json)

@@ -269,7 +269,7 @@ class Driver(ABC):
 
     def address(self) -> str:
         """The host:port this driver talks to, for messages."""
-        return self.parts.netloc or self.url
+        return self.parsed_url.netloc or self.url
 
     def failure(self, exc: BaseException | str, op: str, path: str | None = None, *,
                 raw_kind: str | None = None, kind: str | None = None) -> TargetError:
