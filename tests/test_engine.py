@@ -30,7 +30,7 @@ phase_timeout: 3s
     ("raise", "client 1 failed in write: write of storeval-{run}/cell-0000/bw.1 at offset 81920: "
               "null driver: injected failure on client 1"),
     ("exit", "client 1 exited with code 17 during write"),
-    ("hang", "client 1 hung in write (no end after the phase timeout of 3 s); all clients stopped"),
+    ("hang", "client 1 hung in write (no progress for the phase timeout of 3 s); all clients stopped"),
 ])
 def test_a_failing_client_fails_its_cell_and_the_run_goes_on(tmp_path, target, action, message):
     study = tmp_path / "study.yaml"

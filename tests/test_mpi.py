@@ -123,7 +123,7 @@ def test_a_hung_rank_is_named_and_the_job_aborted_within_the_timeout(tmp_path):
     r = mpirun(4, "run", "s.yaml", "--quiet", "--json", "o.json", cwd=tmp_path, timeout=120)
     assert time.monotonic() - t0 < 30
     assert r.returncode != 0
-    message = f"client 2 (rank 2 on {HOST}) hung in write (no end after the phase timeout of 3 s)"
+    message = f"client 2 (rank 2 on {HOST}) hung in write (no progress for the phase timeout of 3 s)"
     assert f"error: {message}; the job is aborted" in r.stderr
     with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
         assert con.execute("SELECT status, error FROM cells ORDER BY cell_id").fetchall() == [

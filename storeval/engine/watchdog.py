@@ -46,16 +46,40 @@ def start(state_path: str | Path) -> subprocess.Popen | None:
     """Start the watchdog of this (coordinator) process; it reads ``state_path``.
 
     Its stdin is a pipe: the coordinator writes a byte after every change of the state file, so the watchdog
-    follows at once (and sees EOF when the coordinator is gone). Its stderr is the coordinator's: under
+    follows at once (and sees EOF when the coordinator is gone). Its stdout is a pipe too, on which it says
+    ``ready`` once it follows the coordinator (see :func:`wait_ready`). Its stderr is the coordinator's: under
     ``mpiexec`` that is a pipe the launcher keeps reading until every holder has closed it, so the
-    watchdog's last line still reaches the user before ``mpiexec`` returns."""
+    watchdog's last line still reaches the user before ``mpiexec`` returns. It is born with the stop
+    signals blocked and keeps them so: a Ctrl-C, or a batch scheduler's SIGTERM to every process of the
+    job, must not take away the one process that cleans up if the coordinator is then killed."""
+    import signal
+
+    from ..interrupts import SHIELD
+
     me = psutil.Process()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)
     try:
         return subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
                                  repr(me.create_time())], start_new_session=True, stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE)
     except OSError:
         return None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def wait_ready(proc: subprocess.Popen, limit: float = 60.0) -> bool:
+    """Wait until the watchdog follows the coordinator (it may start late on a busy machine, and a death
+    before that would go unnoticed) — as long as it lives, at most ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    fd = proc.stdout.fileno()
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            return os.read(fd, 64).startswith(b"ready")
+        if proc.poll() is not None:
+            return False
+    return False
 
 
 def _alive(pid: int, created: float | None) -> bool:
@@ -147,40 +171,33 @@ class _Deaths:
 
 
 def main(path: str, pid: int, created: float) -> int:
+    import signal
+
+    from ..interrupts import SHIELD
     from .records import set_process_name
 
+    signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)  # inherited already; kept, whatever started it
     set_process_name("storeval-watch")
     try:  # wake up first when processes die (only root may ask; nobody else needs to)
         os.setpriority(os.PRIO_PROCESS, 0, -10)
     except OSError:
         pass
-    coordinator = _pidfd(pid, created)
-    if coordinator is None:
+    state = _read(path)
+    if state is None or state.get("done"):
         return 0
+    coordinator = _pidfd(pid, created)
     deaths = _Deaths()
-    state: dict[str, Any] | None = None
-    wake: int | None = 0  # stdin: a byte per state change, EOF when the coordinator is gone
-    coordinator_first = False
-    while True:
-        fresh = _read(path)
-        if fresh is None and state is None:
-            return 0
-        state = fresh or state
-        if state.get("done"):
-            return 0
+    coordinator_first = coordinator is None  # gone before this process could follow it: it died first
+    if coordinator is not None:
         deaths.follow(state)
-        ready, _, _ = select.select([coordinator, *deaths.fds, *([wake] if wake is not None else [])], [], [], POLL)
-        if coordinator in ready:
-            coordinator_first = not deaths.first
-            deaths.ended(ready, coordinator=True)
-            break
-        deaths.ended(ready)
-        if wake is not None and wake in ready and not os.read(wake, 65536):
-            wake = None  # EOF: the coordinator closed it (done) or died; the next loop says which
+        _say_ready()
+        coordinator_first = _follow(path, coordinator, deaths, state)
+        if coordinator_first is None:
+            return 0
     latest = _read(path)  # the coordinator may have finished just before it died
     if latest is not None:
         state = latest
-    if state.get("done"):
+    if state.get("done") or (latest is None and coordinator is None):
         return 0
     time.sleep(0.5)  # let the launcher finish stopping the others
     cell = state.get("cell")
@@ -205,6 +222,41 @@ def main(path: str, pid: int, created: float) -> int:
     except OSError:
         pass
     return 1
+
+
+def _say_ready() -> None:
+    try:
+        os.write(1, b"ready\n")
+        devnull = os.open(os.devnull, os.O_WRONLY)  # nothing more to say there
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _follow(path: str, coordinator: int, deaths: _Deaths, state: dict[str, Any]) -> bool | None:
+    """Follow the run until it ends: None when the coordinator finished it, else whether the coordinator
+    was the first to die."""
+    wake: int | None = 0  # stdin: a byte per state change, EOF when the coordinator is gone
+    while True:
+        ready, _, _ = select.select([coordinator, *deaths.fds, *([wake] if wake is not None else [])], [], [], POLL)
+        if coordinator in ready:
+            first = not deaths.first
+            deaths.ended(ready, coordinator=True)
+            return first
+        deaths.ended(ready)
+        if wake is not None and wake in ready and not os.read(wake, 65536):
+            wake = None  # EOF: the coordinator closed it (done: the state says so, or is already removed) or died
+            fresh = _read(path)
+            if fresh is None or fresh.get("done"):
+                return None
+        fresh = _read(path)
+        if fresh is not None:
+            if fresh.get("done"):
+                return None
+            state.clear()
+            state.update(fresh)
+        deaths.follow(state)
 
 
 def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_mpi: bool) -> str:
@@ -235,6 +287,7 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
 
 
 def _clean(state: dict[str, Any]) -> bool:
+    from ..clean import release_scratch
     from ..drivers import make_driver
     from ..workloads import make_workload
 
@@ -247,7 +300,7 @@ def _clean(state: dict[str, Any]) -> bool:
             if cell and t["name"] == cell["target"]:
                 make_workload(cell["kind"], cell["params"]).cell_cleanup(driver, cell["cell_dir"], cell["nclients"])
                 ok = driver.rmdir_quietly(cell["cell_dir"]) and ok
-            ok = driver.rmdir_quietly(state["scratch"]) and ok
+            ok = release_scratch(driver, state["scratch"]) and ok
             driver.shutdown()
         except Exception:  # noqa: BLE001 - best effort: the message says so instead
             ok = False
