@@ -67,7 +67,7 @@ class RunDir:
     """One ``storeval-<run>/`` directory of a target and what is known of its run."""
 
     name: str
-    state: str  # live | dead | unknown
+    state: str  # live | dead | unknown | foreign (never removed)
     why: str
     owner: dict[str, Any] | None = None
     bytes: int | None = None
@@ -119,7 +119,7 @@ def scan(driver: Driver, exclude: str | None = None) -> list[RunDir]:
         if not RUN_DIR.match(name) or name == exclude:
             continue
         if _is_link(driver, name):
-            out.append(RunDir(name, "unknown", "a symbolic link, not a directory storeval made"))
+            out.append(RunDir(name, "foreign", "a symbolic link, not a directory storeval made"))
             continue
         owner = read_owner(driver, name)
         state, why = judge(owner)

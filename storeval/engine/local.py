@@ -5,8 +5,8 @@ already imported), so a cell starts in tens of milliseconds and no client
 inherits the coordinator's threads, database handle or network sessions. The
 clients synchronise on a ``multiprocessing.Barrier``; this process only
 watches: it collects records, updates progress, and when a client fails, dies
-or hangs (no progress for the phase timeout) it breaks the barrier, stops the
-others (SIGUSR1, then SIGKILL after a grace period) and reports the cell failed
+or hangs (no progress for the phase timeout) it stops the others (SIGUSR1, then
+SIGKILL after a grace period without a sign of life) and reports the cell failed
 with that client's reason. A stop signal (Ctrl-C, SIGTERM, SIGHUP; see
 ``interrupts``) stops the clients the same way and the cell is interrupted.
 
@@ -257,7 +257,7 @@ class LocalEngine:
             if watch.status == "ok":  # every client said done: let them exit (they flush their last messages)
                 watch.wait_for_exit(started, out)
             if watch.status != "ok" or any(p.is_alive() for p in started):
-                watch.stop_all(barrier, out)
+                watch.stop_all(out)
             out.close()
             samples = sampler.stop(GRACE_SECONDS if watch.status == "ok" else 1.0) if sampler is not None else []
         outcome = watch.outcome()
@@ -438,13 +438,11 @@ class _Watch:
                 last = time.monotonic()
             alive = still
 
-    def stop_all(self, barrier: Any, out: Any) -> None:
-        """Break the barrier, ask the live clients to stop, wait while they clean up (as long as one of them
-        still shows a sign of life within the grace period), SIGKILL the rest."""
-        try:
-            barrier.abort()
-        except Exception:  # noqa: BLE001
-            pass
+    def stop_all(self, out: Any) -> None:
+        """Ask the live clients to stop, wait while they clean up (as long as one of them still shows a sign of
+        life within the grace period), SIGKILL the rest. The signal also takes a client out of a barrier; the
+        barrier itself is not touched: aborting it waits for every process asleep in it to wake, and one
+        that was killed there never does."""
         started = [p for p in self.procs if p.pid is not None]
         for rank, p in enumerate(self.procs):
             if p.pid is not None and p.is_alive() and rank not in self.reported:  # the others are on their way out
@@ -457,7 +455,7 @@ class _Watch:
             if p.is_alive():
                 p.kill()
         for p in started:
-            p.join(timeout=1)
+            p.join(timeout=GRACE_SECONDS)  # SIGKILL is certain; only a busy machine delays the reaping
         self._drain(out)
 
     def outcome(self) -> CellOutcome:

@@ -24,7 +24,8 @@ from .counters import flatten, snapshot
 END = None  # the last message of the stream
 
 
-def sampler_main(pids: dict[str, int], interval: float, stop: Any, out: Any, coordinator: int) -> None:
+def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: int) -> None:
+    """Sample until the coordinator says stop (any message on ``conn``, or its end of it closing) or ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     from ..engine.records import set_process_name
 
@@ -36,20 +37,23 @@ def sampler_main(pids: dict[str, int], interval: float, stop: Any, out: Any, coo
 
     def take() -> None:
         t = time.perf_counter_ns()
-        out.send([(t, probe, device, metric, value) for probe, device, metric, value in flatten(snapshot(pids))])
+        conn.send([(t, probe, device, metric, value) for probe, device, metric, value in flatten(snapshot(pids))])
 
     try:
         take()
-        while not stop.wait(interval):
-            if select.select([watch], [], [], 0)[0]:  # the coordinator ended: nobody will read the samples
+        while True:
+            ready, _, _ = select.select([conn, watch], [], [], interval)
+            if watch in ready:  # the coordinator ended: nobody will read the samples
                 return
+            if ready:
+                break
             take()
         take()
-        out.send(END)
+        conn.send(END)
     except (BrokenPipeError, EOFError, OSError):  # the coordinator stopped listening
         pass
     finally:
-        out.close()
+        conn.close()
 
 
 class Sampler:
@@ -57,14 +61,15 @@ class Sampler:
 
     def __init__(self, ctx: Any, pids: dict[str, int], interval: float) -> None:
         self.rows: list[tuple[int, str, str, str, float]] = []
-        self.stop_event = ctx.Event()
-        self.conn, send = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=sampler_main, args=(pids, interval, self.stop_event, send, os.getpid()),
+        # one duplex pipe: samples come back on it, and a word on it (or its closing) says stop. Not an
+        # Event: setting one waits for every process waiting on it to wake, a killed one never does.
+        self.conn, theirs = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=sampler_main, args=(pids, interval, theirs, os.getpid()),
                                 name="storeval-sampler", daemon=True)
         try:
             self.proc.start()
         finally:
-            send.close()
+            theirs.close()
         self.ended = False
 
     @property
@@ -91,7 +96,10 @@ class Sampler:
         a process that is gone). Returns every sample received."""
         from multiprocessing.connection import wait
 
-        self.stop_event.set()
+        try:
+            self.conn.send("stop")
+        except OSError:  # it is gone
+            pass
         deadline = time.monotonic() + grace
         try:
             while not self.ended:
