@@ -137,7 +137,9 @@ def _walk(driver: Driver, path: str) -> Iterator[tuple[str, StatResult | None]]:
         try:
             st = driver.stat(p)
         except FileNotFoundError:
-            continue
+            if driver.caps.directories:  # gone meanwhile
+                continue
+            st = StatResult(size=0, is_dir=True)  # an object store lists a prefix that no object is named after
         if st.is_dir:
             yield from _walk(driver, p)
             yield p, None if driver.caps.directories else st
