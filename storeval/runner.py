@@ -207,12 +207,12 @@ class Runner:
                         done += 1
                         if outcome.status == "failed":
                             failed += 1
-                        if outcome.fatal:
-                            fatal = outcome.error
-                            break
                         if outcome.status == "interrupted" or outcome.stop_requested:
                             interrupts.take()  # already acted upon: the run stops here
                             status = "interrupted"
+                        if outcome.fatal:
+                            fatal = outcome.error
+                        if fatal or status == "interrupted":
                             break
             except KeyboardInterrupt:  # storeval used without interrupts.install(): Python's own Ctrl-C
                 status = "interrupted"
