@@ -50,16 +50,22 @@ def claim_scratch(driver: Driver, scratch: str, owner: dict[str, Any]) -> None:
 
 def release_scratch(driver: Driver, scratch: str) -> bool:
     """Remove the run's scratch directory once only the owner record is left in it; True when it is gone.
-    With anything else left the record stays, so the leftovers remain provably a dead run's."""
+    With anything else left the record stays, so the leftovers remain provably a dead run's. Never raises:
+    a target that cannot be reached keeps the directory, and the caller says so."""
     try:
         names = driver.listdir(scratch)
     except FileNotFoundError:
         return True
+    except Exception:  # noqa: BLE001
+        return False
     if any(name != OWNER for name in names):
         return False
-    if names:
-        driver.remove_quietly(join(scratch, OWNER))
-    return driver.rmdir_quietly(scratch)
+    try:
+        if names:
+            driver.remove_quietly(join(scratch, OWNER))
+        return driver.rmdir_quietly(scratch)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 @dataclass

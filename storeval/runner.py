@@ -278,7 +278,7 @@ class _Guard:
             self._unlink()
             return
         os.set_blocking(self.proc.stdin.fileno(), False)  # a busy watchdog never blocks the run
-        watchdog.wait_ready(self.proc)
+        watchdog.wait_ready(self.proc, stop=interrupts.requested)  # a run about to stop needs no wait
         self.proc.stdout.close()
 
     def owner(self) -> dict[str, Any]:

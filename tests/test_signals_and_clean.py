@@ -211,7 +211,11 @@ def test_ctrl_c_at_any_moment_exits_130_without_a_trace_and_leaves_nothing(tmp_p
     _assert_nothing_left(run, target, tmp_path / "storeval-results")
     runs, cells = _stored(tmp_path / "storeval-results")
     assert runs in ([], [("interrupted",)])
-    assert {status for status, _ in cells} <= {"interrupted", "not-run"}
+    # cells stored before the signal was seen are ok (on a busy machine the moment may be seen late), the one
+    # it stopped is interrupted, the rest not run
+    statuses = [status for status, _ in cells]
+    rest = statuses[next((i for i, st in enumerate(statuses) if st != "ok"), len(statuses)):]
+    assert rest == [] or (rest[0] in ("interrupted", "not-run") and rest[1:] == ["not-run"] * (len(rest) - 1)), cells
     if (tmp_path / "out.json").exists():
         assert load_json(tmp_path / "out.json")["status"] == "interrupted"
 

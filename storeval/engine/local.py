@@ -144,9 +144,10 @@ def start_fork_server() -> None:
     this process and are delivered, not lost, when the mask is restored."""
     from multiprocessing import forkserver, resource_tracker
 
-    resource_tracker.ensure_running()  # it shields itself; started first so it does not unblock ours
     old = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SHIELD)
     try:
+        resource_tracker.ensure_running()  # it ignores SIGINT and SIGTERM, not SIGHUP; it unblocks those two here
+        signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SHIELD)
         forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -229,6 +230,7 @@ class LocalEngine:
         """Run one cell. Called inside ``interrupts.deferred()`` (the runner's): a stop signal is acted on
         between two polls of the clients, never while a client is being started or stopped."""
         ctx = self.ctx
+        start_fork_server()  # before the first semaphore: that would start the resource tracker unshielded
         barrier = ctx.Barrier(nclients)
         shared = ctx.RawArray("q", nclients)
         progress = ctx.RawArray("q", PROGRESS_SLOTS * nclients)
@@ -239,7 +241,6 @@ class LocalEngine:
         sampler: Sampler | None = None
         try:
             try:
-                start_fork_server()
                 for p in procs:
                     p.start()
             except OSError as e:  # e.g. the process limit: the clients already started must be stopped

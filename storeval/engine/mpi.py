@@ -325,8 +325,8 @@ class MpiEngine:
 
     def _context(self) -> Any:
         if self.ctx is None:
+            start_fork_server()
             self.ctx = _context()
-        start_fork_server()
         return self.ctx
 
     def shutdown(self, code: int = 0) -> None:

@@ -68,12 +68,12 @@ def start(state_path: str | Path) -> subprocess.Popen | None:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def wait_ready(proc: subprocess.Popen, limit: float = 60.0) -> bool:
+def wait_ready(proc: subprocess.Popen, stop: Any = lambda: False, limit: float = 60.0) -> bool:
     """Wait until the watchdog follows the coordinator (it may start late on a busy machine, and a death
-    before that would go unnoticed) — as long as it lives, at most ``limit`` seconds."""
+    before that would go unnoticed) — as long as it lives and ``stop()`` is false, at most ``limit`` seconds."""
     deadline = time.monotonic() + limit
     fd = proc.stdout.fileno()
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop():
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
             return os.read(fd, 64).startswith(b"ready")
