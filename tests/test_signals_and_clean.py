@@ -427,6 +427,22 @@ def test_a_client_the_machine_does_not_schedule_is_not_hung():
     assert hc.hung(0, 7)
 
 
+def test_a_coordinator_that_looks_late_does_not_take_a_starved_client_for_a_hung_one():
+    clock = _Clock()
+    hc = _hang_clock(clock)
+    assert not hc.hung(0, 7)
+    clock.advance(10.0, starved=True)  # neither ran for 10 s: the coordinator did not look, the client waited
+    assert not hc.hung(0, 7)
+    for _ in range(100):
+        clock.advance(0.1, starved=True)
+        assert not hc.hung(0, 7)
+    hung_after = 0.0
+    while not hc.hung(0, 7):  # now it sleeps: what was not seen counts for at most the reading delay
+        clock.advance(0.1)
+        hung_after += 0.1
+    assert 3.0 - 0.75 < hung_after <= 3.0 - 0.75 + 0.2
+
+
 # -- the scratch directories of dead runs ------------------------------------------------------------------------
 
 def _checksums(root: Path) -> dict[str, str]:

@@ -186,32 +186,35 @@ class HangClock:
     """How long each client has gone without a sign of progress — counted from when the coordinator saw its
     last one, less the time the client spent waiting for a CPU. A client that progresses slowly is not hung,
     nor is one a busy machine does not schedule, nor one this coordinator looked at late; one that sleeps,
-    spins or waits on a frozen server is."""
+    spins or waits on a frozen server is.
+
+    The CPU waits are read from /proc only for a client that has gone quiet (first after ``check``, a
+    quarter of the timeout at most one second); of the time before that first reading — which a starved
+    coordinator may take late, when nothing tells a starved client from a hung one — ``check`` counts."""
 
     def __init__(self, timeout: float, pids: dict[int, int | None], now: Callable[[], int] = time.monotonic_ns,
                  waits: Callable[[int | None], dict[str, int]] = runqueue_waits) -> None:
         self.timeout_ns = int(timeout * 1e9)
-        self.check_ns = min(1_000_000_000, self.timeout_ns // 4)  # when to take the first CPU-wait reading
+        self.check_ns = min(1_000_000_000, self.timeout_ns // 4)
         self.pids, self.now, self.waits = pids, now, waits
-        self.state: dict[int, list[Any]] = {}  # rank -> [beat, seen_ns, waits at first reading]
+        self.state: dict[int, list[Any]] = {}  # rank -> [beat, seen at, waits at the first reading, its time]
 
     def hung(self, rank: int, beat: int) -> bool:
         now = self.now()
         st = self.state.get(rank)
         if st is None or st[0] != beat:
-            self.state[rank] = [beat, now, None]
+            self.state[rank] = [beat, now, None, None]
             return False
-        idle = now - st[1]
-        if idle < self.check_ns:
+        if now - st[1] < self.check_ns:
             return False
         if st[2] is None:
-            st[2] = self.waits(self.pids.get(rank))
+            st[2], st[3] = self.waits(self.pids.get(rank)), now
             return False
-        if idle <= self.timeout_ns:
+        if now - st[1] <= self.timeout_ns:
             return False
-        before, after = st[2], self.waits(self.pids.get(rank))
-        waited = max((w - before.get(tid, 0) for tid, w in after.items()), default=0)
-        return idle - waited > self.timeout_ns
+        after = self.waits(self.pids.get(rank))
+        waited = max((w - st[2].get(tid, 0) for tid, w in after.items()), default=0)
+        return min(st[3] - st[1], self.check_ns) + (now - st[3]) - waited > self.timeout_ns
 
     def forget(self, rank: int) -> None:
         self.state.pop(rank, None)
