@@ -578,8 +578,13 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
-        with interrupts.interruptible():
-            code = command.main(args=argv, prog_name="storeval", standalone_mode=False)
+        try:
+            with interrupts.interruptible():
+                code = command.main(args=argv, prog_name="storeval", standalone_mode=False)
+        except Exception:
+            if not interrupts.raised():
+                raise
+            code = EXIT_INTERRUPTED  # the interruption, handed on as a library's error (DuckDB: "Query interrupted")
     except TyperException as e:  # usage errors: unknown option, bad option value, missing argument
         if type(e).__name__ == "NoArgsIsHelpError":
             print(e.format_message() if hasattr(e, "format_message") else str(e))

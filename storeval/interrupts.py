@@ -27,6 +27,7 @@ SHIELD = (*STOP_SIGNALS, signal.SIGUSR1)
 _installed = False
 _first: int | None = None  # the first stop signal this process received (its exit code)
 _pending: int | None = None  # noted in a deferred region and not acted upon yet
+_raised = False  # an Interrupted was raised: a library may hand it on as another error (DuckDB: "Query interrupted")
 _regions: list[bool] = []  # innermost last: True = interruptible, False = deferred
 
 
@@ -62,11 +63,11 @@ def reason(signum: int | None) -> str:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    global _first, _pending
+    global _first, _pending, _raised
     if _first is None:
         _first = signum
     if _regions and _regions[-1]:
-        _pending = None
+        _pending, _raised = None, True
         raise Interrupted(signum)
     if _pending is None:
         _pending = signum
@@ -97,6 +98,11 @@ def requested() -> bool:
     return _first is not None
 
 
+def raised() -> bool:
+    """Whether a stop signal was raised as :class:`Interrupted` (an error that follows is its consequence)."""
+    return _raised
+
+
 def take() -> int | None:
     """The stop signal noted and not yet acted upon, if any; the caller acts on it now."""
     global _pending
@@ -117,8 +123,10 @@ def exit_code(default: int = 130) -> int:
 
 
 def _raise_pending() -> None:
+    global _raised
     sig = take()
     if sig is not None:
+        _raised = True
         raise Interrupted(sig)
 
 
@@ -148,12 +156,3 @@ class deferred:
         _regions.pop()
         if exc_type is None and _installed and _regions and _regions[-1]:
             _raise_pending()
-
-
-def _reset_for_tests() -> None:
-    global _installed, _first, _pending
-    for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) is _on_signal:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-    _installed, _first, _pending = False, None, None
-    _regions.clear()
