@@ -19,6 +19,7 @@ When the coordinator disappears first, the watchdog:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -32,6 +33,7 @@ from typing import Any
 import psutil
 
 POLL = 0.2
+LEAVING = b"!"  # the coordinator's last word on the wake pipe when it exits on its own (not killed)
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
@@ -59,13 +61,26 @@ def start(state_path: str | Path) -> subprocess.Popen | None:
     me = psutil.Process()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)
     try:
-        return subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
+        proc = subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
                                  repr(me.create_time())], start_new_session=True, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE)
     except OSError:
         return None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    atexit.register(_leaving, proc, me.pid)
+    return proc
+
+
+def _leaving(proc: subprocess.Popen, pid: int) -> None:
+    """At the coordinator's exit (atexit: not when a signal kills it) tell the watchdog it leaves on its own, so
+    a run it did not finish (an error it could not handle) is not reported as the coordinator being killed."""
+    if os.getpid() != pid or proc.stdin is None or proc.stdin.closed:
+        return
+    try:
+        os.write(proc.stdin.fileno(), LEAVING)
+    except (OSError, ValueError):
+        pass
 
 
 def wait_ready(proc: subprocess.Popen, stop: Any = lambda: False, limit: float = 60.0) -> bool:
@@ -188,12 +203,16 @@ def main(path: str, pid: int, created: float) -> int:
     coordinator = _pidfd(pid, created)
     deaths = _Deaths()
     coordinator_first = coordinator is None  # gone before this process could follow it: it died first
+    exited = False  # the coordinator said it leaves on its own (atexit): it was not killed
     if coordinator is not None:
         deaths.follow(state)
         _say_ready()
-        coordinator_first = _follow(path, coordinator, deaths, state)
-        if coordinator_first is None:
+        ended = _follow(path, coordinator, deaths, state)
+        if ended is None:
             return 0
+        coordinator_first, exited = ended
+    else:  # its last word may be waiting on the pipe
+        exited = _last_word(0)
     latest = _read(path)  # the coordinator may have finished just before it died
     if latest is not None:
         state = latest
@@ -209,7 +228,7 @@ def main(path: str, pid: int, created: float) -> int:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
                 pass
-    message = _message(state, deaths.first, coordinator_first, bool(state.get("job")))
+    message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
     removed = _clean(state)
     _record(state, message)
     tail = "storeval removed its files" if removed else "some of storeval's files could not be removed"
@@ -234,18 +253,29 @@ def _say_ready() -> None:
         pass
 
 
-def _follow(path: str, coordinator: int, deaths: _Deaths, state: dict[str, Any]) -> bool | None:
-    """Follow the run until it ends: None when the coordinator finished it, else whether the coordinator
-    was the first to die."""
+def _last_word(wake: int) -> bool:
+    """Whether the coordinator's last word, already on the wake pipe, says it left on its own."""
+    try:
+        return select.select([wake], [], [], 0)[0] != [] and LEAVING in os.read(wake, 65536)
+    except OSError:
+        return False
+
+
+def _follow(path: str, coordinator: int, deaths: _Deaths, state: dict[str, Any]) -> tuple[bool, bool] | None:
+    """Follow the run until it ends: None when the coordinator finished it, else (whether the coordinator was
+    the first to die, whether it said it leaves on its own)."""
     wake: int | None = 0  # stdin: a byte per state change, EOF when the coordinator is gone
+    exited = False
     while True:
         ready, _, _ = select.select([coordinator, *deaths.fds, *([wake] if wake is not None else [])], [], [], POLL)
+        data = os.read(wake, 65536) if wake is not None and wake in ready else None
+        exited = exited or (data is not None and LEAVING in data)
         if coordinator in ready:
             first = not deaths.first
             deaths.ended(ready, coordinator=True)
-            return first
+            return first, exited or (wake is not None and data is None and _last_word(wake))
         deaths.ended(ready)
-        if wake is not None and wake in ready and not os.read(wake, 65536):
+        if data == b"":
             wake = None  # EOF: the coordinator closed it (done: the state says so, or is already removed) or died
             fresh = _read(path)
             if fresh is None or fresh.get("done"):
@@ -259,8 +289,11 @@ def _follow(path: str, coordinator: int, deaths: _Deaths, state: dict[str, Any])
         deaths.follow(state)
 
 
-def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_mpi: bool) -> str:
+def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_mpi: bool,
+             exited: bool = False) -> str:
+    """Who ended first and where. A coordinator that exited on its own (``exited``) is never said to be killed."""
     cell = state.get("cell")
+    gone = "exited before finishing its run" if exited else "was killed"
     known = {str(c["rank"]): c for c in [*state.get("job", []), *(cell or {}).get("clients", [])]}
     unit = "rank" if under_mpi else "client"
 
@@ -270,14 +303,14 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
         return f"{unit} {r} (pid {known[r]['pid']} on {known[r]['host']})"
 
     if first == ["coordinator"]:
-        what = f"{name('coordinator')} was killed"
+        what = f"{name('coordinator')} {gone}"
     elif first:
         who = " and ".join(name(r) for r in first)
         what = f"{who} died" + (" at the same moment" if len(first) > 1 else "")
     elif coordinator_first and under_mpi:
-        what = "rank 0 (the coordinator) was killed"
+        what = f"rank 0 (the coordinator) {gone}"
     elif coordinator_first:
-        what = "the storeval coordinator was killed"
+        what = f"the storeval coordinator {gone}"
     else:
         what = "a rank on another host died"
     where = f" during {state.get('phase') or 'the start'} of cell {cell['index']} ({cell['target']} · " \
