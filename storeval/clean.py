@@ -78,6 +78,7 @@ class RunDir:
     owner: dict[str, Any] | None = None
     bytes: int | None = None
     files: int | None = None
+    uploads: int = 0  # incomplete multipart uploads aborted with it (object stores)
 
 
 def read_owner(driver: Driver, run_dir: str) -> dict[str, Any] | None:
@@ -172,5 +173,6 @@ def remove_run_dir(driver: Driver, d: RunDir) -> bool:
         elif st is None or not st.is_dir:
             driver.remove_quietly(path)
     if hasattr(driver, "abort_stale_uploads"):  # S3: incomplete multipart uploads are invisible to listings
-        driver.abort_stale_uploads(f"{d.name}/")
+        aborted = driver.abort_stale_uploads(f"{d.name}/")
+        d.uploads = len(aborted) if isinstance(aborted, list) else 0
     return driver.rmdir_quietly(d.name) and not driver.exists(d.name)

@@ -452,7 +452,8 @@ def clean(
             else:
                 why = "something in it could not be removed"
             if gone:
-                print(f"removed {t.url}: {d.name} ({format_size(d.bytes or 0)})")
+                uploads = f", {d.uploads} incomplete upload(s) aborted" if d.uploads else ""
+                print(f"removed {t.url}: {d.name} ({format_size(d.bytes or 0)}{uploads})")
             else:
                 print(f"error: {t.url}: {d.name}: {why}", file=sys.stderr)
                 failed = True
