@@ -1,7 +1,8 @@
-"""Command line: ``storeval run`` (the main job), ``storeval report``, ``storeval workloads``.
+"""Command line: ``storeval run`` (the main job), ``storeval report``, ``storeval workloads``, ``storeval clean``.
 
 Every error the user can fix is printed as one line (``error: ...``) with exit
-code 2 for bad input, never as a traceback.
+code 2 for bad input, never as a traceback. A stop signal (Ctrl-C, SIGTERM,
+SIGHUP) ends any command with 128 + its number and no traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ import shlex
 import sys
 from typing import Optional
 
-import typer
+from . import interrupts
+
+if os.path.basename(sys.argv[0] if sys.argv else "") == "storeval":  # the installed program: stop signals are
+    interrupts.install()  # noted from its first moment (python -m storeval does this in __main__.py)
+
+import typer  # noqa: E402
 from rich.console import Console
 
 from . import __version__
@@ -80,8 +86,9 @@ def run(
     html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here (default: "
                                                                 "RESULTS/report-RUN_ID.html)."),
     no_html: bool = typer.Option(False, "--no-html", help="Do not write the HTML report."),
-    phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", help="Stop a cell whose phase runs longer "
-                                                                              "than this (e.g. 30m); default 1h."),
+    phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", help="Stop a cell when a client shows no "
+                                                                              "progress for this long (e.g. 30m); "
+                                                                              "default 1h."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no tables."),
     regenerate: bool = typer.Option(False, "--regenerate", help="Write the skim's ROOT event files anew even if "
                                                                 "matching ones are on the target."),
@@ -418,6 +425,109 @@ def workloads() -> None:
         console.print(table)
 
 
+@app.command()
+def clean(
+    targets: Optional[list[str]] = typer.Argument(None, metavar="TARGET...",
+                                                  help="Target URLs or paths, names of --study's targets, or study "
+                                                       "files (all their targets)."),
+    study: Optional[str] = typer.Option(None, "--study", help="Study file whose targets TARGET may name (without "
+                                                              "TARGET: all of them)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Remove without asking."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
+    force: bool = typer.Option(False, "--force", help="Also remove directories whose run cannot be proven dead from "
+                                                      "here (another host, no owner record); never a live run's."),
+) -> None:
+    """Remove the scratch directories (storeval-RUN/) that dead storeval runs left on targets."""
+    from .clean import measure, remove_run_dir, scan
+    from .drivers import make_driver
+    from .errors import one_line
+    from .units import format_size
+
+    chosen, failed = [], False
+    for t in _clean_targets(targets or [], study):
+        driver = make_driver(t.url, t.options)
+        try:
+            driver.connect()
+            dirs = scan(driver)
+        except Exception as e:  # noqa: BLE001 - one unreachable target does not keep the others dirty
+            print(f"error: target {t.name} ({t.url}): {one_line(e)}", file=sys.stderr)
+            failed = True
+            continue
+        if not dirs:
+            print(f"{t.url}: no storeval scratch directories")
+        for d in dirs:
+            if d.state == "dead" or (force and d.state == "unknown"):
+                measure(driver, d)
+                chosen.append((t, driver, d))
+                print(f"{t.url}: {d.name}  {format_size(d.bytes)} in {d.files} file(s)  {d.state}: {d.why}")
+            else:
+                hint = " (--force removes it)" if d.state == "unknown" else ""
+                print(f"{t.url}: {d.name}  kept, {d.state}: {d.why}{hint}")
+    total = sum(d.bytes or 0 for _, _, d in chosen)
+    what = f"{len(chosen)} director{'y' if len(chosen) == 1 else 'ies'} ({format_size(total)})"
+    if not chosen:
+        print("nothing to remove")
+    elif dry_run:
+        print(f"dry run: {what} would be removed")
+    else:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise InputError(f"clean: {what} to remove; confirm with --yes (there is no terminal to ask on)")
+            if not typer.confirm(f"remove {what}?", default=False):
+                print("nothing removed")
+                raise typer.Exit(EXIT_FAILED)
+        for t, driver, d in chosen:
+            try:
+                gone = remove_run_dir(driver, d)
+            except Exception as e:  # noqa: BLE001
+                gone, why = False, one_line(e)
+            else:
+                why = "something in it could not be removed"
+            if gone:
+                uploads = f", {d.uploads} incomplete upload(s) aborted" if d.uploads else ""
+                print(f"removed {t.url}: {d.name} ({format_size(d.bytes or 0)}{uploads})")
+            else:
+                print(f"error: {t.url}: {d.name}: {why}", file=sys.stderr)
+                failed = True
+    for driver in {id(drv): drv for _, drv, _ in chosen}.values():
+        try:
+            driver.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _clean_targets(items: list[str], study: str | None) -> list:
+    """The targets ``storeval clean`` names: URLs or paths, names of the study's targets, or study files."""
+    from .drivers import normalize_url
+    from .spec import make_target, read_yaml
+
+    def of_study(path: str) -> dict:
+        entries = read_yaml(path).get("targets") or {}
+        if not isinstance(entries, dict) or not entries:
+            raise InputError(f"{path}: defines no targets (clean a URL instead: storeval clean file:///path)")
+        return {str(n): make_target(str(n), e, f"targets.{n}") for n, e in entries.items()}
+
+    defined = of_study(study) if study else {}
+    if not items:
+        if not defined:
+            raise InputError("clean: name a target (a URL, a path, a study file, or --study FILE)")
+        return list(defined.values())
+    out = []
+    for item in items:
+        if item in defined:
+            out.append(defined[item])
+        elif item.endswith((".yaml", ".yml")) and os.path.isfile(item):
+            out += of_study(item).values()
+        else:
+            url = normalize_url(item)
+            if url.startswith("file://") and "://" not in item and not os.path.isdir(item):
+                raise InputError(f"clean {item}: no such directory" + (f" and not a target of {study}" if study else
+                                                                       " (give a target URL or path)"))
+            out.append(make_target(item, {"url": url}, f"clean {item}", f"clean {item}"))
+    return out
+
+
 testbed_app = typer.Typer(no_args_is_help=True, help="Real storage servers on 127.0.0.1: MinIO (S3), XRootD, HDFS.")
 app.add_typer(testbed_app, name="testbed")
 TESTBED_DIR_HELP = ("Directory holding the servers' data and state: new, empty or a testbed directory already "
@@ -504,10 +614,17 @@ def _mpi_rank() -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    interrupts.install()  # from here a stop signal raises only where the code can be interrupted (interrupts.py)
     command = typer.main.get_command(app)
     err = _console(stderr=True)
     try:
-        code = command.main(args=argv, prog_name="storeval", standalone_mode=False)
+        try:
+            with interrupts.interruptible():
+                code = command.main(args=argv, prog_name="storeval", standalone_mode=False)
+        except Exception:
+            if not interrupts.raised():
+                raise
+            code = EXIT_INTERRUPTED  # the interruption, handed on as a library's error (DuckDB: "Query interrupted")
     except TyperException as e:  # usage errors: unknown option, bad option value, missing argument
         if type(e).__name__ == "NoArgsIsHelpError":
             print(e.format_message() if hasattr(e, "format_message") else str(e))
@@ -516,18 +633,20 @@ def main(argv: list[str] | None = None) -> None:
             message = e.format_message() if hasattr(e, "format_message") else str(e)
             err.print(f"error: {_safe(' '.join(message.split()))} (see storeval --help)")
             code = EXIT_INPUT
-    except typer.Abort:
-        code = EXIT_INTERRUPTED
+    except typer.Abort:  # click's form of a KeyboardInterrupt
+        code = interrupts.exit_code(EXIT_INTERRUPTED)
     except StorevalError as e:
         if _mpi_rank() == 0:  # under mpiexec every rank meets the same mistake; one says it
             err.print(f"error: {_safe(e)}")
         code = e.exit_code
     except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
+        code = interrupts.exit_code(EXIT_INTERRUPTED)
     except Exception as e:  # a bug: say so in one line; STOREVAL_DEBUG=1 shows the traceback
         if os.environ.get("STOREVAL_DEBUG"):
             raise
         err.print(f"internal error (a bug in storeval, please report it): {type(e).__name__}: {_safe(e)} "
                   "(rerun with STOREVAL_DEBUG=1 for the traceback)")
         code = EXIT_FAILED
+    if code == EXIT_INTERRUPTED:  # a run stopped by SIGTERM (or SIGHUP) says so: 143 (129)
+        code = interrupts.exit_code(EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,22 +1,30 @@
 """Runs a planned study: cell by cell, through an engine, into the results store.
 
 The coordinator owns the scratch space: ``storeval-<run id>/`` under each
-target's path, one ``cell-NNNN/`` directory per cell. After every cell —
-finished, failed or interrupted — it asks the workload to remove whatever the
-cell may have left and removes the cell directory; at the end it removes the
-run directory. It removes nothing it did not create: names are storeval's own,
-and directories are removed only when empty.
+target's path (with an owner record that proves the run live, see clean.py),
+one ``cell-NNNN/`` directory per cell. After every cell — finished, failed or
+interrupted — it asks the workload to remove whatever the cell may have left
+and removes the cell directory; at the end it removes the run directory. It
+removes nothing it did not create: names are storeval's own, and directories
+are removed only when empty.
+
+Stop signals (see interrupts.py) are acted on only at safe points: between
+cells, by the engine between two polls of its clients, and while connecting to
+a target or laying out its data. A cell that was started is always cleaned up
+and stored, whatever arrives meanwhile.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import __version__
+from . import __version__, interrupts
+from .clean import claim_scratch, owner_record, release_scratch, scan
 from .drivers import Driver, join, make_driver
 from .drivers.base import TargetError, TargetUnreachable
 from .engine.clients import make_job
@@ -75,13 +83,15 @@ class Runner:
         driver.name = name
         try:
             driver.connect()
-            driver.ensure_dir(self.scratch)
+            with interrupts.deferred():  # the scratch directory and the driver that removes it go together
+                claim_scratch(driver, self.scratch, self.guard.owner())
+                self.drivers[name] = driver
         except Exception as e:  # noqa: BLE001 - a target that is down fails its cells, not the run
             self.connect_errors[name] = one_line(e) if isinstance(e, TargetError) else \
                 f"target {name} ({cell.target.url}): {one_line(e)}"
             raise StorevalError(self.connect_errors[name]) from e
-        self.drivers[name] = driver
         self.guard.target(cell)
+        self._warn_stale(cell, driver)
         self._finish_earlier_cleanups(driver, cell)
         driver.retry_server()  # an earlier run's leftovers that are still out of reach do not fail this cell
         try:  # what the server says it is, for the environment record (never credentials)
@@ -124,12 +134,27 @@ class Runner:
         self.events.append({"kind": "left-behind", "cell": cell, "message": message})
         self.ui.log(message)
 
+    def _warn_stale(self, cell: Cell, driver: Driver) -> None:
+        """One line per target about scratch directories of dead storeval runs there (storeval clean removes
+        them); the user's disk, not this run, is at stake, so a failure to look is not an error."""
+        try:
+            dead = [d.name for d in scan(driver, exclude=self.scratch) if d.state == "dead"]
+        except Exception:  # noqa: BLE001
+            return
+        if dead:
+            shown = ", ".join(dead[:3]) + (f" and {len(dead) - 3} more" if len(dead) > 3 else "")
+            message = (f"target {cell.target.name} ({cell.target.url}) holds {len(dead)} scratch "
+                       f"director{'y' if len(dead) == 1 else 'ies'} of dead storeval runs ({shown}); "
+                       f"remove them with: storeval clean {cell.target.url}")
+            self.events.append({"kind": "warning", "message": message})
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+
     def _release_targets(self) -> None:
         """Remove the run's scratch directory from every target and close the sessions. Never raises: what
         cannot be removed (a server that is gone) is recorded as left behind, and the run's results are written."""
         for name, driver in self.drivers.items():
             try:
-                if not driver.rmdir_quietly(self.scratch) and driver.exists(self.scratch):
+                if not release_scratch(driver, self.scratch) and driver.exists(self.scratch):
                     self.events.append({"kind": "warning",
                                         "message": f"could not remove {self.scratch} on {name}: not empty"})
             except Exception as e:  # noqa: BLE001 - a server that went away must not take the results with it
@@ -141,6 +166,8 @@ class Runner:
 
     # -- one cell ----------------------------------------------------------------------------------------
     def run_cell(self, cell: Cell) -> CellOutcome:
+        """Run, clean up and store one cell (inside ``run``'s deferred region: a stop signal interrupts only
+        the connection and the data layout here, and the engine's watch; the rest always completes)."""
         started = now()
         wl = make_workload(cell.kind, cell.params)
         planned = wl.steps()
@@ -149,14 +176,15 @@ class Runner:
         cell_dir = join(self.scratch, f"cell-{cell.index:04d}")
         driver: Driver | None = None
         try:
-            driver = self._driver(cell)
-            skips = wl.skipped(driver.caps)
-            to_run = [st for st in planned if st[0] not in skips]
-            key = wl.target_data_key()
-            if to_run and key is not None:
-                fresh = (cell.target.name, key) not in self.prepared
-                wl.prepare_target(driver, regenerate=self.regenerate and fresh, log=self.ui.log)
-                self.prepared.add((cell.target.name, key))
+            with interrupts.interruptible():
+                driver = self._driver(cell)
+                skips = wl.skipped(driver.caps)
+                to_run = [st for st in planned if st[0] not in skips]
+                key = wl.target_data_key()
+                if to_run and key is not None:
+                    fresh = (cell.target.name, key) not in self.prepared
+                    wl.prepare_target(driver, regenerate=self.regenerate and fresh, log=self.ui.log)
+                    self.prepared.add((cell.target.name, key))
             if to_run:
                 driver.ensure_dir(cell_dir)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
@@ -167,10 +195,10 @@ class Runner:
                                                on_clients=self.guard.clients)
             else:
                 outcome = CellOutcome(status="ok")
-        except KeyboardInterrupt:  # an engine that did not catch it itself (MPI): the phase is the guard's
+        except KeyboardInterrupt as e:  # a stop signal while connecting or laying out data (or Python's own Ctrl-C)
             label = self.guard.state.get("phase")
             step = next((st for st in planned if label in (st[0], f"{st[0]} (iteration {st[1] + 1})")), None)
-            outcome = CellOutcome(status="interrupted", error="interrupted by the user (Ctrl-C)", failed_step=step)
+            outcome = CellOutcome(status="interrupted", error=str(e) or interrupts.reason(None), failed_step=step)
         except Exception as e:  # noqa: BLE001 - one cell's failure must not stop the others
             outcome = CellOutcome(status="failed", error=one_line(e))
         finally:
@@ -212,40 +240,52 @@ class Runner:
 
     # -- the run ---------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        """Run every cell. The whole run is a deferred region (see interrupts.py): a stop signal stops the
+        running cell at the engine's next poll, or the run before its next cell — never half a cell."""
         env = collect_environment(self.study, self.command_line)
-        self.store.begin_run(self.run_id, study=self.study.resolved(), study_hash=self.study.hash(),
-                             version=__version__, command_line=self.command_line, source=self.study.source,
-                             engine=self.engine.name, environment=env)
         status, failed, fatal = "ok", 0, None
-        self.guard.start()
         done = 0
-        try:
-            with self.ui:
-                for cell in self.cells:
-                    outcome = self.run_cell(cell)
-                    done += 1
-                    if outcome.status == "failed":
-                        failed += 1
-                    if outcome.fatal:
-                        fatal = outcome.error
-                        break
-                    if outcome.status == "interrupted" or outcome.stop_requested:
-                        status = "interrupted"
-                        break
-        except KeyboardInterrupt:
-            status = "interrupted"
-        finally:
-            self._store_not_run(self.cells[done:], "the job was aborted" if fatal else "the run was interrupted")
-            self._release_targets()
-            if self.events:
-                self.store.add_events(self.run_id, self.events)
-            if status == "ok" and failed:
-                status = "failed"
-            self.store.end_run(self.run_id, status)
-            try:  # what a busy or full store held is stored now (a bounded wait), else one line says where it is
-                self.store.settle()
-            finally:  # the watchdog stays on duty while the coordinator waits for the store
-                self.guard.done()
+        begun = False
+        with interrupts.deferred():
+            try:
+                self.store.begin_run(self.run_id, study=self.study.resolved(), study_hash=self.study.hash(),
+                                     version=__version__, command_line=self.command_line, source=self.study.source,
+                                     engine=self.engine.name, environment=env)
+                begun = True
+                self.guard.start()
+                with self.ui:
+                    for cell in self.cells:
+                        if interrupts.requested():  # a stop signal came between cells: this is the safe point
+                            interrupts.take()
+                            status = "interrupted"
+                            break
+                        outcome = self.run_cell(cell)
+                        done += 1
+                        if outcome.status == "failed":
+                            failed += 1
+                        if outcome.status == "interrupted" or outcome.stop_requested:
+                            interrupts.take()  # already acted upon: the run stops here
+                            status = "interrupted"
+                        if outcome.fatal:
+                            fatal = outcome.error
+                        if fatal or status == "interrupted":
+                            break
+            except KeyboardInterrupt:  # storeval used without interrupts.install(): Python's own Ctrl-C
+                status = "interrupted"
+            finally:
+                if begun:
+                    self._store_not_run(self.cells[done:], "the job was aborted" if fatal else "the run was interrupted")
+                    self._release_targets()
+                    if self.events:
+                        self.store.add_events(self.run_id, self.events)
+                    if status == "ok" and failed:
+                        status = "failed"
+                    self.store.end_run(self.run_id, status)
+                try:  # what a busy or full store held is stored now (a bounded wait), else one line says where it is
+                    if begun:
+                        self.store.settle()
+                finally:  # the watchdog stays on duty while the coordinator waits for the store
+                    self.guard.done()
         return RunResult(run_id=self.run_id, status=status, cells=len(self.cells), failed=failed, fatal=fatal,
                          not_run=len(self.cells) - done)
 
@@ -275,23 +315,37 @@ class _Guard:
                                       "scratch": runner.scratch, "targets": [], "cell": None, "phase": None,
                                       "done": False}
         self.proc: Any = None
+        self._owner: dict[str, Any] | None = None
 
     def _save(self) -> None:
         if self.proc is not None:
-            try:
-                watchdog.save_state(self.path, self.state)
-                self.proc.stdin.write(b".")  # wake it: it follows at once, not at its next poll
-                self.proc.stdin.flush()
-            except (OSError, ValueError):
-                pass
+            with interrupts.deferred():  # never half a state file, never a .tmp left behind
+                try:
+                    watchdog.save_state(self.path, self.state)
+                    os.write(self.proc.stdin.fileno(), b".")  # wake it: it follows at once, not at its next poll
+                except (OSError, ValueError):  # a full pipe (it is busy) or a gone watchdog
+                    pass
 
     def start(self) -> None:
+        """Start the watchdog and wait until it follows this process (called in a deferred region)."""
         self.state["job"] = getattr(self.runner.engine, "processes", lambda: [])()
         try:
             watchdog.save_state(self.path, self.state)
         except OSError:
             return  # no watchdog; the run itself is unaffected
         self.proc = watchdog.start(self.path)
+        if self.proc is None:
+            self._unlink()
+            return
+        os.set_blocking(self.proc.stdin.fileno(), False)  # a busy watchdog never blocks the run
+        watchdog.wait_ready(self.proc, stop=interrupts.requested)  # a run about to stop needs no wait
+        self.proc.stdout.close()
+
+    def owner(self) -> dict[str, Any]:
+        """The owner record of this run's scratch directories (see clean.py)."""
+        if self._owner is None:
+            self._owner = owner_record(self.runner.run_id, self.proc.pid if self.proc is not None else None)
+        return self._owner
 
     def target(self, cell: Cell) -> None:
         self.state["targets"].append({"name": cell.target.name, "url": cell.target.url,
@@ -321,6 +375,7 @@ class _Guard:
         return on_progress
 
     def done(self) -> None:
+        """Tell the watchdog the run is over (the state says done, then EOF) and remove the state file."""
         if self.proc is None:
             return
         self.state["done"] = True
@@ -330,9 +385,12 @@ class _Guard:
         except OSError:
             pass
         try:
-            self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - it leaves by itself at its next poll
+            self.proc.wait(timeout=2)  # it leaves at once; on a busy machine it may do so after this process
+        except Exception:  # noqa: BLE001
             pass
+        self._unlink()
+
+    def _unlink(self) -> None:
         for path in (self.path, f"{self.path}.tmp"):
             try:
                 os.unlink(path)

