@@ -116,7 +116,7 @@ class Runner:
             try:
                 make_workload(kind, params).cell_cleanup(driver, cell_dir, clients)
                 driver.rmdir_quietly(cell_dir)
-                driver.rmdir_quietly(scratch)
+                release_scratch(driver, scratch)  # the ended run's owner record goes with its last leftovers
                 self.store.add_events(run_id, [{"kind": "cleaned-up", "cell": cell_id, "message":
                                                 f"removed what this cell left on {name}, during run {self.run_id}"}])
             except Exception as e:  # noqa: BLE001 - still unreachable, or no longer ours to judge: stays recorded

@@ -128,10 +128,13 @@ def test_sparse_event_reading(tmp_path, target):
     assert sparse["bytes_needed"] > 0.5 * full["bytes_needed"]
 
 
-def test_cpu_per_event_raises_cpu_efficiency(tmp_path, target):
+def test_cpu_per_event_spends_that_cpu_on_every_event(tmp_path, target):
+    """The analysis cost is CPU time, not wall time, so this holds on a busy host too (where the efficiency itself,
+    CPU ÷ wall, honestly falls with the share of a core the client gets)."""
     doc, _ = run_skim(tmp_path, str(target), *SMALL, "--set", "cpu_per_event=200us", clients="1")
     busy = skim_phase(doc)
-    assert busy["cpu_efficiency"] > 0.8 and busy["events_per_s"] < 1 / 200e-6
+    assert busy["cpu_seconds"] / busy["events"] >= 200e-6 and busy["events_per_s"] < 1 / 200e-6
+    assert 0 < busy["cpu_efficiency"] <= 1.05
 
 
 @pytest.mark.parametrize("compression", ["lz4", "zstd", "none"])

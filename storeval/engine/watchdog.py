@@ -32,6 +32,8 @@ from typing import Any
 
 import psutil
 
+from ..redact import redact_text, visible
+
 POLL = 0.2
 LEAVING = b"!"  # the coordinator's last word on the wake pipe when it exits on its own (not killed)
 
@@ -233,7 +235,7 @@ def main(path: str, pid: int, created: float) -> int:
     _record(state, message)
     tail = "storeval removed its files" if removed else "some of storeval's files could not be removed"
     try:
-        os.write(2, f"error: {message}; {tail}\n".encode())
+        os.write(2, f"error: {visible(redact_text(message))}; {tail}\n".encode())  # names are data
     except OSError:
         pass
     try:
