@@ -324,3 +324,5 @@ def test_storage_side_figures_of_a_real_skim(tmp_path, target):
     (summary,) = doc["summary"]
     assert summary["io_wait_seconds"]["mean"] == wait and summary["requests"]["mean"] == ph["requests"]
     assert "I/O wait" in output and "MB/s I/O-bound" in output
+    (html,) = (tmp_path / "storeval-results").glob("report-*.html")  # the HTML prints the same rows
+    assert "<th>I/O wait</th>" in html.read_text() and "<th>MB/s I/O-bound</th>" in html.read_text()
