@@ -183,7 +183,8 @@ class Runner:
                 key = wl.target_data_key()
                 if to_run and key is not None:
                     fresh = (cell.target.name, key) not in self.prepared
-                    wl.prepare_target(driver, regenerate=self.regenerate and fresh, log=self.ui.log)
+                    wl.prepare_target(driver, regenerate=self.regenerate and fresh, log=self.ui.log,
+                                      clients=cell.clients)
                     self.prepared.add((cell.target.name, key))
             if to_run:
                 driver.ensure_dir(cell_dir)

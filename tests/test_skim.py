@@ -169,7 +169,160 @@ def test_same_skim_on_every_testbed_server(tmp_path, testbed_targets):
         driver.connect()
         params = doc["cells"][0]["params"]
         g = GenParams(files=2, file_size=2 << 20, cluster_size=256 << 10, compression=params["compression"],
-                      compression_level=params["compression_level"], seed=params["random_seed"])
+                      compression_level=params["compression_level"], seed=params["random_seed"],
+                      layout=GenParams.pairs(driver.layout()))  # each target's files where its layout puts them
         assert len(read_manifest(driver, g.directory())["files"]) == 2
         driver.shutdown()
     assert os.path.exists(out)
+
+
+# -- issue 13: each client its own files, data sets keyed on the target's layout, client-bound and storage-side figures
+
+def test_files_per_client_gives_each_client_its_own_files_and_the_pool_grows(tmp_path, target):
+    tiny = ["--set", "file_size=1MiB", "--set", "cluster_size=256KiB"]
+    doc, output = run_skim(tmp_path, str(target), *tiny, "--set", "files_per_client=1", clients="2")
+    assert "writing 2 ROOT event file(s)" in output
+    doc, output = run_skim(tmp_path, str(target), *tiny, "--set", "files_per_client=1", clients="3")
+    assert "writing 1 ROOT event file(s)" in output and "beside the 2 there" in output  # only the missing file
+    ph = skim_phase(doc)
+    assert [c["files_order"] for c in ph["client_stats"]] == [["events-000.root"], ["events-001.root"],
+                                                              ["events-002.root"]]
+    assert [w for w in ph["warnings"] if w["code"] == "shared-files"] == []  # the clean twin: nothing shared
+    (directory,) = (target / "storeval-data").iterdir()
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert [f["name"] for f in manifest["files"]] == [f"events-{i:03d}.root" for i in range(3)]
+    assert manifest["layout"] == {}  # a file-system target: no option changes how files sit
+    # the flawed run: three clients re-reading the same two files (and the same pool: nothing written)
+    doc, output = run_skim(tmp_path, str(target), *tiny, "--set", "files=2", clients="3")
+    assert "writing" not in output
+    ph = skim_phase(doc)
+    (shared,) = [w for w in ph["warnings"] if w["code"] == "shared-files"]
+    from storeval.units import format_size
+
+    assert shared["message"] == (
+        f"3 clients read 2 files: each file was read by 3 clients; {format_size(ph['bytes_moved'])} of the "
+        f"{format_size(ph['bytes_needed'])} needed came from disk. One client's reads warm the caches another reads "
+        "from, so these figures are partly those of data in memory; set files_per_client to give each client its own "
+        "files (the seeds' one file per job)")
+    assert "⚠ shared-files" in output
+
+
+def test_files_and_files_per_client_together_are_refused(tmp_path, target):
+    r = storeval("run", "--target", str(target), "--workload", "skim", "--set", "files=2", "--set",
+                 "files_per_client=1", cwd=tmp_path)
+    assert r.rc == 2
+    assert r.err_lines == ["error: --workload skim: set files (every client reads all of them) or files_per_client "
+                             "(each client its own files), not both"]
+    assert not (target / "storeval-data").exists()
+
+
+def test_a_dataset_is_keyed_on_the_targets_layout(tmp_path, target):
+    """Files written with one layout are never reused for another: a different directory, the layout recorded."""
+    from storeval.workloads.rootfiles import ensure_dataset
+
+    driver = make_driver(f"file://{target}", {})
+    driver.connect()
+    g = lambda layout: GenParams(files=1, file_size=512 << 10, cluster_size=128 << 10, compression="zlib",
+                                 compression_level=4, seed=0, layout=GenParams.pairs(layout))
+    said: list[str] = []
+    one = ensure_dataset(driver, g({"replication": 1, "block_size": None}), log=said.append)
+    two = ensure_dataset(driver, g({"replication": 2, "block_size": None}), log=said.append)
+    again = ensure_dataset(driver, g({"block_size": None, "replication": 1}), log=said.append)
+    assert len(said) == 2 and "replication 1, block_size default" not in said[0]  # sorted: block_size first
+    assert "(zlib; block_size default, replication 1)" in said[0] and "replication 2)" in said[1]
+    assert one["layout"] == {"block_size": None, "replication": 1} and two["layout"]["replication"] == 2
+    assert again == one
+    dirs = {g({"replication": r, "block_size": None}).directory() for r in (1, 2)} | {g({}).directory()}
+    assert len(dirs) == 3
+    assert sorted(p.name for p in (target / "storeval-data").iterdir()) == sorted(d.split("/")[-1] for d in dirs
+                                                                               if d != g({}).directory())
+    driver.shutdown()
+
+
+def test_hdfs_datasets_of_replication_1_and_2_are_apart_and_have_their_replication(tmp_path, testbed_targets):
+    hdfs = testbed_targets["hdfs"]
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"targets": {"r1": {**hdfs, "replication": 1}, "r2": {**hdfs, "replication": 2}}}))
+    out = tmp_path / "out.json"
+    args = ("--workload", "skim", "--clients", "1", "--set", "files=1", "--set", "file_size=1MiB", "--set",
+            "cluster_size=256KiB", "--set", "random_seed=1313", "--json", str(out))
+    r = storeval("run", str(study), *args, cwd=tmp_path, timeout=900)
+    assert r.rc == 0, r.err
+    assert (r.out + r.err).count("writing 1 ROOT event file(s)") == 2  # replication 2 did not reuse replication 1's
+    from hdfs_native import Client
+
+    for name, replication in (("r1", 1), ("r2", 2)):
+        driver = make_driver(hdfs["url"], {"replication": replication})
+        driver.connect()
+        layout = driver.layout()
+        assert layout == {"replication": replication, "block_size": None}
+        g = GenParams(files=1, file_size=1 << 20, cluster_size=256 << 10, compression="zlib", compression_level=4,
+                      seed=1313, layout=GenParams.pairs(layout))
+        manifest = read_manifest(driver, g.directory())
+        assert manifest["layout"] == layout
+        status = Client(driver.namenode).get_file_info(driver.native(f"{g.directory()}/events-000.root"))
+        assert status.replication == replication and status.length == manifest["files"][0]["bytes"]
+        driver.shutdown()
+    r = storeval("run", str(study), *args, cwd=tmp_path, timeout=900)  # each target reuses its own
+    assert r.rc == 0, r.err
+    assert "writing" not in r.out + r.err
+
+
+def _skim_record(rank: int, cpu: float, name: str) -> "PhaseRecord":
+    from storeval.engine.records import NS, PhaseRecord
+    from storeval.histogram import Histogram
+
+    hist = Histogram()
+    hist.record(1_000_000)
+    return PhaseRecord(rank=rank, host="h", phase="skim", bytes=50_000_000, ops=100, start_ns=0, end_ns=10 * NS,
+                       barrier_ns=10 * NS, cpu_user=cpu, hist=hist,
+                       extra={"events": 100_000, "bytes_needed": 40_000_000, "bytes_requested": 50_000_000,
+                              "bytes_moved": None, "requests": 120, "io_wait_ns": 2 * NS, "files_order": [name],
+                              "counters": {"read-numOperations": 100, "readv-numOperations": 0}, "cache": "none"})
+
+
+@pytest.mark.parametrize("cpu, bound", [(9.5, True), (3.0, False)])
+def test_client_bound_is_said_beside_events_per_second_with_the_storage_side_figures(cpu, bound):
+    from storeval.analysis.figures import cell_figures, summarize_run
+    from storeval.report.terminal import phase_tables
+    from storeval.store import CellRow
+
+    records = [_skim_record(0, cpu, "events-000.root"), _skim_record(1, cpu, "events-001.root")]
+    cell = CellRow(cell_id=1, config=0, target="t", target_url="file:///t", workload="skim", kind="skim",
+                   params={"strategy": "ttreecache"}, factors={"clients": 2}, clients=2, repetition=0, status="ok",
+                   error=None, phases=[("skim", 0, "ok", None)], records=records)
+    figures = cell_figures(cell)
+    ph = figures.phases[0].as_dict()
+    assert ph["client_cpu_share"] == cpu / 10 and ph["client_bound"] is bound
+    assert [w["code"] for w in ph["warnings"]] == (["client-bound"] if bound else [])
+    # what the client does not change: bytes, requests, the time waiting on I/O and the rate while waiting
+    assert ph["bytes_requested"] == 100_000_000 and ph["requests"] == 240
+    assert ph["io_wait_seconds"] == 4.0 and ph["io_wait_fraction"] == 0.2
+    assert ph["io_bound_MBps"] == 100_000_000 / 1e6 / 2.0
+    assert [c["io_wait_seconds"] for c in ph["client_stats"]] == [2.0, 2.0]
+    assert [c["io_bound_MBps"] for c in ph["client_stats"]] == [25.0, 25.0]
+    (table,) = phase_tables(summarize_run([figures]))
+    row = dict(zip(table["columns"], table["rows"][0]))
+    assert row["events/s"] == ("20,000 (client-bound, CPU 95%)" if bound else "20,000")
+    assert row["requests"] == "240" and row["I/O wait"] == "20%" and row["MB/s I/O-bound"] == "50.0"
+
+
+def test_storage_side_figures_of_a_real_skim(tmp_path, target):
+    doc, output = run_skim(tmp_path, str(target), *SMALL[2:], "--set", "files_per_client=1", clients="2")
+    ph = skim_phase(doc)
+    c = ph["counters"]
+    assert ph["requests"] == c["read-numOperations"] + c["readv-numOperations"] + c["open-numOperations"] > 0
+    assert ph["requests"] == sum(s["requests"] for s in ph["client_stats"])
+    for s in ph["client_stats"]:
+        assert 0 < s["io_wait_seconds"] <= s["seconds"]
+        assert s["io_bound_MBps"] == s["bytes_requested"] / 1e6 / s["io_wait_seconds"]
+    wait = sum(s["io_wait_seconds"] for s in ph["client_stats"])
+    assert ph["io_wait_seconds"] == wait and ph["io_wait_fraction"] == wait / (ph["seconds"] * 2)
+    assert ph["io_bound_MBps"] == ph["bytes_requested"] / 1e6 / (wait / 2)
+    assert isinstance(ph["client_bound"], bool) and ph["client_bound"] == any(
+        w["code"] == "client-bound" for w in ph["warnings"])
+    (summary,) = doc["summary"]
+    assert summary["io_wait_seconds"]["mean"] == wait and summary["requests"]["mean"] == ph["requests"]
+    assert "I/O wait" in output and "MB/s I/O-bound" in output
+    (html,) = (tmp_path / "storeval-results").glob("report-*.html")  # the HTML prints the same rows
+    assert "<th>I/O wait</th>" in html.read_text() and "<th>MB/s I/O-bound</th>" in html.read_text()

@@ -172,6 +172,10 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
     if workload is not None:
         moved_bytes = moved(fig.probes, where or {}, direction) if direction else None
         fig.extra = workload.phase_extra([c.extra for c in fig.client_stats], seconds, moved_bytes)
+        for key, into in (("warnings", fig.warnings), ("flags", fig.flags)):  # the workload's own, e.g. shared-files
+            into += [w for w in fig.extra.pop(key, []) if w not in into]
+        if fig.extra.get("client_cpu_share") is not None:  # beside the rate the client's CPU may have set
+            fig.extra["client_bound"] = any(w["code"] == "client-bound" for w in fig.warnings)
     fig.client_MiBps = mean_stderr([c.MiBps for c in fig.client_stats])
     fig.client_ops_per_s = mean_stderr([c.ops_per_s for c in fig.client_stats])
     return fig

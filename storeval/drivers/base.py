@@ -323,6 +323,12 @@ class Driver(ABC):
         """What the target says about itself (server, version, file system), for the environment record."""
         return {"url": self.url, "driver": self.scheme}
 
+    def layout(self) -> dict[str, Any]:
+        """The target's options that change how data sits on it (replication, block size, stripe, part size …),
+        by name; data laid out once and reused (the skim's event files) is keyed on them, so files written one
+        way are never read as if written another. Empty when no option changes the layout."""
+        return {}
+
     def require(self, capability: str, what: str) -> None:
         """Raise CapabilityError unless this target has ``capability``."""
         if not getattr(self.caps, capability):

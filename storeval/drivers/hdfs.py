@@ -150,6 +150,11 @@ class HdfsDriver(Driver):
                 "server": "unknown (the HDFS RPC protocol does not name the server version)",
                 "replication": self.options.replication, "block_size": self.options.block_size}
 
+    def layout(self) -> dict[str, Any]:
+        """Replication and block size (None: the cluster's default): files with 1 replica read differently
+        from files with 3 (a reader may pick among datanodes)."""
+        return {"replication": self.options.replication, "block_size": self.options.block_size}
+
     # -- data ---------------------------------------------------------------------------------------
     def _write_options(self) -> WriteOptions:
         return WriteOptions(replication=self.options.replication, block_size=self.options.block_size, overwrite=True)

@@ -62,6 +62,11 @@ class PosixDriver(Driver):
     def _p(self, path: str) -> str:
         return os.path.join(self.root, path) if path else self.root
 
+    def layout(self) -> dict:
+        """No option of a file-system target changes how its files sit (striping is the directory's, set
+        outside storeval)."""
+        return {}
+
     def describe(self) -> dict:
         st = os.statvfs(self.root)
         return {"url": self.url, "driver": self.scheme, "path": self.root,

@@ -248,6 +248,11 @@ class S3Driver(Driver):
                 conn.close()
         return out
 
+    def layout(self) -> dict[str, Any]:
+        """The multipart part size: an object is stored as parts of this size (erasure-coded and served per
+        part by MinIO and others), so ranged reads of it cross part boundaries where it says."""
+        return {"part_size": self.options.part_size}
+
     # -- data -------------------------------------------------------------------------------------------
     def open(self, path: str, mode: str, *, direct: bool = False) -> S3Handle:
         if mode == "r":

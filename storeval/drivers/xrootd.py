@@ -122,6 +122,10 @@ class XrootdDriver(Driver):
     def shutdown(self) -> None:
         self.fs = None
 
+    def layout(self) -> dict[str, Any]:
+        """No option of an XRootD target changes how its files sit (the server's configuration does)."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"url": self.url, "driver": self.scheme, "server": self.server,
                                "readv_iov_max": self.iov_max, "readv_ior_max": self.ior_max}

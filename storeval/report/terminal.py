@@ -26,7 +26,10 @@ HOW_MEASURED = {
                   "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
     "skim": ("events/s and MB/s (bytes requested / wall, 10^6 B) over all clients; per client: mean ± stderr of the "
              "clients' MB/s, as the seed studies report it; CPU eff. = client CPU seconds / wall seconds; amplification"
-             " = bytes requested (req.) or moved by the client's storage stack (moved) / bytes the selected baskets need."),
+             " = bytes requested (req.) or moved by the client's storage stack (moved) / bytes the selected baskets need."
+             " client-bound: the clients were busy on CPU (share of their wall time) and may have set events/s. "
+             "Storage-side figures, whatever the client: requests made, I/O wait = the clients' time inside driver "
+             "reads / their wall time, MB/s I/O-bound = bytes requested / the clients' mean I/O wait."),
     "copy": ("MiB/s: aggregate = bytes of all workers / (last end − first start), staggered starts included; per "
              "worker: each worker's bytes over its own copy time, mean over workers; CPU: client CPU seconds per GB moved."),
     "metadata": ("ops/s: operations of all clients / (exit of the closing barrier − first client start), mdtest's rate; "
@@ -78,7 +81,9 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
                                 f"the busiest made by then; the item count is an upper bound)" if mp.deadline else "")]
         return ", ".join(text for keys, text in parts if text and not keys & exclude)
     if kind == "skim":
-        parts = [({"files", "file_size"}, f"{p.get('files')} file(s) of {format_size_compact(p.get('file_size', 0))}"),
+        files = (f"{p['files_per_client']} file(s) per client, its own" if p.get("files_per_client")
+                 else f"{p.get('files') or 3} file(s) read by every client")
+        parts = [({"files", "files_per_client", "file_size"}, f"{files}, of {format_size_compact(p.get('file_size', 0))}"),
                  ({"compression", "compression_level"}, f"{p.get('compression')} {p.get('compression_level')}"),
                  ({"cluster_size"}, f"clusters of {format_size_compact(p.get('cluster_size', 0))}"),
                  ({"fraction", "event_fraction"}, f"{p['event_fraction']:.0%} of the events" if p.get("event_fraction")
@@ -266,6 +271,21 @@ def fmt_per_client(r: ConfigSummary) -> str:
     return f"{sig(mean.mean)} ± {sig(err.mean, 2)}" if err is not None else sig(mean.mean)
 
 
+def fmt_share(s: Summary | None) -> str:
+    """A fraction as a percentage, mean over repetitions."""
+    return f"{s.mean:.0%}" if s is not None else "–"
+
+
+def fmt_events(r: ConfigSummary) -> str:
+    """The skim's events/s, and beside it whether the client's CPU set it: events/s of a client-bound skim
+    measure the client (how it is written, the host's CPUs) as much as the storage."""
+    text = fmt_summary(r.extras.get("events_per_s"))
+    if any(w["code"] == "client-bound" for w in r.warnings):
+        share = r.extras.get("client_cpu_share")
+        text += f" (client-bound, CPU {share.mean:.0%})" if share is not None else " (client-bound)"
+    return text
+
+
 def _stat(attr: str, which: str):
     def cell(r: ConfigSummary) -> str:
         s = getattr(r, attr)
@@ -279,13 +299,16 @@ RATE_COLUMNS = {
                   ("ops/s", lambda r: fmt_summary(r.ops_per_s))],
     "copy": [("MiB/s", lambda r: fmt_summary(r.bandwidth)), ("per worker MiB/s", lambda r: fmt_summary(r.per_client_MiBps)),
              ("CPU s/GB", lambda r: fmt_summary(r.cpu_seconds_per_GB))],
-    "skim": [("events/s", lambda r: fmt_summary(r.extras.get("events_per_s"))),
+    "skim": [("events/s", lambda r: fmt_events(r)),
              ("MB/s", lambda r: fmt_summary(r.extras.get("MBps"))),
              ("MB/s per client", lambda r: fmt_per_client(r)),
              ("CPU eff.", lambda r: fmt_summary(r.extras.get("cpu_efficiency"))),
              ("needed MB", lambda r: fmt_summary(r.extras.get("bytes_needed"), 1e-6)),
              ("ampl. req./moved", lambda r: f"{fmt_summary(r.extras.get('request_amplification'))} / "
-                                            f"{fmt_summary(r.extras.get('read_amplification'))}")],
+                                            f"{fmt_summary(r.extras.get('read_amplification'))}"),
+             ("requests", lambda r: fmt_summary(r.extras.get("requests"))),
+             ("I/O wait", lambda r: fmt_share(r.extras.get("io_wait_fraction"))),
+             ("MB/s I/O-bound", lambda r: fmt_summary(r.extras.get("io_bound_MBps")))],
     # mdtest's SUMMARY: max, min, mean and standard deviation of the rate
     "metadata": [("max ops/s", _stat("ops_per_s", "max")), ("min ops/s", _stat("ops_per_s", "min")),
                  ("mean ops/s", _stat("ops_per_s", "mean")), ("std dev", _stat("ops_per_s", "stddev"))],

@@ -155,8 +155,10 @@ class Workload(ABC):
         """Total (bytes, ops) of a phase across clients, for progress bars; 0 when unknown."""
         return 0, 0
 
-    def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None) -> None:
-        """Untimed work on the target before a cell (e.g. writing input files that later cells reuse)."""
+    def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None,
+                       clients: int = 1) -> None:
+        """Untimed work on the target before a cell of ``clients`` clients (e.g. writing input files that later
+        cells reuse)."""
 
     def target_data_key(self) -> str | None:
         """Identity of the input data ``prepare_target`` lays out, so a run regenerates it once, not per cell."""

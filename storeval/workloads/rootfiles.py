@@ -8,8 +8,13 @@ one basket per branch per ``extend``, so every cluster of ``cluster_size`` uncom
 basket of each branch — the unit the access strategies read.
 
 A dataset lives in ``storeval-data/skim-<hash>/`` on the target, where the hash covers every generation
-parameter; ``manifest.json`` records the parameters, the files with their sizes and SHA-256 checksums, and
-the branches. Later cells whose parameters match reuse it (sizes are checked); ``--regenerate`` rewrites it.
+parameter but the number of files, and the target's layout (``Driver.layout()``: the options that change how
+data sits on it, such as HDFS replication and block size), so files written one way are never reused for a
+target that would have written them another. File ``i`` depends only on the parameters and ``i``, so a
+dataset is a pool that grows: a cell needing more files than are there adds the missing ones, and a cell
+needing fewer reads the first ones. ``manifest.json`` records the parameters, the layout, the files with
+their sizes and SHA-256 checksums. Later cells whose parameters and layout match reuse it (sizes are
+checked); ``--regenerate`` rewrites it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import uproot
 
 from ..drivers.base import Driver, join
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the directory's hash leaves out the file count and covers the layout
 TREE = "Events"
 DATA_DIR = "storeval-data"
 COMPRESSIONS = {"zlib": lambda lvl: uproot.ZLIB(lvl), "lz4": lambda lvl: uproot.LZ4(lvl),
@@ -120,16 +125,26 @@ def _branch_types(batch: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class GenParams:
-    files: int
+    files: int  # how many files of the pool are needed (the pool may hold more)
     file_size: int
     cluster_size: int
     compression: str
     compression_level: int
     seed: int
+    layout: tuple[tuple[str, Any], ...] = ()  # the target's Driver.layout(), as sorted (name, value) pairs
+
+    @staticmethod
+    def pairs(layout: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted(layout.items()))
+
+    def content(self) -> dict[str, Any]:
+        """What the bytes of every file depend on (all but the count and the layout)."""
+        return {"file_size": self.file_size, "cluster_size": self.cluster_size, "compression": self.compression,
+                "compression_level": self.compression_level, "seed": self.seed}
 
     def key(self) -> str:
-        blob = json.dumps({**self.__dict__, "schema": SCHEMA_VERSION}, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        blob = {**self.content(), "schema": SCHEMA_VERSION, **({"layout": dict(self.layout)} if self.layout else {})}
+        return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12]
 
     def directory(self) -> str:
         return join(DATA_DIR, f"skim-{self.key()}")
@@ -179,31 +194,49 @@ def read_manifest(driver: Driver, directory: str) -> dict[str, Any] | None:
 
 
 def ensure_dataset(driver: Driver, g: GenParams, *, regenerate: bool = False, log=lambda message: None) -> dict[str, Any]:
-    """The manifest of a dataset with these parameters on ``driver``'s target, generating it if needed."""
+    """The manifest of a dataset with these parameters and layout on ``driver``'s target holding at least
+    ``g.files`` files, writing the missing ones (all of them with ``regenerate``)."""
     directory = g.directory()
     manifest = None if regenerate else read_manifest(driver, directory)
-    if manifest is not None and manifest.get("params") == g.__dict__:
-        try:
-            if all(driver.stat(join(directory, f["name"])).size == f["bytes"] for f in manifest["files"]):
-                return manifest
-        except FileNotFoundError:
-            pass
-    log(f"writing {g.files} ROOT event file(s) of about {g.file_size / 2**20:.0f} MiB ({g.compression}) "
-        f"to {driver.url}/{directory}")
+    files: list[dict[str, Any]] = []
+    if (manifest is not None and manifest.get("schema") == SCHEMA_VERSION and manifest.get("params") == g.content()
+            and manifest.get("layout") == dict(g.layout)):
+        files = _intact(driver, directory, manifest.get("files", []))
+        if len(files) >= g.files:
+            return manifest
+    count = g.files - len(files)
+    layout = ", ".join(f"{k} {'default' if v is None else v}" for k, v in g.layout)
+    log(f"writing {count} ROOT event file(s) of about {g.file_size / 2**20:.0f} MiB ({g.compression}"
+        f"{'; ' + layout if layout else ''}) to {driver.url}/{directory}"
+        + (f", beside the {len(files)} there" if files else ""))
     for d in (DATA_DIR, directory):
         driver.ensure_dir(d)
-    files = []
+    manifest = {"schema": SCHEMA_VERSION, "params": g.content(), "layout": dict(g.layout), "tree": TREE,
+                "files": files, "generated_at": datetime.now(timezone.utc).isoformat()}
     with tempfile.TemporaryDirectory(prefix="storeval-skim-") as tmp:
-        for i in range(g.files):
+        for i in range(len(files), g.files):
             local = os.path.join(tmp, f"events-{i:03d}.root")
             entry = write_file(local, g, i)
-            _upload(driver, local, join(directory, entry["name"]))
+            remote = join(directory, entry["name"])
+            driver.remove_quietly(remote)  # a file of ours the manifest no longer vouches for (size, layout)
+            _upload(driver, local, remote)
             os.unlink(local)
             files.append(entry)
-    manifest = {"schema": SCHEMA_VERSION, "params": g.__dict__, "tree": TREE, "files": files,
-                "generated_at": datetime.now(timezone.utc).isoformat()}
-    driver.put(join(directory, "manifest.json"), json.dumps(manifest, indent=1).encode())
+            driver.put(join(directory, "manifest.json"), json.dumps(manifest, indent=1).encode())  # kept if stopped
     return manifest
+
+
+def _intact(driver: Driver, directory: str, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leading files of a manifest that are on the target at their recorded size."""
+    out = []
+    for i, entry in enumerate(files):
+        try:
+            if entry.get("name") != f"events-{i:03d}.root" or driver.stat(join(directory, entry["name"])).size != entry["bytes"]:
+                break
+        except FileNotFoundError:
+            break
+        out.append(entry)
+    return out
 
 
 def _upload(driver: Driver, local: str, remote: str, chunk: int = 16 << 20) -> None:

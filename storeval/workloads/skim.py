@@ -1,6 +1,7 @@
 """Skim workload: a ROOT-based physics skim, the application benchmark of seeds 000 and 003.
 
-Every client opens ``files`` event files in its own random order and reads, through uproot and storeval's
+Every client opens ``files`` event files in its own random order — or, with ``files_per_client``, its own
+files that no other client reads (the seeds' "one file per job") — and reads, through uproot and storeval's
 driver layer (so on every kind of target), either the branches that make up ``fraction`` of each file's
 basket bytes for every event, or — with ``event_fraction`` — every branch of a random sparse subset of the
 events. How the bytes are fetched is the ``strategy``:
@@ -13,7 +14,10 @@ events. How the bytes are fetched is the ``strategy``:
 
 Counters are named as in a CMSSW job report (``read-numOperations``, ``readv-numChunks`` …). Bytes
 *needed* are those of the selected baskets; bytes *requested* all bytes asked of the storage (file opening
-included); bytes *moved* those the client's storage stack fetched (``/proc/self/io`` for local files).
+included); bytes *moved* those the client's storage stack fetched (``/proc/self/io`` for local files). Beside events/s, which
+the client's CPU may set, stand the figures the client does not change: bytes, requests, and the seconds each
+client spent waiting inside the driver's reads (``io_wait``), with the rate the storage delivered while waited
+on (bytes ÷ I/O wait). Clients that read the same files warm each other's caches: ``shared-files`` says so.
 """
 
 from __future__ import annotations
@@ -35,11 +39,13 @@ from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
 
 MiB = float(1 << 20)
 SKIM_PROCESS_BYTES = 64 << 20  # a client that imported uproot and awkward and skims (measured: 55 MiB USS, 66 MiB PSS)
+DEFAULT_FILES = 3  # files every client reads when neither files nor files_per_client is set
 UPROOT_STEP = 100 * 1000**2  # uproot's default step_size of TTree.iterate
 
 
 class SkimParams(Params):
-    files: Annotated[int, Field(ge=1, le=10_000)] = 3
+    files: Annotated[int, Field(ge=1, le=10_000)] | None = None  # every client reads all of them (default 3)
+    files_per_client: Annotated[int, Field(ge=1, le=10_000)] | None = None  # client k reads its own files only
     file_size: Size = 64 << 20  # 1.5GiB in the seed studies
     cluster_size: Size = 1 << 20  # uncompressed bytes per cluster: one basket per branch each
     compression: Literal["zlib", "lz4", "zstd", "none"] = "zlib"
@@ -57,11 +63,28 @@ class SkimParams(Params):
             raise ValueError(f"file_size {format_size(self.file_size)} is too small for a ROOT event file (at least 256KiB)")
         if self.cluster_size < 16 << 10:
             raise ValueError("cluster_size must be at least 16KiB")
+        if self.files_per_client is not None and self.files is not None:
+            raise ValueError("set files (every client reads all of them) or files_per_client (each client its own "
+                             "files), not both")
         return self
 
-    def generation(self) -> GenParams:
-        return GenParams(files=self.files, file_size=self.file_size, cluster_size=self.cluster_size,
-                         compression=self.compression, compression_level=self.compression_level, seed=self.random_seed)
+    def file_count(self, nclients: int) -> int:
+        """Files a cell of ``nclients`` clients reads: ``files``, or ``files_per_client`` for each client."""
+        if self.files_per_client is not None:
+            return self.files_per_client * nclients
+        return self.files if self.files is not None else DEFAULT_FILES
+
+    def client_files(self, rank: int, nclients: int) -> range:
+        """Indices of the files client ``rank`` reads (in the dataset's order)."""
+        if self.files_per_client is None:
+            return range(self.file_count(nclients))
+        return range(rank * self.files_per_client, (rank + 1) * self.files_per_client)
+
+    def generation(self, nclients: int = 1, layout: dict[str, Any] | None = None) -> GenParams:
+        """The dataset a cell of ``nclients`` clients reads on a target with this ``Driver.layout()``."""
+        return GenParams(files=self.file_count(nclients), file_size=self.file_size, cluster_size=self.cluster_size,
+                         compression=self.compression, compression_level=self.compression_level, seed=self.random_seed,
+                         layout=GenParams.pairs(layout or {}))
 
 
 COUNTERS = ("read-numOperations", "read-totalMegabytes", "readv-numOperations", "readv-numChunks",
@@ -79,18 +102,17 @@ class SkimIO:
         self.ops = {"read": 0, "readv": 0, "chunks": 0, "open": 0}
         self.bytes = {"read": 0, "readv": 0, "open": 0}
         self.handle = None
-
-    def _timed(self, fn, nbytes: int):
-        t0 = time.perf_counter_ns()
-        out = fn()
-        self.log.add(t0, time.perf_counter_ns(), nbytes)
-        return out
+        self.io_ns = 0  # time spent inside the driver's reads: what the storage, not the client, costs
 
     def read(self, start: int, stop: int) -> bytes:
         start, stop = int(start), int(stop)
         n = stop - start
         buf = bytearray(n)
-        got = self._timed(lambda: self.driver.pread(self.handle, buf, start), n)
+        t0 = time.perf_counter_ns()
+        got = self.driver.pread(self.handle, buf, start)
+        t1 = time.perf_counter_ns()
+        self.log.add(t0, t1, n)
+        self.io_ns += t1 - t0
         kind = "open" if self.mode == "open" else "read"
         self.ops[kind] += 1
         self.bytes[kind] += n
@@ -99,7 +121,12 @@ class SkimIO:
     def readv(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         ranges = [(int(start), int(stop)) for start, stop in ranges]
         total = sum(stop - start for start, stop in ranges)
-        data = self._timed(lambda: self.driver.preadv(self.handle, [(s, e - s) for s, e in ranges]), total)
+        spans = [(s, e - s) for s, e in ranges]
+        t0 = time.perf_counter_ns()
+        data = self.driver.preadv(self.handle, spans)
+        t1 = time.perf_counter_ns()
+        self.log.add(t0, t1, total)
+        self.io_ns += t1 - t0
         kind = "open" if self.mode == "open" else "readv"
         self.ops[kind] += 1
         self.bytes[kind] += total
@@ -128,6 +155,10 @@ class SkimIO:
         wanted = sorted(r for r in set(ranges) if r not in self.cache)
         if wanted:
             self.cache.update(zip(wanted, self.readv(wanted)))
+
+    def requests(self) -> int:
+        """Requests made of the storage (reads, vector reads, and those of opening the files)."""
+        return self.ops["read"] + self.ops["readv"] + self.ops["open"]
 
     def counters(self) -> dict[str, float]:
         return {"read-numOperations": self.ops["read"], "read-totalMegabytes": self.bytes["read"] / MiB,
@@ -217,8 +248,10 @@ class Skim(Workload):
     p: SkimParams
 
     # -- coordinator side --------------------------------------------------------------------------------
-    def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None) -> None:
-        ensure_dataset(driver, self.p.generation(), regenerate=regenerate, log=log)
+    def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None,
+                       clients: int = 1) -> None:
+        """The event files a cell of ``clients`` clients reads, laid out the way this target lays out data."""
+        ensure_dataset(driver, self.p.generation(clients, driver.layout()), regenerate=regenerate, log=log)
 
     @staticmethod
     def direction(phase: str, params: dict) -> str | None:
@@ -236,27 +269,29 @@ class Skim(Workload):
                        "lower cluster_size")]
         if p.strategy == "uproot" and p.event_fraction is None:
             memory.append(Need(UPROOT_STEP, "uproot's iteration step of 100 MB", "choose strategy ttreecache"))
-        g = p.generation()
+        g = p.generation(nclients)  # kept_dir is checked on local file systems, whose layout is {}
+        fix = "lower files_per_client or file_size" if p.files_per_client is not None else "lower files or file_size"
         return Needs(memory=tuple(memory), process_bytes=SKIM_PROCESS_BYTES, largest_buffer=p.cluster_size,
-                     kept=Need(p.files * p.file_size, f"{p.files} event files of file_size {format_size(p.file_size)}",
-                               "lower files or file_size"),
-                     kept_dir=g.directory(), entries=p.files + 1, extent=p.file_size)
+                     kept=Need(g.files * p.file_size, f"{g.files} event files of file_size {format_size(p.file_size)}",
+                               fix),
+                     kept_dir=g.directory(), entries=g.files + 1, extent=p.file_size)
 
     # -- client side -------------------------------------------------------------------------------------
     def prepare(self, c: ClientContext) -> None:
-        g = self.p.generation()
+        g = self.p.generation(c.nclients, c.driver.layout())
         manifest = read_manifest(c.driver, g.directory())
-        if manifest is None:
+        if manifest is None or len(manifest.get("files", [])) < g.files:
             raise FileNotFoundError(2, "the skim's event files are missing (the coordinator writes them)", g.directory())
-        c.state["manifest"] = manifest
+        mine = list(self.p.client_files(c.rank, c.nclients))
+        order = np.random.default_rng([self.p.random_seed & 0xFFFFFFFF, c.rank, 0x5C1]).permutation(len(mine))
+        c.state["files"] = manifest["files"][:g.files]  # what the cell reads, all clients together
         c.state["dir"] = g.directory()
-        c.state["order"] = np.random.default_rng([self.p.random_seed & 0xFFFFFFFF, c.rank, 0x5C1]).permutation(
-            len(manifest["files"])).tolist()
+        c.state["order"] = [mine[i] for i in order]
 
     def before_phase(self, c: ClientContext, phase: str) -> None:
         """Start cold, as the seed studies did: the page cache cleared before the skim (unless --keep-cache)."""
-        files = c.state["manifest"]["files"]
-        c.state["cache"] = c.clear_cache([join(c.state["dir"], f["name"]) for f in files])
+        files = c.state["files"]
+        c.state["cache"] = c.clear_cache([join(c.state["dir"], files[i]["name"]) for i in c.state["order"]])
         c.state["data_bytes"] = sum(f["bytes"] for f in files)
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
@@ -267,7 +302,7 @@ class Skim(Workload):
         events = needed = 0
         order_names = []
         for index in st["order"]:
-            entry = st["manifest"]["files"][index]
+            entry = st["files"][index]
             order_names.append(entry["name"])
             e, n = self._skim_file(c, io, join(st["dir"], entry["name"]), entry["bytes"], index)
             events += e
@@ -278,7 +313,8 @@ class Skim(Workload):
             "events": events, "bytes_needed": needed,
             "bytes_requested": io.bytes["read"] + io.bytes["readv"] + io.bytes["open"],
             "bytes_moved": (moved1 - moved0) if moved0 is not None and moved1 is not None else None,
-            "counters": io.counters(), "files_order": order_names, "cache": st["cache"]})
+            "counters": io.counters(), "requests": io.requests(), "io_wait_ns": io.io_ns,
+            "files_order": order_names, "cache": st["cache"]})
         if st["cache"] in ("not-cleared", "kept"):
             why = "kept (--keep-cache)" if st["cache"] == "kept" else "not cleared"
             fit = "fit" if fits_in_ram(st["data_bytes"]) else "do not fit"
@@ -358,25 +394,37 @@ class Skim(Workload):
     def client_extra(extra: dict[str, Any], seconds: float, cpu_seconds: float) -> dict[str, Any]:
         events, requested = extra.get("events", 0), extra.get("bytes_requested", 0)
         needed, moved = extra.get("bytes_needed", 0), extra.get("bytes_moved")
+        wait = extra["io_wait_ns"] / 1e9 if "io_wait_ns" in extra else None
         return {"events": events, "events_per_s": events / seconds if seconds else None,
                 "MBps": requested / 1e6 / seconds if seconds else None,
-                "cpu_efficiency": cpu_seconds / seconds if seconds else None,
+                "cpu_efficiency": cpu_seconds / seconds if seconds else None, "cpu_seconds": cpu_seconds,
                 "bytes_needed": needed, "bytes_requested": requested, "bytes_moved": moved,
                 "read_amplification": moved / needed if moved is not None and needed else None,
                 "request_amplification": requested / needed if needed else None,
+                "requests": extra.get("requests"), "io_wait_seconds": wait,
+                "io_wait_fraction": wait / seconds if wait is not None and seconds else None,
+                "io_bound_MBps": requested / 1e6 / wait if wait else None,
                 "counters": extra.get("counters", {}), "files_order": extra.get("files_order", []),
                 "cache": extra.get("cache")}
 
     @staticmethod
     def phase_extra(clients: list[dict[str, Any]], seconds: float, moved: float | None) -> dict[str, Any]:
         """The skim figures of a phase: sums and rates over all clients, per-client mean ± stderr. Bytes moved
-        come from the clients' own storage counters (local files) or else from the probes (network)."""
+        come from the clients' own storage counters (local files) or else from the probes (network).
+
+        Beside events/s, which the client's CPU may set (``client_cpu_share``: CPU seconds of all clients /
+        their wall seconds, as the ``client-bound`` warning counts it), the storage-side figures: requests, the
+        clients' seconds waiting inside driver reads (``io_wait_seconds``, its share of their time), and the
+        rate while waiting (``io_bound_MBps``: bytes requested / the clients' mean I/O wait — what they would
+        reach together if only the storage set the pace). A warning ``shared-files`` when clients read the
+        same files (one's reads warm the caches another reads from)."""
         from ..analysis.stats import mean_stderr
 
         def total(key: str) -> float:
-            return sum(c[key] or 0 for c in clients)
+            return sum(c.get(key) or 0 for c in clients)
 
-        if not any(c["bytes_moved"] is None for c in clients):
+        measured = bool(clients) and not any(c["bytes_moved"] is None for c in clients)
+        if measured:
             moved = total("bytes_moved")
         needed, requested = total("bytes_needed"), total("bytes_requested")
         counters: dict[str, float] = {}
@@ -386,15 +434,46 @@ class Skim(Workload):
         mbps = mean_stderr([c["MBps"] for c in clients if c["MBps"] is not None])
         eps = mean_stderr([c["events_per_s"] for c in clients if c["events_per_s"] is not None])
         eff = mean_stderr([c["cpu_efficiency"] for c in clients if c["cpu_efficiency"] is not None])
-        return {"events": int(total("events")), "events_per_s": total("events") / seconds if seconds else None,
-                "MBps": requested / 1e6 / seconds if seconds else None,
-                "MBps_per_client": {"mean": mbps[0], "stderr": mbps[1]},
-                "events_per_s_per_client": {"mean": eps[0], "stderr": eps[1]},
-                "cpu_efficiency": eff[0], "cpu_efficiency_stderr": eff[1],
-                "bytes_needed": int(needed), "bytes_requested": int(requested), "bytes_moved": moved,
-                "read_amplification": moved / needed if moved is not None and needed else None,
-                "request_amplification": requested / needed if needed else None,
-                "counters": counters}
+        span = seconds * len(clients)
+        waited = [c["io_wait_seconds"] for c in clients if c.get("io_wait_seconds") is not None]
+        wait = sum(waited) if clients and len(waited) == len(clients) else None
+        out = {"events": int(total("events")), "events_per_s": total("events") / seconds if seconds else None,
+               "MBps": requested / 1e6 / seconds if seconds else None,
+               "MBps_per_client": {"mean": mbps[0], "stderr": mbps[1]},
+               "events_per_s_per_client": {"mean": eps[0], "stderr": eps[1]},
+               "cpu_efficiency": eff[0], "cpu_efficiency_stderr": eff[1],
+               "client_cpu_share": total("cpu_seconds") / span if span else None,
+               "bytes_needed": int(needed), "bytes_requested": int(requested), "bytes_moved": moved,
+               "read_amplification": moved / needed if moved is not None and needed else None,
+               "request_amplification": requested / needed if needed else None,
+               "requests": int(total("requests")), "io_wait_seconds": wait,
+               "io_wait_fraction": wait / span if wait is not None and span else None,
+               "io_bound_MBps": requested / 1e6 / (wait / len(clients)) if wait else None,
+               "counters": counters}
+        warning = shared_files(clients, needed, moved if measured else None)
+        if warning:
+            out["warnings"] = [warning]
+        return out
+
+
+def shared_files(clients: list[dict[str, Any]], needed: float, from_storage: float | None) -> dict[str, str] | None:
+    """The ``shared-files`` warning when clients of a phase read the same files, with how many clients read each
+    and, where the clients' own counters tell it, how much of the data came from the storage at all."""
+    readers: dict[str, int] = {}
+    for c in clients:
+        for name in set(c.get("files_order") or ()):
+            readers[name] = readers.get(name, 0) + 1
+    if not readers or max(readers.values()) < 2:
+        return None
+    lo, hi = min(readers.values()), max(readers.values())
+    each = f"{hi}" if lo == hi else f"{lo} to {hi}"
+    text = (f"{len(clients)} clients read {len(readers)} file{'s' if len(readers) != 1 else ''}: each file was read "
+            f"by {each} clients")
+    if from_storage is not None and needed:
+        text += f"; {format_size(from_storage)} of the {format_size(needed)} needed came from disk"
+    return {"code": "shared-files", "message": (
+        f"{text}. One client's reads warm the caches another reads from, so these figures are partly those of "
+        "data in memory; set files_per_client to give each client its own files (the seeds' one file per job)")}
 
 
 def _touch(arrays: dict[str, Any]) -> None:
@@ -407,4 +486,4 @@ def _touch(arrays: dict[str, Any]) -> None:
             np.asarray(value).sum()
 
 
-__all__ = ["Skim", "SkimParams", "SkimIO", "select_branches", "baskets"]
+__all__ = ["Skim", "SkimParams", "SkimIO", "select_branches", "baskets", "shared_files"]
