@@ -204,14 +204,19 @@ def test_compare_prints_every_figure_with_a_percent_change(tmp_path):
     by_key = {(s["clients"] if "clients" in s else None, s["phase"]): s for s in a["summary"]}
     for c in cmp["changes"]:
         assert c["percent"] == pytest.approx((c["b"]["mean"] - c["a"]["mean"]) / c["a"]["mean"] * 100)
-        assert c["significant"] == (abs(c["b"]["mean"] - c["a"]["mean"]) > c["combined_stderr"])
+        # Welch's t over the 2 repetitions, Holm-adjusted over every figure, and at least the 5 % minimum effect
+        assert c["significant"] == (c["p_adjusted"] is not None and c["p_adjusted"] < 0.05)
         assert c["verdict"] in ("better", "worse", "within noise")
+        assert (c["verdict"] in ("better", "worse")) == (c["significant"] and abs(c["percent"]) >= 5)
+        low, high = c["interval_percent"]
+        assert low <= c["percent"] <= high and c["confidence"] == 0.95
     assert by_key
     rows = [line for line in r.out.splitlines() if " % " in line]
     assert len(rows) == len(cmp["changes"])  # every figure printed, each with its change
     html_rows = tables_of(tmp_path / "cmp.html")["compare-table"]
     assert len(html_rows) == 1 + len(cmp["changes"])
     assert all(re.fullmatch(r"[+-]\d+\.\d %", row[7]) for row in html_rows[1:])
+    assert all(re.fullmatch(r"[+-]\d+\.\d … [+-]\d+\.\d %", row[8]) for row in html_rows[1:])
     # a run id and DIR:RUN name runs too
     r2 = storeval("compare", f"A:{a['run_id']}", b["run_id"], "--results", "B", cwd=tmp_path)
     assert r2.rc == 0 and len([line for line in r2.out.splitlines() if " % " in line]) == len(cmp["changes"])
