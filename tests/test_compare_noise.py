@@ -168,4 +168,5 @@ def test_a_flag_in_one_run_only_and_a_changed_host_are_said_beside_the_verdicts(
         "kernel Linux 6.1 → Linux 6.5", "libraries.obstore 0.3 → 0.4"]  # load moved by 3 points, 10 %: not a change
     busy = {**base, "host_load": {"foreign_cpu_share": 0.9, "run_queue": 6.0}}
     assert environment_differences(Run(base, t), Run(busy, {"s3": {"url": "s3://b", "part_size": 16}})) == [
-        "host_load.foreign_cpu_share 0.0200 → 0.900", "host_load.run_queue 1.00 → 6.00", "target.s3.part_size 8 → 16"]
+        "host_load.foreign_cpu_share 0.0200 → 0.900", "host_load.run_queue 1.00 → 6.00",
+        "target.s3.part_size 8 → 16"]

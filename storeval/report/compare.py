@@ -37,8 +37,8 @@ NOT_ENVIRONMENT = frozenset({"command_line", "start_time", "study_hash"})
 
 def rule(confidence: float, min_effect: float, tests: int) -> str:
     """The verdict rule, in words, as the terminal, JSON and HTML state it."""
-    return (f"change = (B − A) / A, with its {confidence:.0%} confidence interval (Welch's t on the repetitions, in % of "
-            f"A); better/worse only when Welch's p, Holm-adjusted over the {tests} figure(s) tested, is below "
+    return (f"change = (B − A) / A, with its {confidence:.0%} confidence interval (Welch's t on the repetitions, "
+            f"in percent of A); better/worse only when Welch's p, Holm-adjusted over the {tests} figure(s) tested, is below "
             f"{1 - confidence:.2g} and |change| ≥ {min_effect:g}%; otherwise within noise; "
             f"{NO_SPREAD} where either run has a single value")
 
@@ -257,7 +257,8 @@ def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: l
         chart_id = f"compare-{i}"
         title = f"{figure}: change from A to B (%)"
         ivs = [c.interval for c in items]  # the confidence interval as error bars around the change
-        error = {"type": "data", "symmetric": False, "array": [iv[1] - c.percent if iv else 0 for c, iv in zip(items, ivs)],
+        error = {"type": "data", "symmetric": False,
+                 "array": [iv[1] - c.percent if iv else 0 for c, iv in zip(items, ivs)],
                  "arrayminus": [c.percent - iv[0] if iv else 0 for c, iv in zip(items, ivs)]}
         figures[chart_id] = {"data": [{"type": "bar", "x": names, "y": [c.percent for c in items], "error_y": error,
                                        "marker": {"color": colors}, "name": figure}],
