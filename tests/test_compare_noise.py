@@ -170,3 +170,9 @@ def test_a_flag_in_one_run_only_and_a_changed_host_are_said_beside_the_verdicts(
     assert environment_differences(Run(base, t), Run(busy, {"s3": {"url": "s3://b", "part_size": 16}})) == [
         "host_load.foreign_cpu_share 0.0200 → 0.900", "host_load.run_queue 1.00 → 6.00",
         "target.s3.part_size 8 → 16"]
+    # loads recorded per phase compare by their worst
+    per_phase = [{"phase": "write", "foreign_cpu_share": 0.01}, {"phase": "read", "foreign_cpu_share": 0.03}]
+    loaded = [{"phase": "write", "foreign_cpu_share": 0.01}, {"phase": "read", "foreign_cpu_share": 0.7}]
+    assert environment_differences(Run({"host_load": per_phase}, t), Run({"host_load": per_phase[::-1]}, t)) == []
+    assert environment_differences(Run({"host_load": per_phase}, t), Run({"host_load": loaded}, t)) == [
+        "host_load.foreign_cpu_share (max) 0.0300 → 0.700"]

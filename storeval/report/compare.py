@@ -160,6 +160,17 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary], *, confidence: float
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, list) and _measured(prefix) and value:  # per-phase or per-sample loads: the worst
+        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numbers) == len(value):
+            return {f"{prefix} (max)": max(numbers)}
+        if all(isinstance(v, dict) for v in value):
+            fields: dict[str, list] = {}
+            for item in value:
+                for k, v in _flatten(item).items():
+                    fields.setdefault(k, []).append(v)
+            return {f"{prefix}.{k} (max)": max(vs) for k, vs in fields.items()
+                    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs)}
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
