@@ -376,8 +376,8 @@ def compare(
                       + _safe("; ".join(environment)), highlight=False, soft_wrap=True)
     rule_text = rule(level / 100, effect, sum(c.test is not None for c in changes))
     table = Table(title=f"B = {id_b} against A = {id_a}", caption=rule_text, caption_justify="left")
-    for col in COLUMNS:
-        table.add_column(col, justify="right" if col in NUMERIC else "left", overflow="fold")
+    for col in COLUMNS:  # numbers never fold: a wrapped interval would read as two
+        table.add_column(col, justify="right" if col in NUMERIC else "left", overflow="fold", no_wrap=col in NUMERIC)
     colour = {"better": "green", "worse": "red"}
     for change, row in zip(changes, change_rows(changes)):
         style = colour.get(change.verdict)

@@ -180,8 +180,8 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _measured(key: str) -> bool:
-    """A figure measured during the run (host load), not a fact about the machine: it is never equal twice."""
-    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure"))
+    """A figure measured during the run (host load, free space), not a fixed fact: it is never equal twice."""
+    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure", "free", "avail"))
 
 
 def _differ(key: str, x: Any, y: Any) -> bool:
@@ -205,8 +205,8 @@ def _show(v: Any) -> str:
 def environment_differences(run_a: Any, run_b: Any) -> list[str]:
     """What differed between the two runs' environments, one ``key A → B`` per fact, for every key either
     run recorded (host, kernel, CPU, RAM, Python and library versions, storeval's version, targets' URLs and
-    paths, host load) and every target's URL and options in the study; measured loads count only when they
-    moved by more than 10 points (shares) or 20 %."""
+    paths, host load) and every target's URL and options in the study; measured figures (loads, free space)
+    count only when they moved by more than 10 points (shares) or 20 %."""
     def facts(run: Any) -> dict[str, Any]:
         env = {k: v for k, v in run.environment.items() if k not in NOT_ENVIRONMENT}
         return _flatten({**env, "target": (run.study or {}).get("targets", {})})
