@@ -337,15 +337,22 @@ def compare(
     html_out: Optional[str] = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the comparison as JSON."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Compare without outlier repetitions."),
+    confidence: str = typer.Option("95%", "--confidence", help="Confidence of the test and of the intervals shown "
+                                   "(e.g. 95%, 0.99)."),
+    min_effect: str = typer.Option("5%", "--min-effect", help="Smallest change called better or worse (e.g. 5%, 2.5)."),
 ) -> None:
-    """Figure by figure: B's change from A in percent, and whether it exceeds the combined stderr."""
+    """Figure by figure: B's change from A in percent with its confidence interval, and whether it is real
+    (Welch's t over repetitions, Holm-adjusted, and at least --min-effect)."""
     from rich.table import Table
 
     from .analysis.figures import analyze
     from .outputs import write_owned
-    from .report.compare import COLUMNS, RULE, change_rows, compare as compare_runs, render_compare_html
+    from .report.compare import (COLUMNS, NUMERIC, change_rows, compare as compare_runs, environment_differences,
+                                 render_compare_html, rule)
     from .report.document import write_document
 
+    level = _percent_option("--confidence", confidence, low=50, high=99.99, example="95%")
+    effect = _percent_option("--min-effect", min_effect, low=0, high=1000, example="5%")
     if json_out:
         _check_output(json_out)
     if html_out:
@@ -353,7 +360,8 @@ def compare(
     (store_a, id_a), (store_b, id_b) = _run_of(a, results), _run_of(b, results)
     run_a, run_b = store_a.load_run(id_a), store_b.load_run(id_b)
     changes, only_a, only_b, differ = compare_runs(analyze(run_a, exclude_outliers)[1],
-                                                   analyze(run_b, exclude_outliers)[1])
+                                                   analyze(run_b, exclude_outliers)[1],
+                                                   confidence=level / 100, min_effect=effect)
     console = _console()
     if not changes:
         why = "; same names, other parameters: " + "; ".join(differ[:3]) if differ else ""
@@ -362,9 +370,14 @@ def compare(
     if run_a.study_hash != run_b.study_hash:
         console.print("A and B ran different studies: only configurations with the same parameters are compared",
                       highlight=False)
-    table = Table(title=f"B = {id_b} against A = {id_a}", caption=RULE, caption_justify="left")
-    for col in COLUMNS:
-        table.add_column(col, justify="right" if col in ("clients", "A", "B", "change") else "left", overflow="fold")
+    environment = environment_differences(run_a, run_b)
+    if environment:
+        console.print("the environments differ (a verdict may be theirs, not the storage's): "
+                      + _safe("; ".join(environment)), highlight=False, soft_wrap=True)
+    rule_text = rule(level / 100, effect, sum(c.test is not None for c in changes))
+    table = Table(title=f"B = {id_b} against A = {id_a}", caption=rule_text, caption_justify="left")
+    for col in COLUMNS:  # numbers never fold: a wrapped interval would read as two
+        table.add_column(col, justify="right" if col in NUMERIC else "left", overflow="fold", no_wrap=col in NUMERIC)
     colour = {"better": "green", "worse": "red"}
     for change, row in zip(changes, change_rows(changes)):
         style = colour.get(change.verdict)
@@ -374,13 +387,29 @@ def compare(
         if items:
             console.print(f"{label}: " + _safe("; ".join(items)), highlight=False)
     if json_out:  # no results store owns a comparison: its ownership header alone proves it is storeval's
-        write_document(json_out, {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": RULE,
+        write_document(json_out, {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": rule_text,
+                                  "confidence": level / 100, "min_effect_percent": effect,
+                                  "multiple_comparisons": "holm", "environment_differences": environment,
                                   "changes": [c.as_dict() for c in changes], "only_in_a": only_a, "only_in_b": only_b,
                                   "parameters_differ": differ}, "compare", [id_a, id_b])
     if html_out:
         write_owned(html_out, "--html", "html", "compare", [id_a, id_b],
-                    render_compare_html(run_a, run_b, changes, only_a, only_b, differ))
+                    render_compare_html(run_a, run_b, changes, only_a, only_b, differ, rule_text, environment))
         console.print(f"comparison in {_safe(html_out)}", highlight=False)
+
+
+def _percent_option(option: str, text: str, *, low: float, high: float, example: str) -> float:
+    """A percentage given as ``95%``, ``95`` or ``0.95`` (a fraction below 1), checked against its range."""
+    problem = InputError(f"{option} {text!r} is not a percentage from {low:g} to {high:g} % (e.g. {option} {example})")
+    try:
+        value = float(text.strip().removesuffix("%").strip())
+    except ValueError:
+        raise problem from None
+    if not text.strip().endswith("%") and 0 < value < 1 and low >= 1:  # 0.95: a fraction
+        value *= 100
+    if not (low <= value <= high):  # NaN fails too
+        raise problem
+    return value
 
 
 @app.command()

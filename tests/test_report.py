@@ -204,14 +204,19 @@ def test_compare_prints_every_figure_with_a_percent_change(tmp_path):
     by_key = {(s["clients"] if "clients" in s else None, s["phase"]): s for s in a["summary"]}
     for c in cmp["changes"]:
         assert c["percent"] == pytest.approx((c["b"]["mean"] - c["a"]["mean"]) / c["a"]["mean"] * 100)
-        assert c["significant"] == (abs(c["b"]["mean"] - c["a"]["mean"]) > c["combined_stderr"])
+        # Welch's t over the 2 repetitions, Holm-adjusted over every figure, and at least the 5 % minimum effect
+        assert c["significant"] == (c["p_adjusted"] is not None and c["p_adjusted"] < 0.05)
         assert c["verdict"] in ("better", "worse", "within noise")
+        assert (c["verdict"] in ("better", "worse")) == (c["significant"] and abs(c["percent"]) >= 5)
+        low, high = c["interval_percent"]
+        assert low <= c["percent"] <= high and c["confidence"] == 0.95
     assert by_key
     rows = [line for line in r.out.splitlines() if " % " in line]
     assert len(rows) == len(cmp["changes"])  # every figure printed, each with its change
     html_rows = tables_of(tmp_path / "cmp.html")["compare-table"]
     assert len(html_rows) == 1 + len(cmp["changes"])
     assert all(re.fullmatch(r"[+-]\d+\.\d %", row[7]) for row in html_rows[1:])
+    assert all(re.fullmatch(r"[+-]\d+\.\d … [+-]\d+\.\d %", row[8]) for row in html_rows[1:])
     # a run id and DIR:RUN name runs too
     r2 = storeval("compare", f"A:{a['run_id']}", b["run_id"], "--results", "B", cwd=tmp_path)
     assert r2.rc == 0 and len([line for line in r2.out.splitlines() if " % " in line]) == len(cmp["changes"])
@@ -310,3 +315,47 @@ def test_export_into_an_existing_empty_directory_keeps_it(study_run, tmp_path):
     assert r.rc == 0, r.err
     assert oct(out.stat().st_mode & 0o777) == "0o755" and len(os.listdir(out)) == 8
     assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no temporary directory left beside it
+
+
+def _config(phase: str, clients: int, reps: int, flags=(), warnings=(), seen=None, outliers=0):
+    from storeval.analysis.figures import ConfigSummary
+    from storeval.analysis.stats import summarize
+
+    return ConfigSummary(target="t", workload="bw", kind="bandwidth", factors={"clients": clients}, params={},
+                         clients=clients, phase=phase, repetitions=reps, statuses=["ok"] * reps,
+                         bandwidth=summarize([100.0 + i for i in range(reps)]), ops_per_s=None, stonewall=None,
+                         latency_p50_us=None, latency_p99_us=None, per_client_MiBps=None, cpu_seconds_per_GB=None,
+                         extras={}, reason=None, warnings=[{"code": c, "message": "m"} for c in warnings], errors={},
+                         outliers=[{"cell": i, "repetition": i, "iteration": 0, "value": 1.0} for i in range(outliers)],
+                         flags=[{"code": c, "message": "m"} for c in flags], seen=seen or {})
+
+
+def test_notes_count_flags_warnings_and_outliers_over_repetitions_instead_of_listing_each():
+    from storeval.analysis.table import summary_table
+    from storeval.report.terminal import notes_for
+
+    rows = [_config("write", 1, 3, flags=["short-phase"], warnings=["write-back"],
+                    seen={"short-phase": 3, "write-back": 3}, outliers=1),
+            _config("write", 2, 3, flags=["short-phase"], warnings=["write-back"],
+                    seen={"short-phase": 2, "write-back": 3}),
+            _config("read", 1, 3, outliers=1), _config("read", 2, 3, flags=["busy-host"], seen={"busy-host": 1})]
+    (row,) = summary_table(rows)
+    assert row["notes"] == ["✗ short-phase in 5 of 12 reps", "✗ busy-host in 1 of 12 reps", "2 of 12 reps outlier",
+                            "⚠ write-back in 6 of 12 reps"]
+    # the phase tables keep the detail: per configuration, counted over its own repetitions
+    assert notes_for(rows[0]) == "✗ short-phase in 3 of 3 reps; 1 of 3 reps outlier; ⚠ write-back in 3 of 3 reps"
+    assert notes_for(rows[1]) == "✗ short-phase in 2 of 3 reps; ⚠ write-back in 3 of 3 reps"
+    assert notes_for(_config("read", 4, 3)) == ""  # a clean configuration has no notes
+
+
+def test_a_warning_in_every_repetition_is_one_counted_note(tmp_path):
+    (tmp_path / "t").mkdir()
+    r = storeval("run", "--target", f"file://{tmp_path / 't'}", "--workload", "bandwidth", "--clients", "1,2",
+                 "--set", "file_size=1MiB", "--set", "fsync=false", "--set", "phases=write", "--repetitions", "3",
+                 "--quiet", "--no-html", "--json", "out.json", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    doc = load_json(tmp_path / "out.json")
+    (row,) = doc["table"]
+    assert "⚠ write-back in 6 of 6 reps" in row["notes"]
+    assert [n for n in row["notes"] if "write-back" in n] == ["⚠ write-back in 6 of 6 reps"]
+    assert all(n.count("✗") + n.count("⚠") <= 1 and "outlier rep." not in n for n in row["notes"])

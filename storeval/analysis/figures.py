@@ -228,6 +228,7 @@ class ConfigSummary:
     outliers: list[dict[str, Any]] = field(default_factory=list)
     outliers_excluded: bool = False
     flags: list[dict[str, str]] = field(default_factory=list)
+    seen: dict[str, int] = field(default_factory=dict)  # flag or warning code → how many runs of the phase had it
 
     def as_dict(self) -> dict[str, Any]:
         def s(x: Summary | None) -> dict | None:
@@ -286,9 +287,12 @@ def summarize_run(cells: list[CellFigures], exclude_outliers: bool = False) -> l
         warnings: list[dict[str, str]] = []
         flags: list[dict[str, str]] = []
         errors: dict[str, int] = {}
+        seen: dict[str, int] = {}
         for _, ph in items:
             warnings += [w for w in ph.warnings if w not in warnings]
             flags += [f for f in ph.flags if f not in flags]
+            for code in {x["code"] for x in (*ph.flags, *ph.warnings)}:
+                seen[code] = seen.get(code, 0) + 1
             for k, v in ph.errors.items():
                 errors[k] = errors.get(k, 0) + v
         out.append(ConfigSummary(
@@ -306,7 +310,7 @@ def summarize_run(cells: list[CellFigures], exclude_outliers: bool = False) -> l
             reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors,
             outliers=[{"cell": c.cell_id, "repetition": c.repetition, "iteration": ph.iteration,
                        "value": key_figure(ph)} for c, ph in flagged],
-            outliers_excluded=exclude_outliers and bool(flagged), flags=flags))
+            outliers_excluded=exclude_outliers and bool(flagged), flags=flags, seen=seen))
     return out
 
 

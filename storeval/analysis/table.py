@@ -43,16 +43,34 @@ def _read_figure(r: ConfigSummary) -> dict[str, Any] | None:
     return _figure(r.bandwidth, r.clients, r.phase)
 
 
-def _notes(rows: list[ConfigSummary]) -> list[str]:
-    notes: dict[str, None] = {}
+def ran(r: ConfigSummary) -> int:
+    """How many runs of this phase there were (repetitions × iterations), skipped ones not counted."""
+    return sum(1 for st in r.statuses if st != "skipped")
+
+
+def rep_notes(rows: list[ConfigSummary]) -> list[str]:
+    """Flags, warnings and outliers counted over the runs of the phases of ``rows``: one note per code
+    (``✗ short-phase in 3 of 3 reps``, ``1 of 3 reps outlier``), never one per repetition or configuration —
+    which phase and client count each concerns is in the phase tables and the messages under them."""
+    total = sum(ran(r) for r in rows)
+    flags: dict[str, int] = {}
+    warnings: dict[str, int] = {}
     for r in rows:
-        for f in r.flags:
-            notes[f"✗ {f['code']} ({r.phase}, {r.clients} cl.)"] = None
-        for w in r.warnings:
-            notes[f"⚠ {w['code']}"] = None
-        if r.outliers:
-            notes[f"{len(r.outliers)} outlier rep. ({r.phase}, {r.clients} cl.)"
-                  + (" excluded" if r.outliers_excluded else "")] = None
+        for items, into in ((r.flags, flags), (r.warnings, warnings)):
+            for code in dict.fromkeys(x["code"] for x in items):
+                into[code] = into.get(code, 0) + r.seen.get(code, 1)
+    notes = [f"✗ {code} in {k} of {total} reps" for code, k in flags.items()]
+    outliers = sum(len(r.outliers) for r in rows)
+    if outliers:
+        excluded = " (excluded)" if any(r.outliers_excluded for r in rows) else ""
+        notes.append(f"{outliers} of {total} reps outlier{excluded}")
+    notes += [f"⚠ {code} in {k} of {total} reps" for code, k in warnings.items()]
+    return notes
+
+
+def _notes(rows: list[ConfigSummary]) -> list[str]:
+    notes: dict[str, None] = dict.fromkeys(rep_notes(rows))
+    for r in rows:
         bad = [st for st in r.statuses if st not in ("ok", "skipped")]
         if bad:
             notes[f"{r.phase} {'/'.join(sorted(set(bad)))} in {len(bad)}/{len(r.statuses)} ({r.clients} cl.)"] = None

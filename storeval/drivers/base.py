@@ -43,6 +43,8 @@ class Capabilities:
     fsync: bool = False  # durable flush of a file's data
     shared_write: bool = True  # several clients may write disjoint ranges of one file
     client_page_cache: bool = False  # reads go through this host's kernel page cache (POSIX file systems)
+    close_commits: bool = False  # close returns once the target holds the whole object durably (an object
+    # store's PUT or multipart-complete acknowledgment): nothing is left to flush after it
 
     def as_dict(self) -> dict[str, bool]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

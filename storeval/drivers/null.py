@@ -4,16 +4,22 @@ Like IOR's DUMMY backend and fio's null engine it measures storeval's own cost
 per operation (the ceiling of what the tool can report) and lets the engine be
 tested without storage. The ``misbehave`` option makes one client (or every
 client) fail, hang, die or pause after a number of operations, which is how the
-engine's failure handling and stall detection are tested.
+engine's failure handling and stall detection are tested. The ``rate`` option makes
+it a target of known speed: each client's transfers are paced with sleeps to at
+most that many bytes per second, so a change of speed made on purpose is known
+exactly, and CPU-bound work beside the test does not change it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Literal
 
-from ..fields import Duration
+from ..fields import Duration, Rate
+from pydantic import field_validator
+
 from .base import Capabilities, Driver, DriverOptions, Handle, IOFunc, StatResult
 
 
@@ -26,6 +32,44 @@ class Misbehave(DriverOptions):
 
 class NullOptions(DriverOptions):
     misbehave: Misbehave | None = None
+    rate: Rate | None = None  # bytes/s per client (e.g. 200MiB/s, 1Gbit): transfers are paced with sleeps to this
+
+    @field_validator("rate")
+    @classmethod
+    def _positive(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError("rate must be more than 0 bytes/s (leave it out for no limit)")
+        return v
+
+
+class Pace:
+    """Transfers of one open file at ``rate`` bytes/s: each returns when the bytes moved since the open are
+    due. Due times count from the open (the start of the timed work, so the figure is the rate itself, not
+    the rate less a start-up cost); a wake-up late by the scheduler is made up by the next transfers, so a busy
+    host does not lower the rate."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.start = time.perf_counter()
+        self.moved = 0
+        self.lock = threading.Lock()  # iodepth threads share one file's pace
+
+    def __call__(self, n: int) -> int:
+        with self.lock:
+            now = time.perf_counter()
+            self.moved += n
+            due = self.start + self.moved / self.rate
+        if due > now:
+            time.sleep(due - now)
+        return n
+
+
+class NullHandle(Handle):
+    __slots__ = ("pace",)
+
+    def __init__(self, path: str, mode: str, direct: bool, pace: Pace | None) -> None:
+        super().__init__(path, mode, direct)
+        self.pace = pace
 
 
 class NullDriver(Driver):
@@ -58,21 +102,29 @@ class NullDriver(Driver):
                 time.sleep(3600)
 
     def open(self, path: str, mode: str, *, direct: bool = False) -> Handle:
-        return Handle(path, mode, direct)
+        rate = self.options.rate
+        return NullHandle(path, mode, direct, Pace(rate) if rate is not None else None)
+
+    @staticmethod
+    def _moved(h, n: int) -> int:
+        return h.pace(n) if h.pace is not None else n
 
     def pread(self, h, buf, offset: int) -> int:
         self._tick()
-        return len(buf)
+        return self._moved(h, len(buf))
 
     def pwrite(self, h, buf, offset: int) -> int:
         self._tick()
-        return len(buf)
+        return self._moved(h, len(buf))
 
     def close(self, h) -> None:
         pass
 
     def reader(self, h, into_buffer: bool = True) -> IOFunc:
+        pace = h.pace
         if self._fault is None:
+            if pace is not None:
+                return lambda bufs, offset: pace(len(bufs[0]))
             return lambda bufs, offset: len(bufs[0])
         return lambda bufs, offset: self.pread(h, bufs[0], offset)
 
@@ -81,9 +133,13 @@ class NullDriver(Driver):
 
     def put(self, path: str, data) -> None:
         self._tick()
+        if self.options.rate is not None:
+            Pace(self.options.rate)(len(data))
 
     def get_into(self, path: str, buf) -> int:
         self._tick()
+        if self.options.rate is not None:
+            Pace(self.options.rate)(len(buf))
         return len(buf)
 
     def stat(self, path: str) -> StatResult:

@@ -115,7 +115,7 @@ class S3Driver(Driver):
     scheme = "s3"
     Options = S3Options
     caps = Capabilities(random_write=False, direct_io=False, vector_read=True, directories=False,
-                        append_only=True, fsync=False, shared_write=False)
+                        append_only=True, fsync=False, shared_write=False, close_commits=True)
     url_parts = frozenset({"host", "path"})  # s3://BUCKET/prefix
     url_hints = {"port": "an s3:// URL names a bucket; the server is the endpoint option, e.g. endpoint: "
                          "http://HOST:9000",

@@ -1,19 +1,23 @@
 """``storeval compare A B``: figure by figure, how B differs from A, and whether the change is real.
 
 Configurations are matched on target, workload, swept factors, clients and phase. For every figure both
-runs have, the change is (B − A) / A in percent; it is called significant when |B − A| exceeds the
-combined standard error √(se_A² + se_B²) of the two means. With a single repetition on either side there
-is no stderr, and the verdict says so instead of guessing.
+runs have, the change is (B − A) / A in percent, with the confidence interval of B − A (Welch's t, at
+``confidence``) in percent of A. A change is called ``better`` or ``worse`` only when it is significant —
+Welch's p-value, Holm-adjusted over every figure of the comparison, below 1 − confidence — *and* at least
+``min_effect`` percent; otherwise it is ``within noise``. With a single repetition on either side there is
+no spread to test against, and the verdict says so instead of guessing. Differences between the two runs'
+environments (host, kernel, CPU, RAM, versions, targets, host load) are listed beside the verdicts, and a row
+whose configuration carried a flag (e.g. ``busy-host``) in one run only says so.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.figures import ConfigSummary
-from ..analysis.stats import Summary
+from ..analysis.stats import Difference, Summary, holm, welch
 
 FIGURES: tuple[tuple[str, str, bool], ...] = (  # (name, unit, higher is better)
     ("bandwidth", "MiB/s", True), ("stonewall", "MiB/s", True), ("ops_per_s", "ops/s", True),
@@ -24,8 +28,19 @@ EXTRA_FIGURES: dict[str, tuple[str, bool]] = {
     "events_per_s": ("events/s", True), "MBps": ("MB/s", True), "cpu_efficiency": ("", True),
     "read_amplification": ("×", False), "request_amplification": ("×", False),
 }
-RULE = ("change = (B − A) / A; significant when |B − A| > √(stderr_A² + stderr_B²), the combined standard error "
-        "of the two means over repetitions")
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_MIN_EFFECT = 5.0  # percent: smaller changes are not worth a verdict even when they are real
+NO_SPREAD = "no spread (one repetition)"
+# environment keys that differ between any two runs by design (the matched configurations cover the study)
+NOT_ENVIRONMENT = frozenset({"command_line", "start_time", "study_hash"})
+
+
+def rule(confidence: float, min_effect: float, tests: int) -> str:
+    """The verdict rule, in words, as the terminal, JSON and HTML state it."""
+    return (f"change = (B − A) / A, with its {confidence:.0%} confidence interval (Welch's t on the repetitions, "
+            f"in percent of A); better/worse only when Welch's p, Holm-adjusted over the {tests} figure(s) tested, is below "
+            f"{1 - confidence:.2g} and |change| ≥ {min_effect:g}%; otherwise within noise; "
+            f"{NO_SPREAD} where either run has a single value")
 
 
 @dataclass
@@ -40,32 +55,49 @@ class Change:
     a: Summary
     b: Summary
     higher_is_better: bool
+    test: Difference | None = None
+    p_adjusted: float | None = None  # Holm over the comparison's tests; set by ``compare``
+    confidence: float = DEFAULT_CONFIDENCE
+    min_effect: float = DEFAULT_MIN_EFFECT
+    context: list[str] = field(default_factory=list)  # what differed for this configuration (flags in one run only)
 
     @property
     def percent(self) -> float | None:
         return (self.b.mean - self.a.mean) / abs(self.a.mean) * 100 if self.a.mean else None
 
     @property
-    def combined_stderr(self) -> float | None:
-        if self.a.stderr is None or self.b.stderr is None:
+    def interval(self) -> tuple[float, float] | None:
+        """The confidence interval of B − A in percent of A's mean."""
+        if self.test is None or not self.a.mean:
             return None
-        return math.hypot(self.a.stderr, self.b.stderr)
+        base = abs(self.a.mean)
+        return self.test.low / base * 100, self.test.high / base * 100
+
+    @property
+    def significant(self) -> bool:
+        return self.p_adjusted is not None and self.p_adjusted < 1 - self.confidence
 
     @property
     def verdict(self) -> str:
-        se = self.combined_stderr
-        if se is None:
-            return "no stderr (one repetition)"
-        if abs(self.b.mean - self.a.mean) <= se:
+        if self.test is None:
+            return NO_SPREAD
+        pct = self.percent
+        if pct is None:
+            return "A is 0: no change in %"
+        if not self.significant or abs(pct) < self.min_effect:
             return "within noise"
         better = (self.b.mean > self.a.mean) == self.higher_is_better
         return "better" if better else "worse"
 
     def as_dict(self) -> dict[str, Any]:
+        iv = self.interval
         return {"target": self.target, "workload": self.workload, "factors": self.factors, "clients": self.clients,
                 "phase": self.phase, "figure": self.figure, "unit": self.unit, "a": self.a.as_dict(),
-                "b": self.b.as_dict(), "percent": self.percent, "combined_stderr": self.combined_stderr,
-                "significant": self.verdict in ("better", "worse"), "verdict": self.verdict}
+                "b": self.b.as_dict(), "percent": self.percent,
+                "interval_percent": list(iv) if iv else None, "confidence": self.confidence,
+                "p": self.test.p if self.test else None, "p_adjusted": self.p_adjusted,
+                "min_effect_percent": self.min_effect, "significant": self.significant,
+                "verdict": self.verdict, "context": self.context}
 
 
 def _key(r: ConfigSummary) -> tuple:
@@ -91,9 +123,18 @@ def _differences(pa: dict[str, Any], pb: dict[str, Any]) -> str:
     return ", ".join(f"{k} {pa.get(k, '–')} → {pb.get(k, '–')}" for k in keys)
 
 
-def compare(a: list[ConfigSummary], b: list[ConfigSummary]) -> tuple[list[Change], list[str], list[str], list[str]]:
-    """Changes for every figure both runs have; the configurations found only in A, only in B; and those
-    with the same names whose parameters differ (not compared: the change would not be the storage's)."""
+def _flag_context(ra: ConfigSummary, rb: ConfigSummary) -> list[str]:
+    """Flags this configuration carried in one run and not the other (``busy-host`` in B only: B's figure
+    may be the other work's doing, not the storage's)."""
+    fa, fb = {f["code"] for f in ra.flags}, {f["code"] for f in rb.flags}
+    return [f"{code} in A only" for code in sorted(fa - fb)] + [f"{code} in B only" for code in sorted(fb - fa)]
+
+
+def compare(a: list[ConfigSummary], b: list[ConfigSummary], *, confidence: float = DEFAULT_CONFIDENCE,
+            min_effect: float = DEFAULT_MIN_EFFECT) -> tuple[list[Change], list[str], list[str], list[str]]:
+    """Changes for every figure both runs have, tested together (Holm); the configurations found only in A,
+    only in B; and those with the same names whose parameters differ (not compared: the change would not be
+    the storage's)."""
     a_rows, b_rows = {_key(r): r for r in a}, {_key(r): r for r in b}
     changes, differ = [], []
     for key, ra in a_rows.items():
@@ -104,13 +145,75 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary]) -> tuple[list[Change
             differ.append(f"{label(key)}: {_differences(ra.params, rb.params)}")
             continue
         fa, fb = _figures(ra), _figures(rb)
+        context = _flag_context(ra, rb)
         for name, (sa, unit, higher) in fa.items():
             if name in fb:
+                sb = fb[name][0]
                 changes.append(Change(ra.target, ra.workload, {k: v for k, v in ra.factors.items() if k != "clients"},
-                                      ra.clients, ra.phase, name, unit, sa, fb[name][0], higher))
-
+                                      ra.clients, ra.phase, name, unit, sa, sb, higher, welch(sa, sb, confidence),
+                                      confidence=confidence, min_effect=min_effect, context=context))
+    tested = [c for c in changes if c.test is not None]
+    for c, p in zip(tested, holm([c.test.p for c in tested])):
+        c.p_adjusted = p
     return (changes, [label(k) for k in a_rows if k not in b_rows], [label(k) for k in b_rows if k not in a_rows],
             list(dict.fromkeys(differ)))
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, list) and _measured(prefix) and value:  # per-phase or per-sample loads: the worst
+        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numbers) == len(value):
+            return {f"{prefix} (max)": max(numbers)}
+        if all(isinstance(v, dict) for v in value):
+            fields: dict[str, list] = {}
+            for item in value:
+                for k, v in _flatten(item).items():
+                    fields.setdefault(k, []).append(v)
+            return {f"{prefix}.{k} (max)": max(vs) for k, vs in fields.items()
+                    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs)}
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def _measured(key: str) -> bool:
+    """A figure measured during the run (host load, free space), not a fixed fact: it is never equal twice."""
+    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure", "free", "avail"))
+
+
+def _differ(key: str, x: Any, y: Any) -> bool:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
+    if not (numbers and _measured(key)):
+        return x != y
+    big = max(abs(x), abs(y))
+    return abs(x - y) > (0.1 if big <= 1 else 0.2 * big)  # shares: 10 points; counts and rates: 20 %
+
+
+def _show(v: Any) -> str:
+    from ..units import sig
+
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return sig(v)
+    return str(v)
+
+
+def environment_differences(run_a: Any, run_b: Any) -> list[str]:
+    """What differed between the two runs' environments, one ``key A → B`` per fact, for every key either
+    run recorded (host, kernel, CPU, RAM, Python and library versions, storeval's version, targets' URLs and
+    paths, host load) and every target's URL and options in the study; measured figures (loads, free space)
+    count only when they moved by more than 10 points (shares) or 20 %."""
+    def facts(run: Any) -> dict[str, Any]:
+        env = {k: v for k, v in run.environment.items() if k not in NOT_ENVIRONMENT}
+        return _flatten({**env, "target": (run.study or {}).get("targets", {})})
+
+    fa, fb = facts(run_a), facts(run_b)
+    return [f"{k} {_show(fa.get(k))} → {_show(fb.get(k))}" for k in dict.fromkeys([*fa, *fb])
+            if _differ(k, fa.get(k), fb.get(k))]
 
 
 def label(k: tuple) -> str:
@@ -118,13 +221,19 @@ def label(k: tuple) -> str:
     return f"{k[0]} · {k[1]}{(' ' + factors) if factors else ''} · {k[3]} clients · {k[4]}"
 
 
-COLUMNS = ["target", "workload", "clients", "phase", "figure", "A", "B", "change", "verdict"]
+COLUMNS = ["target", "workload", "clients", "phase", "figure", "A", "B", "change", "interval", "verdict", "context"]
+NUMERIC = ("clients", "A", "B", "change", "interval")
 
 
 def _value(s: Summary) -> str:
     from ..units import sig
 
     return sig(s.mean) + (f" ± {sig(s.stderr, 2)}" if s.stderr is not None and s.n > 1 else "")
+
+
+def _interval(c: Change) -> str:
+    iv = c.interval
+    return "–" if iv is None else f"{iv[0]:+.1f} … {iv[1]:+.1f} %"
 
 
 def change_rows(changes: list[Change]) -> list[list[str]]:
@@ -134,12 +243,13 @@ def change_rows(changes: list[Change]) -> list[list[str]]:
         factors = " ".join(f"{k}={v}" for k, v in c.factors.items())
         pct = "–" if c.percent is None else f"{c.percent:+.1f} %"
         out.append([c.target, c.workload + (f" {factors}" if factors else ""), str(c.clients), c.phase,
-                    f"{c.figure}{(' (' + c.unit + ')') if c.unit else ''}", _value(c.a), _value(c.b), pct, c.verdict])
+                    f"{c.figure}{(' (' + c.unit + ')') if c.unit else ''}", _value(c.a), _value(c.b), pct,
+                    _interval(c), c.verdict, "; ".join(c.context)])
     return out
 
 
 def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: list[str], only_b: list[str],
-                        differ: list[str]) -> str:
+                        differ: list[str], rule_text: str, environment: list[str]) -> str:
     import json
 
     from .html import _env, plotly_js
@@ -157,12 +267,17 @@ def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: l
                   for c in items]
         chart_id = f"compare-{i}"
         title = f"{figure}: change from A to B (%)"
-        figures[chart_id] = {"data": [{"type": "bar", "x": names, "y": [c.percent for c in items],
+        ivs = [c.interval for c in items]  # the confidence interval as error bars around the change
+        error = {"type": "data", "symmetric": False,
+                 "array": [iv[1] - c.percent if iv else 0 for c, iv in zip(items, ivs)],
+                 "arrayminus": [c.percent - iv[0] if iv else 0 for c, iv in zip(items, ivs)]}
+        figures[chart_id] = {"data": [{"type": "bar", "x": names, "y": [c.percent for c in items], "error_y": error,
                                        "marker": {"color": colors}, "name": figure}],
                              "layout": {"title": {"text": title}, "yaxis": {"title": {"text": "%"}}, "height": 380,
                                         "margin": {"t": 50, "r": 20, "b": 120, "l": 60}}}
         charts.append((chart_id, title))
     return _env().get_template("compare.html.j2").render(
-        title=f"storeval comparison {run_a.run_id} → {run_b.run_id}", a=run_a, b=run_b, rule=RULE,
+        title=f"storeval comparison {run_a.run_id} → {run_b.run_id}", a=run_a, b=run_b, rule=rule_text,
+        environment=environment, numeric=[COLUMNS.index(c) for c in NUMERIC],
         columns=COLUMNS, rows=list(zip(rows, classes)), only_a=only_a, only_b=only_b, differ=differ, charts=charts,
         figures_json=json.dumps(figures).replace("</", "<\\/"), plotly_js=plotly_js())

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..analysis.figures import ConfigSummary
 from ..analysis.stats import Summary
+from ..analysis.table import rep_notes
 from ..spec import is_size_param
 from ..units import format_duration_ns, format_size_compact, sig
 from ..workloads import WORKLOADS
@@ -120,11 +121,9 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
 
 
 def notes_for(s: ConfigSummary) -> str:
-    notes = []
-    for code in dict.fromkeys(f["code"] for f in s.flags):
-        notes.append(f"✗ {code}")
-    if s.outliers:
-        notes.append(f"{len(s.outliers)} outlier rep.{' excluded' if s.outliers_excluded else ''}")
+    """One configuration's notes in the phase tables: each flag, warning and the outliers once, counted over
+    its repetitions (``✗ short-phase in 3 of 3 reps``); failures, skips and error counts."""
+    notes = [n for n in rep_notes([s]) if not n.startswith("⚠")]
     failed = [st for st in s.statuses if st not in ("ok", "skipped")]
     if s.reason and "skipped" in s.statuses:  # a failure's reason is the cell's error, printed under the table
         notes.append(f"skipped: {s.reason}")
@@ -132,8 +131,7 @@ def notes_for(s: ConfigSummary) -> str:
         notes.append(f"{len(failed)}/{len(s.statuses)} {'/'.join(sorted(set(failed)))}")
     if s.errors:
         notes.append("errors " + ", ".join(f"{k}×{v}" for k, v in s.errors.items()))
-    for w in s.warnings:
-        notes.append(f"⚠ {w['code']}")
+    notes += [n for n in rep_notes([s]) if n.startswith("⚠")]
     return "; ".join(notes)
 
 

@@ -160,6 +160,33 @@ def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None, de
     log.fold(i, size)
 
 
+def make_durable(c: ClientContext, h, fsync: bool) -> str:
+    """End a file's writes durably, inside the timed region, the same way for every client and transfer
+    size: fsync where the driver can and ``fsync`` is on; an object store's close (its PUT or
+    multipart-complete acknowledgment, which the caller's close waits for) needs nothing more. Returns how
+    the data was made durable: ``fsync``, ``close`` or ``none`` (see :func:`warn_write_back`)."""
+    caps = c.driver.caps
+    if fsync and caps.fsync:
+        c.driver.fsync(h)
+        return "fsync"
+    return "close" if caps.close_commits else "none"
+
+
+def warn_write_back(c: ClientContext, rec: PhaseRecorder, phase: str, durable: str, fsync: bool,
+                    direct: bool = False) -> None:
+    """Warn ``write-back`` when a write phase's figure may include data not yet on the storage."""
+    rec.extra["durable"] = durable
+    if durable != "none" or (direct and c.driver.caps.client_page_cache):
+        return
+    why = "fsync turned off" if not fsync or c.driver.caps.fsync else f"the {c.driver.scheme} driver cannot fsync"
+    if c.driver.caps.client_page_cache:
+        c.warn(rec, "write-back", f"{phase} may have ended with data still in the page cache ({why}, no O_DIRECT): "
+                                  "the figure can exceed what the storage accepts")
+    else:
+        c.warn(rec, "write-back", f"{phase} ended without a durable flush ({why}): the server may still hold the "
+                                  "data in memory, and the figure can exceed what its storage accepts")
+
+
 def run_threads(jobs: list[tuple]) -> None:
     """Run ``run_ops`` jobs, one thread each; the first real failure stops the others and is raised."""
     if len(jobs) == 1:
@@ -310,8 +337,7 @@ class Bandwidth(Workload):
             chunk = ts * count
             run_ops(c.driver.writer(h), [buf], range(base, base + p.file_size, chunk),
                     OpLog(time.perf_counter_ns(), fold_cap(chunk)), chunk, stamp)
-            if c.driver.caps.fsync:
-                c.driver.fsync(h)
+            make_durable(c, h, True)
         finally:
             c.driver.close(h)
 
@@ -360,10 +386,11 @@ class Bandwidth(Workload):
             except IOFailure as e:
                 rec.error(e.kind)
                 raise StorevalError(f"{phase} of {path} {e}") from e
-            if write and p.fsync and c.driver.caps.fsync:
-                c.driver.fsync(h)
+            durable = make_durable(c, h, p.fsync) if write else None
         finally:
             c.driver.close(h)
+        if write:
+            warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
         self._warn_about_memory(c, phase, rec)
 
     def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, jobs: list, sources: list,
@@ -396,10 +423,7 @@ class Bandwidth(Workload):
         p, st = self.p, c.state
         if not c.driver.caps.client_page_cache or st["direct"]:
             return
-        if phase in WRITES:
-            if not p.fsync:
-                c.warn(rec, "write-back", f"{phase} may have ended with data still in the page cache (no fsync, no "
-                                          "O_DIRECT): the figure can exceed what the storage accepts")
+        if phase in WRITES:  # warn_write_back has said what a write phase left unflushed
             return
         data = p.file_size * c.nclients  # what the clients of this host read
         if st["cache"] in ("dropped", "invalidated") or not fits_in_ram(data):

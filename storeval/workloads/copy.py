@@ -5,6 +5,11 @@ upload, the write size of a file copy) to an object or file of its own, and/or d
 Worker k starts ``k * stagger`` seconds after the phase starts, as the MIT study launched its copies, so the
 aggregate covers the whole staggered run while each worker's own rate covers only its own copy. The study
 summary adds, per target, the number of workers at which the aggregate stops growing ("workers to peak").
+
+Every upload ends durably inside its timed region, the same way for every worker and transfer size: fsync
+before close for files (``fsync``, on by default), the PUT or multipart-complete acknowledgment for objects
+(close waits for it). Where the figure may include data not yet on the storage (``fsync: false``, a driver
+that can neither fsync nor commit on close) the upload is warned about (``write-back``), as bandwidth's writes.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ..engine.records import OpLog, PhaseRecorder, fold_cap
 from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..units import format_size
-from .bandwidth import IOFailure, run_ops
+from .bandwidth import IOFailure, make_durable, run_ops, warn_write_back
 from .base import ClientContext, Need, Needs, Params, Workload
 from .payload import Payload, aligned_buffer
 
@@ -31,6 +36,7 @@ class CopyParams(Params):
     transfer_size: Size = 16 << 20
     direction: Literal["upload", "download", "both"] = "both"
     stagger: Duration = 0.1
+    fsync: bool = True  # each upload ends with fsync before close (files; objects are durable once closed)
     random_seed: int = 0
 
     @model_validator(mode="after")
@@ -84,20 +90,24 @@ class Copy(Workload):
         if self.phases()[0] == "download":  # the chunk must be there before it is downloaded
             self._copy(c, "upload", OpLog(time.perf_counter_ns(), fold_cap(p.transfer_size)))
 
-    def _copy(self, c: ClientContext, phase: str, log: OpLog) -> None:
+    def _copy(self, c: ClientContext, phase: str, log: OpLog) -> str | None:
+        """One whole copy; an upload's data made durable before it returns (how: see ``make_durable``)."""
         p = self.p
         up = phase == "upload"
         path = self._path(c)
+        durable = None
         h = c.driver.open(path, "w" if up else "r")
         try:
             if up:
                 buf, stamp = c.state["payload"]
                 run_ops(c.driver.writer(h), [buf], range(0, p.chunk_size, p.transfer_size), log, p.transfer_size, stamp)
+                durable = make_durable(c, h, p.fsync)
             else:
-                run_ops(c.driver.reader(h, into_buffer=False), [c.state["read_buf"]], range(0, p.chunk_size, p.transfer_size), log,
-                        p.transfer_size)
+                run_ops(c.driver.reader(h, into_buffer=False), [c.state["read_buf"]],
+                        range(0, p.chunk_size, p.transfer_size), log, p.transfer_size)
         finally:
             c.driver.close(h)
+        return durable
 
     def before_phase(self, c: ClientContext, phase: str) -> None:
         if phase == "download":  # a download reads the storage, not what the upload left in memory
@@ -113,10 +123,12 @@ class Copy(Workload):
         rec.extra["stagger_s"] = delay
         log = rec.oplog(fold_cap(self.p.transfer_size))
         try:
-            self._copy(c, phase, log)
+            durable = self._copy(c, phase, log)
         except IOFailure as e:
             rec.error(e.kind)
             raise StorevalError(f"{phase} of {self._path(c)} {e}") from e
+        if phase == "upload":
+            warn_write_back(c, rec, phase, durable, self.p.fsync)
 
     def cleanup(self, c: ClientContext) -> None:
         c.driver.remove_quietly(self._path(c))
