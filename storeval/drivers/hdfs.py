@@ -28,6 +28,7 @@ class HdfsOptions(DriverOptions):
     replication: Annotated[int, Field(ge=1, le=512)] | None = None
     block_size: Size | None = None
     timeout: Duration = 30.0  # per call to the namenode or the datanodes
+    server_pids: list[Annotated[int, Field(ge=1)]] = []  # its server processes on this host (server-side counters)
 
 
 class HdfsHandle(Handle):

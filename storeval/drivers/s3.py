@@ -64,6 +64,7 @@ class S3Options(DriverOptions):
     timeout: Duration = 30.0  # per request, and the bound on retries
     virtual_hosted: bool = False
     fast_get: bool = True  # GETs through storeval's lean signed HTTP path (see sigv4.py); false: through obstore
+    server_pids: list[Annotated[int, Field(ge=1)]] = []  # its server processes on this host (server-side counters)
 
     @field_validator("endpoint")
     @classmethod

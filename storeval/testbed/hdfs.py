@@ -234,7 +234,7 @@ class HdfsServer(Server):
         return True
 
     def targets(self) -> dict[str, dict[str, Any]]:
-        return {"hdfs": {"url": f"{self.url}{TARGET_DIR}", "replication": self.replication}}
+        return {"hdfs": {"url": f"{self.url}{TARGET_DIR}", "replication": self.replication, **self.server_counters()}}
 
     def status(self) -> str:
         return f"{super().status()}; datanodes {self.n_datanodes}, replication {self.replication}"

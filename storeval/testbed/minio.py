@@ -297,7 +297,7 @@ class MinioServer(Server):
 
     def targets(self) -> dict[str, dict[str, Any]]:
         return {self.target_name: {"url": f"s3://{BUCKET}/testbed", "endpoint": self.endpoint, "region": REGION,
-                                   "credentials_file": str(self.credentials_file)}}
+                                   "credentials_file": str(self.credentials_file), **self.server_counters()}}
 
 
 class MinioECServer(MinioServer):
