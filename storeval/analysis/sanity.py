@@ -35,7 +35,7 @@ def format_rate(bps: float) -> str:
 
 CLIENT_BOUND = 0.9  # CPU seconds per wall second per client above which the client may be the limit
 CACHE_SERVED = 0.1  # device bytes below this fraction of the bytes read means memory served the rest
-SHARED_INTERFACE = 1.5  # an interface moving this many times what the clients did carries other traffic
+SHARED_INTERFACE = 2.0  # an interface moving this many times what the clients did carries other traffic
 SHARED_INTERFACE_BYTES = 1 << 20  # ... and at least this much more
 SERVER_CACHE = 0.1  # server disk reads short of what it served by more than this fraction: its cache served it
 MIN_SECONDS = 0.2  # CPU accounting is too coarse to judge shorter phases
@@ -146,13 +146,13 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
 def shared_interface(fig: Any, records: list[PhaseRecord], m: float, direction: str, source: str) -> None:
     """Warn when only interface counters exist and the interface moved much more than the clients did: other
     processes' traffic is in the figure."""
-    key = "rchar" if direction == "read" else "wchar"
-    clients = sum(r.extra.get("proc_io", {}).get(key, 0.0) for r in records)
-    if clients and m > SHARED_INTERFACE * clients and m - clients > SHARED_INTERFACE_BYTES:
+    key = "rchar" if direction == "read" else "wchar"  # sockets read with recv() are not in rchar: hence max
+    clients = max(float(fig.bytes), sum(r.extra.get("proc_io", {}).get(key, 0.0) for r in records))
+    if m > SHARED_INTERFACE * clients and m - clients > SHARED_INTERFACE_BYTES:
         fig.warnings.append({"code": "shared-interface", "message": (
             f"{source.split(' —')[0]} moved {format_size(m)} while storeval's clients {direction} "
-            f"{format_size(clients)} through their sockets and files: other traffic is in the moved figure and its "
-            "amplification (a target option server_pids naming its server's processes on this host counts the server alone)")})
+            f"{format_size(clients)}: other traffic is in the moved figure and its amplification (a target option "
+            "server_pids naming its server's processes on this host counts the server alone)")})
 
 
 def server_cache(fig: Any, records: list[PhaseRecord]) -> None:
