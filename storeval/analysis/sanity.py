@@ -37,6 +37,7 @@ CLIENT_BOUND = 0.9  # CPU seconds per wall second per client above which the cli
 CACHE_SERVED = 0.1  # device bytes below this fraction of the bytes read means memory served the rest
 SHARED_INTERFACE = 2.0  # an interface moving this many times what the clients did carries other traffic
 SHARED_INTERFACE_BYTES = 1 << 20  # ... and at least this much more
+REPORTED = {"server_minio": "server (minio metrics)", "server_jmx": "server (datanode jmx)"}  # probe: source
 SERVER_CACHE = 0.1  # server disk reads short of what it served by more than this fraction: its cache served it
 MIN_SECONDS = 0.2  # CPU accounting is too coarse to judge shorter phases
 STALL_SECONDS = 2.0  # no operation completed by any client for this long is a stall (target limits: stall)
@@ -79,6 +80,23 @@ def phase_probes(records: list[PhaseRecord], where: dict[str, Any]) -> dict[str,
         out.update(server_read_bytes=sum(min(p.get("rchar", 0.0), p.get("wchar", 0.0)) for p in procs.values()),
                    server_write_bytes=sum(p.get("wchar", 0.0) for p in procs.values()),
                    server_source="server process io")
+    failures = sorted(merged.get("server_error", {}))
+    for probe, label in REPORTED.items():
+        # What the server reports is the same whichever host leader read it: one host's delta, never a sum.
+        nodes = next((r.extra["probes"][probe] for r in records if probe in r.extra.get("probes", {})), None)
+        if nodes is None:
+            continue
+        if any(v < 0 for m in nodes.values() for v in m.values()):  # a node restarted: its counters began again
+            failures.append(f"{label.split('(')[1].rstrip(')')} went back during the phase (a node restarted)")
+            continue
+        out.update(server_reported=nodes, server_source=label,
+                   server_read_bytes=sum(m.get("read_bytes", 0.0) for m in nodes.values()),
+                   server_write_bytes=sum(m.get("write_bytes", 0.0) for m in nodes.values()))
+        break
+    if failures:  # a reported source that could not be read: the figure falls back, and says why
+        out["server_fallback"] = "; ".join(failures)
+        if out.get("server_source"):
+            out["server_source"] += f" ({out['server_fallback']})"
     return out
 
 
@@ -94,8 +112,9 @@ def moved_with_source(probes: dict[str, Any] | None, where: dict[str, Any],
     if where.get("medium") == "device":
         return probes["device_read_bytes" if direction == "read" else "device_write_bytes"], f"device {probes['device']}"
     if where.get("medium") == "network" and probes.get("interface"):
+        fallback = f" ({probes['server_fallback']})" if probes.get("server_fallback") else ""
         return (probes["net_rx_bytes" if direction == "read" else "net_tx_bytes"],
-                f"interface {probes['interface']} — includes other traffic")
+                f"interface {probes['interface']} — includes other traffic{fallback}")
     return None, None
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..drivers import make_driver
 from ..errors import error_kind, one_line
 from ..probes.counters import delta, read_process_io, snapshot
-from ..probes.server import ServerProbe, server_spec
+from ..probes.server import ServerProbe, server_delta, server_spec
 from ..workloads import make_workload
 from ..workloads.base import ClientContext, Comm
 from .records import ClientStopped, PhaseRecorder
@@ -120,7 +120,7 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
             comm.barrier()
             exit_ns = time.perf_counter_ns()
             if host0 is not None:
-                rec.extra["probes"] = delta(host0, host.snapshot())
+                rec.extra["probes"] = server_delta(host0, host.snapshot())
             comm.barrier()  # nobody's next untimed work (set-up, clean-up) may reach the leader's counters
             send(("record", rank, rec.record(exit_ns).to_wire()))
         phase, iteration = "cleanup", 0
