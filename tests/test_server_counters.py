@@ -165,3 +165,64 @@ def test_a_read_served_by_the_servers_page_cache_is_flagged_and_a_cold_one_is_no
         caches = [json.loads(e)["cache"] for (e,) in con.execute("SELECT extra FROM records WHERE phase = 'read'").fetchall()]
         con.close()
         assert caches == [expected, expected]
+
+
+# -- what the server itself reports: MinIO's metrics, HDFS datanodes' JMX (the session testbed) ----------
+
+REPORTED = {"minio": "server (minio metrics)", "hdfs": "server (datanode jmx)"}
+# What a read moves beyond its data, by what the server counts: MinIO counts S3 bodies alone; a datanode's
+# BytesRead counts the CRC32 checksums it sends with the data, 4 bytes per 512-byte chunk.
+READ_OVERHEAD = {"minio": 0.0, "hdfs": 4 / 512}
+
+
+def named(tmp_path: Path, name: str, entry: dict) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"targets": {name: entry}}))
+    return path
+
+
+@pytest.mark.parametrize("name", ["minio", "hdfs"])
+def test_server_reported_bytes_give_amplification_one_while_a_foreign_process_floods_loopback(
+        tmp_path, testbed_targets, testbed_credentials, name):
+    entry = testbed_targets[name]
+    assert ("metrics_urls" if name == "minio" else "jmx") in entry
+    with LoopbackPump() as pump:
+        doc = run(tmp_path, str(named(tmp_path, name, entry)), *BANDWIDTH)
+    assert pump.received > 0
+    read, write = phases(doc)["read"], phases(doc)["write"]
+    assert read["bytes"] == write["bytes"] == 16 * MiB
+    for p in (read, write):
+        assert p["probes"]["moved_source"] == REPORTED[name]
+        assert not any(w["code"] == "shared-interface" for w in p["warnings"])
+    # within 0.2 % of what the server must have moved, whatever else crossed loopback
+    assert abs(read["read_amplification"] - (1 + READ_OVERHEAD[name])) <= 0.002, read["read_amplification"]
+    assert abs(write["write_amplification"] - 1) <= 0.002, write["write_amplification"]
+    # the server's own report agrees with what its processes moved through syscalls in the same phase
+    for p, key in ((read, "server_read_bytes"), (write, "server_write_bytes")):
+        procs = p["probes"]["server_processes"]
+        io = sum(min(v["rchar"], v["wchar"]) for v in procs.values()) if p is read else \
+            sum(v["wchar"] for v in procs.values())
+        assert abs(io - p["probes"][key]) <= 0.02 * p["probes"][key], (io, p["probes"][key])
+    text = (tmp_path / "out.json").read_text()
+    assert all(secret not in text for secret in testbed_credentials)
+
+
+def test_a_metrics_endpoint_that_cannot_be_read_falls_back_to_the_next_source_and_says_why(
+        tmp_path, testbed_targets):
+    entry = dict(testbed_targets["minio"])
+    v2 = entry["metrics_urls"][0].replace("/minio/metrics/v3/api/requests", "/minio/v2/metrics/node")
+    doc = run(tmp_path, str(named(tmp_path, "minio", {**entry, "metrics_urls": [v2]})), *BANDWIDTH)
+    why = ("minio metrics failed: no minio_api_requests_traffic_sent_bytes in the metrics (give each node's "
+           "MinIO metrics v3 URL, http://HOST:PORT/minio/metrics/v3/api/requests)")
+    for p in phases(doc).values():
+        assert p["probes"]["moved_source"] == f"server process io ({why})"
+    assert abs(phases(doc)["read"]["read_amplification"] - 1) <= 0.02
+
+    closed = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{closed.getsockname()[1]}/minio/metrics/v3/api/requests"
+    closed.close()
+    bare = {k: v for k, v in entry.items() if k != "server_pids"}
+    doc = run(tmp_path, str(named(tmp_path, "minio", {**bare, "metrics_urls": [url]})), *BANDWIDTH)
+    read = phases(doc)["read"]
+    assert read["probes"]["moved_source"] == (f"interface lo — includes other traffic (minio metrics failed: {url}: "
+                                              "Connection refused)")

@@ -120,7 +120,7 @@ def minio_token(access_key: str, secret_key: str, now: float | None = None) -> s
 
 
 def http_get(url: str, timeout: float, headers: dict[str, str] | None = None) -> str:
-    """``GET url`` (http or https, no proxies), its body; any other status than 200 raises OSError."""
+    """``GET url`` (http or https, no proxies), its body; anything but a 200 raises OSError naming the URL."""
     parts = urlsplit(url)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = conn_cls(parts.netloc, timeout=timeout)
@@ -128,12 +128,12 @@ def http_get(url: str, timeout: float, headers: dict[str, str] | None = None) ->
         conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers or {})
         resp = conn.getresponse()
         body = resp.read().decode("utf-8", errors="replace")
-    except http.client.HTTPException as e:
-        raise OSError(f"{type(e).__name__}: {e}") from None
+    except (OSError, http.client.HTTPException) as e:
+        raise OSError(f"{url}: {getattr(e, 'strerror', None) or e or type(e).__name__}") from None
     finally:
         conn.close()
     if resp.status != 200:
-        raise OSError(f"HTTP {resp.status}")
+        raise OSError(f"{url}: HTTP {resp.status}")
     return body
 
 
@@ -231,7 +231,8 @@ class ServerProbe:
                     raise OSError(f"still moving after {t - start:.1f} s")
             snap[probe] = last
         except (OSError, ValueError, KeyError, TypeError) as e:
-            snap.setdefault("server_error", {})[f"{name} failed: {one_line(e)}"] = {"failed": 1.0}
+            why = str(e) if isinstance(e, (OSError, ValueError)) and str(e) else one_line(e)
+            snap.setdefault("server_error", {})[f"{name} failed: {why}"] = {"failed": 1.0}
 
     def snapshot(self) -> Snapshot:
         snap: Snapshot = {}
