@@ -74,7 +74,9 @@ def test_state_ports_and_targets(cluster):
     st = cluster.state
     assert set(st.ports) == {"rpc", "http", "control"}
     assert st.info["datanodes"] == 3 and st.info["replication"] == 2
-    assert cluster.targets() == {"hdfs": {"url": f"hdfs://127.0.0.1:{st.ports['rpc']}/storeval", "replication": 2}}
+    assert cluster.targets() == {"hdfs": {"url": f"hdfs://127.0.0.1:{st.ports['rpc']}/storeval", "replication": 2,
+                                          "server_pids": [p.pid for p in st.procs],
+                                          "jmx": [f"127.0.0.1:{st.ports['http']}"], "jmx_period": 1.0}}
     assert cluster.alive()
     assert "datanodes 3, replication 2" in cluster.status()
     dns = cluster.datanodes()

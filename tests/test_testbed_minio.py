@@ -107,8 +107,11 @@ def test_credentials_file_and_targets(minio: MinioServer) -> None:
     access, secret = cp["default"]["aws_access_key_id"], cp["default"]["aws_secret_access_key"]
     assert (access, secret) == minio.credentials()
     targets = minio.targets()
-    assert targets == {"minio": {"url": "s3://storeval/testbed", "endpoint": f"http://127.0.0.1:{minio.state.ports['api']}",
-                                 "region": "us-east-1", "credentials_file": str(path.absolute())}}
+    api = minio.state.ports['api']
+    assert targets == {"minio": {"url": "s3://storeval/testbed", "endpoint": f"http://127.0.0.1:{api}",
+                                 "region": "us-east-1", "credentials_file": str(path.absolute()),
+                                 "server_pids": [p.pid for p in minio.state.procs],
+                                 "metrics_urls": [f"http://127.0.0.1:{api}/minio/metrics/v3/api/requests"]}}
     assert secret not in json.dumps(targets) and secret not in json.dumps(minio.state.to_json())
     # the secret is in the environment of the server, not on its command line
     for p in minio.state.procs:

@@ -97,7 +97,8 @@ def test_state_has_everything_a_rebuilt_server_needs(server: XrootdServer):
 
     rebuilt = XrootdServer(Path(st.root), {}, ServerState.from_json(st.to_json()))
     assert rebuilt.alive() and rebuilt.ready()
-    assert rebuilt.targets() == server.targets() == {"xrootd": {"url": f"root://127.0.0.1:{port}//storeval"}}
+    assert rebuilt.targets() == server.targets() == {"xrootd": {"url": f"root://127.0.0.1:{port}//storeval",
+                                                                 "server_pids": [p.pid for p in server.state.procs]}}
     assert rebuilt.trace_log() == server.trace_log() == Path(st.info["log"])
     assert f"xrootd pid {pid} up" in rebuilt.status() and str(port) in rebuilt.status()
 

@@ -35,13 +35,18 @@ def format_rate(bps: float) -> str:
 
 CLIENT_BOUND = 0.9  # CPU seconds per wall second per client above which the client may be the limit
 CACHE_SERVED = 0.1  # device bytes below this fraction of the bytes read means memory served the rest
+SHARED_INTERFACE = 2.0  # an interface moving this many times what the clients did carries other traffic
+SHARED_INTERFACE_BYTES = 1 << 20  # ... and at least this much more
+REPORTED = {"server_minio": "server (minio metrics)", "server_jmx": "server (datanode jmx)"}  # probe: source
+SERVER_CACHE = 0.1  # server disk reads short of what it served by more than this fraction: its cache served it
 MIN_SECONDS = 0.2  # CPU accounting is too coarse to judge shorter phases
 STALL_SECONDS = 2.0  # no operation completed by any client for this long is a stall (target limits: stall)
 STALL_LATENCIES = 10  # ... or for this many median operations, when operations are that slow
 
 
 def phase_probes(records: list[PhaseRecord], where: dict[str, Any]) -> dict[str, Any] | None:
-    """The probe deltas of a phase, summed over hosts, for the device or interface ``where`` names."""
+    """The probe deltas of a phase, summed over hosts, for the device or interface ``where`` names, and what the
+    target's server says it moved (``server_*``, with ``server_source``) when its counters were taken."""
     merged: dict[str, Any] = {}
     found = False
     for r in records:
@@ -55,7 +60,7 @@ def phase_probes(records: list[PhaseRecord], where: dict[str, Any]) -> dict[str,
     net = merged.get("net", {}).get(iface, {}) if iface else {}
     cpu = merged.get("cpu", {}).get("all", {})
     mem = merged.get("mem", {}).get("mem", {})
-    return {
+    out = {
         "device": device, "interface": iface,
         "device_read_bytes": disk.get("read_bytes") if device else None,
         "device_write_bytes": disk.get("write_bytes") if device else None,
@@ -64,16 +69,57 @@ def phase_probes(records: list[PhaseRecord], where: dict[str, Any]) -> dict[str,
         "cpu_busy_fraction": cpu["busy"] / cpu["total"] if cpu.get("total") else None,
         "page_cache_delta_bytes": mem.get("cached_bytes"),
     }
+    procs = merged.get("server", {})
+    if procs:  # the server's processes on this host: what they moved through syscalls, and their disk
+        out["server_processes"] = procs
+        out["server_disk_read_bytes"] = sum(p.get("read_bytes", 0.0) for p in procs.values())
+        out["server_disk_write_bytes"] = sum(p.get("write_bytes", 0.0) for p in procs.values())
+        # A read's data passes through both the server's reads (file) and writes (socket); each may also carry
+        # its own noise (MinIO's background scanner reads, XRootD's trace log writes), so the smaller is taken.
+        # A write's data is what the server wrote through syscalls (socket receives are not in rchar).
+        out.update(server_read_bytes=sum(min(p.get("rchar", 0.0), p.get("wchar", 0.0)) for p in procs.values()),
+                   server_write_bytes=sum(p.get("wchar", 0.0) for p in procs.values()),
+                   server_source="server process io")
+    failures = sorted(merged.get("server_error", {}))
+    for probe, label in REPORTED.items():
+        # What the server reports is the same whichever host leader read it: one host's delta, never a sum.
+        nodes = next((r.extra["probes"][probe] for r in records if probe in r.extra.get("probes", {})), None)
+        if nodes is None:
+            continue
+        if any(v < 0 for m in nodes.values() for v in m.values()):  # a node restarted: its counters began again
+            failures.append(f"{label.split('(')[1].rstrip(')')} went back during the phase (a node restarted)")
+            continue
+        out.update(server_reported=nodes, server_source=label,
+                   server_read_bytes=sum(m.get("read_bytes", 0.0) for m in nodes.values()),
+                   server_write_bytes=sum(m.get("write_bytes", 0.0) for m in nodes.values()))
+        break
+    if failures:  # a reported source that could not be read: the figure falls back, and says why
+        out["server_fallback"] = "; ".join(failures)
+        if out.get("server_source"):
+            out["server_source"] += f" ({out['server_fallback']})"
+    return out
+
+
+def moved_with_source(probes: dict[str, Any] | None, where: dict[str, Any],
+                      direction: str) -> tuple[float | None, str | None]:
+    """Bytes that really moved for a phase and where that figure comes from, best source first: the server's
+    own report or its processes' io, the device under a local file system, and only last the interface
+    (which counts every process's traffic)."""
+    if not probes:
+        return None, None
+    if probes.get("server_source"):
+        return probes[f"server_{direction}_bytes"], probes["server_source"]
+    if where.get("medium") == "device":
+        return probes["device_read_bytes" if direction == "read" else "device_write_bytes"], f"device {probes['device']}"
+    if where.get("medium") == "network" and probes.get("interface"):
+        fallback = f" ({probes['server_fallback']})" if probes.get("server_fallback") else ""
+        return (probes["net_rx_bytes" if direction == "read" else "net_tx_bytes"],
+                f"interface {probes['interface']} — includes other traffic{fallback}")
+    return None, None
 
 
 def moved(probes: dict[str, Any] | None, where: dict[str, Any], direction: str) -> float | None:
-    if not probes:
-        return None
-    if where.get("medium") == "device":
-        return probes["device_read_bytes" if direction == "read" else "device_write_bytes"]
-    if where.get("medium") == "network":
-        return probes["net_rx_bytes" if direction == "read" else "net_tx_bytes"]
-    return None
+    return moved_with_source(probes, where, direction)[0]
 
 
 def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: dict[str, float], direction: str | None,
@@ -84,13 +130,18 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
         return
     stalls(fig, records, limits)
     if direction in ("read", "write") and fig.bytes:
-        m = moved(fig.probes, where, direction)
+        m, source = moved_with_source(fig.probes, where, direction)
         if m is not None:
             setattr(fig, f"{direction}_amplification", m / fig.bytes)
+            fig.probes["moved_source"] = source
             if direction == "read" and where.get("medium") == "device" and m < CACHE_SERVED * fig.bytes:
                 fig.warnings.append({"code": "cache-served", "message": (
                     f"only {format_size(m)} of the {format_size(fig.bytes)} read came from device {where['device']}: "
                     "memory (the page cache) served the rest")})
+            if source and source.startswith("interface"):
+                shared_interface(fig, records, m, direction, source)
+        if direction == "read":
+            server_cache(fig, records)
     rate = fig.bytes / fig.seconds if fig.bytes else 0.0
     for name, limit, source in _rate_limits(limits, where, direction, hosts):
         if rate > limit:
@@ -109,6 +160,34 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
         fig.warnings.append({"code": "client-bound", "message": (
             f"storeval's clients were busy on CPU {per_client:.0%} of the phase: the client, not the storage, "
             "may have set this figure")})
+
+
+def shared_interface(fig: Any, records: list[PhaseRecord], m: float, direction: str, source: str) -> None:
+    """Warn when only interface counters exist and the interface moved much more than the clients did: other
+    processes' traffic is in the figure."""
+    key = "rchar" if direction == "read" else "wchar"  # sockets read with recv() are not in rchar: hence max
+    clients = max(float(fig.bytes), sum(r.extra.get("proc_io", {}).get(key, 0.0) for r in records))
+    if m > SHARED_INTERFACE * clients and m - clients > SHARED_INTERFACE_BYTES:
+        fig.warnings.append({"code": "shared-interface", "message": (
+            f"{source.split(' —')[0]} moved {format_size(m)} while storeval's clients {direction} "
+            f"{format_size(clients)}: other traffic is in the moved figure and its amplification (a target option "
+            "server_pids naming its server's processes on this host counts the server alone)")})
+
+
+def server_cache(fig: Any, records: list[PhaseRecord]) -> None:
+    """Flag a read the server answered from its memory: its page cache was kept (not root, --keep-cache) and
+    its disk served much less than it sent."""
+    states = {(r.extra.get("cache") or {}).get("server") for r in records if isinstance(r.extra.get("cache"), dict)}
+    probes = fig.probes or {}
+    served, disk = probes.get("server_read_bytes"), probes.get("server_disk_read_bytes")
+    if "kept" not in states or served is None or disk is None or not fig.bytes:
+        return
+    missing = min(served, fig.bytes) - disk
+    if missing > SERVER_CACHE * min(served, fig.bytes):
+        fig.flags.append({"code": "server-cache", "message": (
+            f"the server's disk read {format_size(max(disk, 0))} of the {format_size(min(served, fig.bytes))} it served "
+            f"({probes.get('server_source')}): {format_size(missing)} came from the server's page cache, which "
+            "was kept (run as root on the server's host without --keep-cache to drop it)")})
 
 
 def _rate_limits(limits: dict[str, float], where: dict[str, Any], direction: str | None,

@@ -12,7 +12,9 @@ at once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from XRootD import client as xrd
 from XRootD.client.flags import AccessMode, DirListFlags, MkDirFlags, OpenFlags, QueryCode, StatInfoFlags
@@ -34,6 +36,7 @@ MODE = AccessMode.UR | AccessMode.UW | AccessMode.GR | AccessMode.OR
 
 class XrootdOptions(DriverOptions):
     timeout: Duration = 30.0  # per request, and the bound on connecting
+    server_pids: list[Annotated[int, Field(ge=1)]] = []  # its server processes on this host (server-side counters)
 
 
 class XrdHandle(Handle):

@@ -23,6 +23,7 @@ from typing import Any
 from ..drivers import make_driver
 from ..errors import error_kind, one_line
 from ..probes.counters import delta, read_process_io, snapshot
+from ..probes.server import ServerProbe, server_delta, server_spec
 from ..workloads import make_workload
 from ..workloads.base import ClientContext, Comm
 from .records import ClientStopped, PhaseRecorder
@@ -34,10 +35,40 @@ def make_job(*, url: str, options: dict, kind: str, params: dict, cell_dir: str,
              seed: int, keep_cache: bool = False, probe_interval: float = 1.0,
              target: str | None = None) -> dict[str, Any]:
     """The picklable description of a cell that every client receives; steps are (phase, iteration), ``target``
-    the study's name of the target (errors name it)."""
+    the study's name of the target (errors name it). ``server`` says where the target's server counters are
+    (probes/server.py), ``server_pids`` its processes on this host (empty when unknown)."""
+    server = server_spec(options)
     return {"url": url, "options": options, "kind": kind, "params": params, "cell_dir": cell_dir,
             "steps": [list(s) for s in steps], "seed": seed, "keep_cache": keep_cache, "probe_interval": probe_interval,
-            "target": target}
+            "target": target, "server": server, "server_pids": list(server.get("pids", []))}
+
+
+# How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the
+# client half of ``rec.extra["cache"]``.
+CLIENT_CACHE = {"dropped": "dropped", "invalidated": "fadvise", "kept": "kept", "direct": "direct", "none": "none",
+                "warm": "kept", "not-cleared": "kept"}
+
+
+def cache_record(state: Any, ctx: ClientContext) -> dict[str, str]:
+    """``{"client": ..., "server": ...}``: what was done to each page cache before a read phase."""
+    if isinstance(state, dict):
+        return state
+    server = ctx.server_cache  # set by clear_cache in this phase's before_phase
+    if server is None:  # not cleared: a server on this host keeps what it cached; a local file system has none
+        server = "kept" if ctx.server_pids else ("none" if ctx.driver.caps.client_page_cache else "unknown")
+    return {"client": CLIENT_CACHE.get(str(state), "kept"), "server": server}
+
+
+class HostProbe:
+    """The host leader's snapshots: the host's counters and its target's server counters, taken together."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.server = ServerProbe(job.get("server") or {})
+
+    def snapshot(self) -> dict[str, Any]:
+        snap: dict[str, Any] = snapshot()
+        snap.update(self.server.snapshot())
+        return snap
 
 
 def _own_io() -> dict[str, float]:
@@ -57,16 +88,21 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
         wl = make_workload(job["kind"], job["params"])
         leader = getattr(comm, "host_leader", rank == 0)
         ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job["cell_dir"],
-                            seed=job["seed"], comm=comm, keep_cache=job.get("keep_cache", False), host_leader=leader)
+                            seed=job["seed"], comm=comm, keep_cache=job.get("keep_cache", False), host_leader=leader,
+                            server_pids=list(job.get("server_pids", [])))
+        host = HostProbe(job) if leader else None
         phase, iteration = "prepare", 0
         wl.prepare(ctx)
         comm.barrier()
         for seq, (phase, iteration) in enumerate(job["steps"]):
             rec = PhaseRecorder(rank, phase, progress, iteration)
+            ctx.server_cache = None
             wl.before_phase(ctx, phase)
+            # The phase's counters span its whole timed region on every host: the leader snapshots while every
+            # client is held between two barriers, before the first starts and after the last has ended.
             comm.barrier()
-            # one client per host counts what the whole host moved; every client what its own process did
-            host0 = snapshot() if leader else None
+            host0 = host.snapshot() if host is not None else None
+            comm.barrier()
             io0 = _own_io()
             rec.begin()
             try:
@@ -78,11 +114,15 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
             rec.finish()
             io1 = _own_io()
             rec.extra["proc_io"] = {k: io1[k] - io0.get(k, 0) for k in io1}
-            if host0 is not None:
-                rec.extra["probes"] = delta(host0, snapshot())
+            if "cache" in rec.extra:
+                rec.extra["cache"] = cache_record(rec.extra["cache"], ctx)
             comm.phase_done(seq + 1)
             comm.barrier()
-            send(("record", rank, rec.record(time.perf_counter_ns()).to_wire()))
+            exit_ns = time.perf_counter_ns()
+            if host0 is not None:
+                rec.extra["probes"] = server_delta(host0, host.snapshot())
+            comm.barrier()  # nobody's next untimed work (set-up, clean-up) may reach the leader's counters
+            send(("record", rank, rec.record(exit_ns).to_wire()))
         phase, iteration = "cleanup", 0
         cleaned = True
         wl.cleanup(ctx)

@@ -272,6 +272,11 @@ class Server(ABC):
     def targets(self) -> dict[str, dict[str, Any]]:
         """storeval targets reaching this server: name -> {url: ..., options...} (no secrets, only references)."""
 
+    def server_counters(self) -> dict[str, Any]:
+        """Target options that say where this server's own counters are (probes/server.py): its processes on
+        this host, so that what it moved and what its disk served are counted apart from other traffic."""
+        return {"server_pids": [p.pid for p in self.state.procs if p.alive()]}
+
     def wait_ready(self, timeout: float = 120) -> None:
         log = Path(self.state.procs[0].log) if self.state.procs else None
 

@@ -32,6 +32,7 @@ from .base import LOCALHOST, Left, Server, TestbedError, cache_dir, free_port, p
 JAVA_DIR = Path(__file__).with_name("java")
 MAIN_CLASS = "org.storeval.testbed.MiniCluster"
 HADOOP_VERSION = "3.4.1"
+JMX_PERIOD = 1.0  # seconds: *.period of java/src/main/resources/hadoop-metrics2.properties
 TARGET_DIR = "/storeval"  # the directory the storeval target points at
 START_TIMEOUT = 180.0  # seconds for one launcher start (cluster up, READY printed)
 _BIND_ERRORS = ("Address already in use", "BindException", "Port in use")
@@ -234,7 +235,14 @@ class HdfsServer(Server):
         return True
 
     def targets(self) -> dict[str, dict[str, Any]]:
-        return {"hdfs": {"url": f"{self.url}{TARGET_DIR}", "replication": self.replication}}
+        return {"hdfs": {"url": f"{self.url}{TARGET_DIR}", "replication": self.replication, **self.server_counters()}}
+
+    def server_counters(self) -> dict[str, Any]:
+        """Its process, and its datanodes' JMX: the MiniCluster runs every datanode in the launcher's JVM, whose
+        one MBean server every HTTP server of it answers from, so the NameNode's HTTP port lists every
+        ``DataNodeActivity`` bean (a real cluster lists each datanode's own HTTP port instead)."""
+        return {**super().server_counters(), "jmx": [f"{LOCALHOST}:{self.state.ports['http']}"],
+                "jmx_period": JMX_PERIOD}
 
     def status(self) -> str:
         return f"{super().status()}; datanodes {self.n_datanodes}, replication {self.replication}"

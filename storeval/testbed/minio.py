@@ -297,7 +297,13 @@ class MinioServer(Server):
 
     def targets(self) -> dict[str, dict[str, Any]]:
         return {self.target_name: {"url": f"s3://{BUCKET}/testbed", "endpoint": self.endpoint, "region": REGION,
-                                   "credentials_file": str(self.credentials_file)}}
+                                   "credentials_file": str(self.credentials_file), **self.server_counters()}}
+
+    def server_counters(self) -> dict[str, Any]:
+        """Its processes, and each node's Prometheus metrics (v3: v2 is served from a cache; read with a token
+        signed by the target's keys, so nothing here is public)."""
+        return {**super().server_counters(),
+                "metrics_urls": [f"http://{LOCALHOST}:{port}/minio/metrics/v3/api/requests" for port in self._listen_ports()]}
 
 
 class MinioECServer(MinioServer):

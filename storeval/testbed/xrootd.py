@@ -330,7 +330,7 @@ class XrootdServer(Server):
         return bool(status.ok and info is not None)
 
     def targets(self) -> dict[str, dict[str, Any]]:
-        return {"xrootd": {"url": f"{self.url}//{EXPORT}"}}
+        return {"xrootd": {"url": f"{self.url}//{EXPORT}", **self.server_counters()}}
 
     def readv_limits(self) -> tuple[int, int]:
         """``(readv_iov_max, readv_ior_max)`` as this server reports them."""

@@ -97,23 +97,35 @@ class ClientContext:
     keep_cache: bool = False  # --keep-cache: leave the page cache alone (reads may be served from memory)
     host_leader: bool = True  # the one client of its host that acts for the host (drop caches, count its traffic)
     state: dict[str, Any] = field(default_factory=dict)  # the workload's per-client state
+    server_pids: list[int] = field(default_factory=list)  # the target's server processes on this host (testbed)
+    server_cache: str | None = None  # what clear_cache did to the server's page cache this phase
 
     def clear_cache(self, paths: list[str]) -> str:
-        """Make the next read of ``paths`` come from the storage, not this host's page cache.
+        """Make the next read of ``paths`` come from the storage, not a page cache — this host's, and that of
+        the target's server when it runs on this host (``server_pids``: a read after a write would otherwise
+        be served from the server's memory).
 
-        Collective (every client calls it for the same phase). Returns how: ``dropped`` (root: the host's
-        page cache emptied), ``invalidated`` (each file's cached pages dropped, posix_fadvise), ``kept``
-        (--keep-cache), ``none`` (the target's client keeps no page cache), or ``not-cleared``."""
-        if not self.driver.caps.client_page_cache:
+        Collective (every client calls it for the same phase). Returns what happened on the client: ``dropped``
+        (root: the host's page cache emptied), ``invalidated`` (each file's cached pages dropped,
+        posix_fadvise), ``kept`` (--keep-cache), ``none`` (the target's client keeps no page cache), or
+        ``not-cleared``; ``server_cache`` says what happened on the server (``dropped``, ``kept``,
+        ``unknown`` for a server elsewhere, ``none`` for a local file system)."""
+        client_cache, server_here = self.driver.caps.client_page_cache, bool(self.server_pids)
+        no_server = "kept" if server_here else ("none" if client_cache else "unknown")
+        self.server_cache = no_server
+        if not client_cache and not server_here:
             return "none"
         if self.keep_cache:
-            return "kept"
+            return "kept" if client_cache else "none"
         from ..probes.cache import drop_page_cache, is_root
 
         if is_root():
             mine = int(drop_page_cache()) if self.host_leader else 1
             if self.comm.allreduce_min(mine):
-                return "dropped"
+                self.server_cache = "dropped" if server_here else no_server
+                return "dropped" if client_cache else "none"
+        if not client_cache:
+            return "none"
         try:
             return "invalidated" if all(self.driver.invalidate(p) for p in paths) else "not-cleared"
         except OSError:
