@@ -46,6 +46,16 @@ def test_bandwidth_phases_carry_device_bytes_and_amplification(tmp_path, target)
     assert ph["write"]["write_amplification"] >= 0.9 and ph["write"]["probes"]["device_write_bytes"] >= 0.9 * 32 * MiB
     assert ph["read"]["read_amplification"] is not None and ph["read"]["read_amplification"] >= 0.9
     assert doc["environment"]["targets"][next(iter(doc["environment"]["targets"]))]["path"]["medium"] == "device"
+    # where the moved bytes were counted is said with the figure: per phase, per configuration and in the table
+    device = ph["read"]["probes"]["device"]
+    assert ph["read"]["probes"]["moved_source"] == f"device {device}"
+    summary = {s["phase"]: s for s in doc["summary"]}
+    assert summary["read"]["moved_sources"] == [f"device {device}"]
+    assert summary["read"]["amplification"]["mean"] == pytest.approx(ph["read"]["read_amplification"])
+    r = storeval("report", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    text = r.out
+    assert "moved ×" in text and f"counted at: {target} — device {device}" in " ".join(text.split())
 
 
 def test_a_read_from_the_page_cache_on_purpose_is_warned_and_a_limit_flags_it(tmp_path, target):

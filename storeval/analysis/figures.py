@@ -229,6 +229,8 @@ class ConfigSummary:
     outliers_excluded: bool = False
     flags: list[dict[str, str]] = field(default_factory=list)
     seen: dict[str, int] = field(default_factory=dict)  # flag or warning code → how many runs of the phase had it
+    amplification: Summary | None = None  # bytes the target moved / bytes asked for (read or write phases)
+    moved_sources: list[str] = field(default_factory=list)  # where those moved bytes were counted (sanity.py)
 
     def as_dict(self) -> dict[str, Any]:
         def s(x: Summary | None) -> dict | None:
@@ -242,7 +244,8 @@ class ConfigSummary:
                 "cpu_seconds_per_GB": s(self.cpu_seconds_per_GB), **{k: s(v) for k, v in self.extras.items()},
                 **({"reason": self.reason} if self.reason else {}),
                 "warnings": self.warnings, "flags": self.flags, "errors": self.errors, "outliers": self.outliers,
-                "outlier_rule": OUTLIER_RULE, "outliers_excluded": self.outliers_excluded}
+                "outlier_rule": OUTLIER_RULE, "outliers_excluded": self.outliers_excluded,
+                "amplification": s(self.amplification), "moved_sources": self.moved_sources}
 
 
 OUTLIER_MADS = 3.0
@@ -310,8 +313,14 @@ def summarize_run(cells: list[CellFigures], exclude_outliers: bool = False) -> l
             reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors,
             outliers=[{"cell": c.cell_id, "repetition": c.repetition, "iteration": ph.iteration,
                        "value": key_figure(ph)} for c, ph in flagged],
-            outliers_excluded=exclude_outliers and bool(flagged), flags=flags, seen=seen))
+            outliers_excluded=exclude_outliers and bool(flagged), flags=flags, seen=seen,
+            amplification=summarize([a for ph in ok if (a := _amplification(ph)) is not None]),
+            moved_sources=list(dict.fromkeys(src for ph in ok if (src := (ph.probes or {}).get("moved_source"))))))
     return out
+
+
+def _amplification(ph: PhaseFigures) -> float | None:
+    return ph.read_amplification if ph.read_amplification is not None else ph.write_amplification
 
 
 def _numbers(extra: dict[str, Any]) -> dict[str, float]:

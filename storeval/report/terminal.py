@@ -218,7 +218,18 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
             excluded = any(r.outliers_excluded for r in rows)
             caption.append(("Outlier repetitions are EXCLUDED from these figures (--exclude-outliers); " if excluded
                             else "Outlier repetitions are flagged and still included; ") + OUTLIER_RULE + ".")
+        sources: dict[str, list[str]] = {}  # where moved bytes were counted → the targets counted there
+        for r in rows:
+            for src in r.moved_sources:
+                if r.target not in sources.setdefault(src, []):
+                    sources[src].append(r.target)
+        if sources:
+            caption.append(("moved × = bytes the target moved / bytes the phase asked for; " if kind != "skim" else "")
+                           + "bytes moved counted at: " + "; ".join(
+                               f"{', '.join(targets)} — {src}" for src, targets in sources.items()) + ".")
         rate_columns = RATE_COLUMNS.get(kind, RATE_COLUMNS["bandwidth"])
+        if kind != "skim" and any(r.amplification is not None for r in rows):
+            rate_columns = [*rate_columns, ("moved ×", lambda r: fmt_summary(r.amplification))]
         columns = ["target", "workload", "clients", "phase", *[name for name, _ in rate_columns], "p50", "p99", "notes"]
         text_rows = []
         for r in rows:
