@@ -55,13 +55,16 @@ class Limits(BaseModel):
     stall: Annotated[Duration, Field(ge=1)] | None = None  # no progress this long is a stall (default 2 s)
 DEFAULT_PHASE_TIMEOUT = 3600.0
 
-# The study `storeval run` runs when given nothing: quick, honest (O_DIRECT where the file system allows it).
+# The study `storeval run` runs when given nothing: about a minute, honest (O_DIRECT where the file system allows
+# it), each data phase timed for about a second (a stonewall deadline; the file size is only an upper bound),
+# repeated so that every figure carries a spread, each skim client reading its own file.
 DEFAULT_WORKLOADS: dict[str, dict[str, dict[str, Any]]] = {
-    "bandwidth": {"bandwidth": {"file_size": "256MiB", "transfer_size": "1MiB",
+    "bandwidth": {"bandwidth": {"file_size": "2GiB", "transfer_size": "1MiB", "deadline": "1s",
                                 "phases": ["write", "read", "randread"], "direct": True}},
-    "metadata": {"metadata": {"items": 2000, "depth": 1, "branching": 4, "mode": "unique"}},
-    "skim": {"skim": {"files": 2, "file_size": "16MiB", "fraction": 0.5}},
+    "metadata": {"metadata": {"items": 10000, "depth": 1, "branching": 4, "mode": "unique"}},
+    "skim": {"skim": {"files_per_client": 1, "file_size": "32MiB", "fraction": 0.5}},
 }
+DEFAULT_REPETITIONS = 3
 DEFAULT_CLIENTS = [1, 2]
 
 
@@ -455,6 +458,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         raise InputError(f"workloads: {_show(raw_workloads)} is not a mapping of workload names to kinds")
     entries = {str(n): _workload_entry(str(n), e, f"workloads.{visible(str(n))}") for n, e in raw_workloads.items()}
     where_of = {n: f"workloads.{visible(n)}" for n in entries}
+    default_study = False  # the default workloads: repeated, so that even a first look carries a spread
     if workloads:
         selected = {}
         for item in workloads:
@@ -473,6 +477,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
             raise InputError(f"{path}: defines no workloads (add --workload KIND, KIND one of {', '.join(sorted(WORKLOADS))})")
         entries = {n: _workload_entry(n, e, n) for n, e in DEFAULT_WORKLOADS.items()}
         where_of = {n: f"default workload {n}" for n in entries}
+        default_study = True
 
     for item in sets or []:
         key, text = _split_set(item)
@@ -501,7 +506,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         client_counts = parse_int_list(raw["clients"], "clients")
     else:
         client_counts = list(DEFAULT_CLIENTS) if not path else [1]
-    reps = repetitions if repetitions is not None else raw.get("repetitions", 1)
+    reps = repetitions if repetitions is not None else raw.get("repetitions", DEFAULT_REPETITIONS if default_study else 1)
     if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_REPETITIONS:
         where = "--repetitions" if repetitions is not None else "repetitions"
         raise InputError(f"{where}: {_show(reps)} is not a number of repetitions (a whole number, 1 to "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import yaml
 
+from storeval.analysis.guards import HOST_CODES
 from storeval.analysis.figures import phase_figures
 from storeval.engine.records import NS, OpLog, PhaseRecord, quiet_spans
 from storeval.histogram import Histogram
@@ -82,6 +83,11 @@ STUDY = {
 }
 
 
+def own(flags: list[dict]) -> list[dict]:
+    """The flags about the storage: those judging the host (a busy test machine) or the phase's length left out."""
+    return [f for f in flags if f["code"] not in HOST_CODES]
+
+
 def test_a_frozen_target_is_flagged_stalled_everywhere_and_a_clean_run_is_not(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(STUDY))
@@ -96,13 +102,13 @@ def test_a_frozen_target_is_flagged_stalled_everywhere_and_a_clean_run_is_not(tm
     assert 0 <= stall["start_s"] and stall["start_s"] + stall["seconds"] <= write["seconds"]
     message = (f"no client completed an operation for {stall['seconds']:.2f} s from {stall['start_s']:.2f} s into the "
                "phase (stall limit 2 s): the figure includes the pause")
-    assert write["flags"] == [{"code": "stalled", "message": message}]
+    assert own(write["flags"]) == [{"code": "stalled", "message": message}]
     # the pause came once: the read phase of the same cell, and the other targets, are clean
-    assert cells["frozen"]["read"]["stalls"] == [] and cells["frozen"]["read"]["flags"] == []
-    assert cells["tolerant"]["write"]["stalls"] == [] and cells["tolerant"]["write"]["flags"] == []
-    assert all(p["stalls"] == [] and p["flags"] == [] for p in cells["clean"].values())
+    assert cells["frozen"]["read"]["stalls"] == [] and own(cells["frozen"]["read"]["flags"]) == []
+    assert cells["tolerant"]["write"]["stalls"] == [] and own(cells["tolerant"]["write"]["flags"]) == []
+    assert all(p["stalls"] == [] and own(p["flags"]) == [] for p in cells["clean"].values())
     # the summary, the terminal tables and the HTML report carry it
     (row,) = [s for s in doc["summary"] if s["target"] == "frozen" and s["phase"] == "write"]
-    assert row["flags"] == [{"code": "stalled", "message": message}]
+    assert own(row["flags"]) == [{"code": "stalled", "message": message}]
     assert "✗ stalled" in r.out and f"✗ stalled: {message} [frozen · bw · 1 client(s) · write]" in r.out
     assert f"✗ stalled: {message} [frozen · bw · 1 client(s) · write]" in html.read_text()

@@ -77,6 +77,7 @@ class PhaseFigures:
     fairness: dict[str, Any] | None = None  # multi-client phases (analysis/fairness.py)
     stonewall_ops_per_s: float | None = None
     stonewall_rule: str | None = None  # "first-finisher" or "deadline"
+    host_load: dict[str, float] = field(default_factory=dict)  # host → share of its CPU other processes used
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,7 +94,7 @@ class PhaseFigures:
             "cpu_seconds_per_GB": self.cpu_seconds / (self.bytes / 1e9) if self.bytes else None,
             "probes": self.probes, "read_amplification": self.read_amplification,
             "write_amplification": self.write_amplification, "flags": self.flags, "stalls": self.stalls,
-            "errors": self.errors, "warnings": self.warnings,
+            "errors": self.errors, "warnings": self.warnings, "host_load": self.host_load,
             "client_stats": [c.as_dict() for c in self.client_stats],
             **self.extra,
         }

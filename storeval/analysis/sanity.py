@@ -14,7 +14,8 @@ For each phase:
   slow), with every such interval (its start in the phase and its length), or errors were retried inside an
   ``ok`` phase: a frozen server must not pass as a normal figure;
 * warnings ``cache-served`` (the device delivered far fewer bytes than were read) and ``client-bound``
-  (storeval's clients were busy on CPU most of the phase: the client, not the storage, may set the figure).
+  (storeval's clients were busy on CPU most of the phase: the client, not the storage, may set the figure);
+* the host and duration guards of ``guards.py``: busy-host, swapping, memory-pressure, short-phase, fits-in-ram.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from ..engine.records import NS, PhaseRecord, quiet_spans
 from ..probes.counters import merge
+from .guards import check_host
 from ..units import format_size, sig
 
 
@@ -160,6 +162,7 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
         fig.warnings.append({"code": "client-bound", "message": (
             f"storeval's clients were busy on CPU {per_client:.0%} of the phase: the client, not the storage, "
             "may have set this figure")})
+    check_host(fig, records, direction)  # busy host, memory, short phase, data that fits in RAM (guards.py)
 
 
 def shared_interface(fig: Any, records: list[PhaseRecord], m: float, direction: str, source: str) -> None:

@@ -121,6 +121,7 @@ def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None
             exit_ns = time.perf_counter_ns()
             if host0 is not None:
                 rec.extra["probes"] = server_delta(host0, host.snapshot())
+                rec.extra["host_ram_bytes"] = host0.get("mem", {}).get("mem", {}).get("total_bytes")
             comm.barrier()  # nobody's next untimed work (set-up, clean-up) may reach the leader's counters
             send(("record", rank, rec.record(exit_ns).to_wire()))
         phase, iteration = "cleanup", 0

@@ -48,7 +48,8 @@ def read_netdev() -> dict[str, dict[str, float]]:
 
 
 def read_cpu() -> dict[str, dict[str, float]]:
-    """Per core and in all: jiffies busy and in total (busy = all but idle and iowait)."""
+    """Per core and in all: jiffies busy, in user mode (user + nice) and in total (busy = all but idle and
+    iowait)."""
     out: dict[str, dict[str, float]] = {}
     try:
         with open("/proc/stat", encoding="ascii") as f:
@@ -59,10 +60,41 @@ def read_cpu() -> dict[str, dict[str, float]]:
                 v = [float(x) for x in p[1:9]]
                 total = sum(v)
                 idle = v[3] + v[4]
-                out["all" if p[0] == "cpu" else p[0]] = {"busy": total - idle, "total": total}
+                out["all" if p[0] == "cpu" else p[0]] = {"busy": total - idle, "total": total, "user": v[0] + v[1]}
     except OSError:
         pass
     return out
+
+
+def read_load() -> dict[str, dict[str, float]]:
+    """What competes for the host: stall time waiting for a CPU and for memory (PSI ``some`` totals, µs),
+    pages swapped in and out, and the processes runnable or blocked right now (gauges)."""
+    out: dict[str, float] = {}
+    for kind in ("cpu", "memory"):
+        try:
+            with open(f"/proc/pressure/{kind}", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("some"):
+                        out[f"{kind}_stall_us"] = float(line.rsplit("total=", 1)[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    try:
+        with open("/proc/vmstat", encoding="ascii") as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key in ("pswpin", "pswpout"):
+                    out[key] = float(value)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(("procs_running", "procs_blocked")):
+                    key, value = line.split()
+                    out[key] = float(value)
+    except (OSError, ValueError):
+        pass
+    return {"load": out}
 
 
 def read_meminfo() -> dict[str, dict[str, float]]:
@@ -96,7 +128,8 @@ def read_process_io(pids: dict[str, int]) -> dict[str, dict[str, float]]:
 
 
 def snapshot(pids: dict[str, int] | None = None) -> Snapshot:
-    snap: Snapshot = {"disk": read_diskstats(), "net": read_netdev(), "cpu": read_cpu(), "mem": read_meminfo()}
+    snap: Snapshot = {"disk": read_diskstats(), "net": read_netdev(), "cpu": read_cpu(), "mem": read_meminfo(),
+                      "load": read_load()}
     if pids:
         snap["proc"] = read_process_io(pids)
     return snap
