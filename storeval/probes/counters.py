@@ -8,6 +8,7 @@ make the timelines of the report.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 Snapshot = dict[str, dict[str, dict[str, float]]]
@@ -67,33 +68,19 @@ def read_cpu() -> dict[str, dict[str, float]]:
 
 
 def read_load() -> dict[str, dict[str, float]]:
-    """What competes for the host: stall time waiting for a CPU and for memory (PSI ``some`` totals, µs),
-    pages swapped in and out, and the processes runnable or blocked right now (gauges)."""
+    """What competes for the host, as cumulative counters (a phase's delta is what it saw): time tasks stalled
+    waiting for a CPU and for memory (PSI ``some`` totals, µs), pages swapped in and out."""
     out: dict[str, float] = {}
     for kind in ("cpu", "memory"):
-        try:
-            with open(f"/proc/pressure/{kind}", encoding="ascii") as f:
-                for line in f:
-                    if line.startswith("some"):
-                        out[f"{kind}_stall_us"] = float(line.rsplit("total=", 1)[1])
-        except (OSError, IndexError, ValueError):
-            pass
-    try:
-        with open("/proc/vmstat", encoding="ascii") as f:
-            for line in f:
-                key, _, value = line.partition(" ")
-                if key in ("pswpin", "pswpout"):
-                    out[key] = float(value)
-    except (OSError, ValueError):
-        pass
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(("procs_running", "procs_blocked")):
-                    key, value = line.split()
-                    out[key] = float(value)
-    except (OSError, ValueError):
-        pass
+        with (contextlib.suppress(OSError, IndexError, ValueError, StopIteration),
+              open(f"/proc/pressure/{kind}", encoding="ascii") as f):
+            some = next(line for line in f if line.startswith("some"))
+            out[f"{kind}_stall_us"] = float(some.rsplit("total=", 1)[1])
+    with contextlib.suppress(OSError, ValueError), open("/proc/vmstat", encoding="ascii") as f:
+        for line in f:
+            key, _, value = line.partition(" ")
+            if key in ("pswpin", "pswpout"):
+                out[key] = float(value)
     return {"load": out}
 
 
