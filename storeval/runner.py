@@ -25,6 +25,8 @@ from typing import Any
 
 from . import __version__, interrupts
 from .clean import claim_scratch, owner_record, release_scratch, scan
+from .analysis.clocks import worst_skew
+from .analysis.guards import host_shares
 from .drivers import Driver, join, make_driver
 from .drivers.base import TargetError, TargetUnreachable
 from .engine.clients import make_job
@@ -67,6 +69,8 @@ class Runner:
         self.regenerate = regenerate
         self.prepared: set[tuple[str, str]] = set()  # (target, data key) laid out in this run
         self.guard = _Guard(self)
+        self.loads: dict[str, list[float]] = {}  # host -> share of its CPU other processes used, per phase
+        self.skews: dict[str, int] = {}  # host -> worst residual clock skew of its MPI clients (ns)
 
     # -- targets ---------------------------------------------------------------------------------------
     def _driver(self, cell: Cell) -> Driver:
@@ -221,6 +225,7 @@ class Runner:
                                    if outcome.status == "failed" and not outcome.events else [])
         self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,
                               phases=phases, records=outcome.records, events=events, samples=outcome.samples)
+        self._note_host(outcome.records)
         bar.done(outcome.status)
         return outcome
 
@@ -240,6 +245,26 @@ class Runner:
                                 "message": f"cleanup of {cell_dir} on {cell.target.name} failed: {one_line(e)}"})
 
     # -- the run ---------------------------------------------------------------------------------------------
+    def _note_host(self, records: list) -> None:
+        """Keep what the environment record says about the hosts during the run: foreign CPU load per phase
+        and clock skew (compare reads both: a verdict may be the host's, not the storage's)."""
+        steps: dict[tuple[str, int], list] = {}
+        for r in records:
+            steps.setdefault(r.step, []).append(r)
+        for recs in steps.values():
+            for host, share in host_shares(recs).items():
+                self.loads.setdefault(host, []).append(share)
+        for host, skew in worst_skew(records).items():
+            self.skews[host] = max(self.skews.get(host, 0), skew)
+
+    def _store_host_notes(self) -> None:
+        if self.loads:
+            self.store.add_environment(self.run_id, "host_load", {
+                host: {"max": max(v), "mean": round(sum(v) / len(v), 4), "phases": len(v)}
+                for host, v in self.loads.items()})
+        if self.skews:
+            self.store.add_environment(self.run_id, "clock_skew_us", {h: v / 1e3 for h, v in self.skews.items()})
+
     def run(self) -> RunResult:
         """Run every cell. The whole run is a deferred region (see interrupts.py): a stop signal stops the
         running cell at the engine's next poll, or the run before its next cell — never half a cell."""
@@ -279,6 +304,7 @@ class Runner:
                     self._release_targets()
                     if self.events:
                         self.store.add_events(self.run_id, self.events)
+                    self._store_host_notes()
                     if status == "ok" and failed:
                         status = "failed"
                     self.store.end_run(self.run_id, status)

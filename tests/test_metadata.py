@@ -132,6 +132,22 @@ def test_iterations_repeat_every_phase_and_summarise_like_mdtest(tmp_path, targe
     assert all(col in r.out for col in ("max ops/s", "min ops/s", "mean ops/s", "std dev"))
 
 
+def test_repeat_for_repeats_whole_passes_of_the_phases_that_leave_the_items_alone(tmp_path, target):
+    doc = run_json(tmp_path, "--target", str(target), "--workload", "metadata", "--clients", "2", "--set", "items=40",
+                   "--set", "repeat_for=0.6s", "--set", "files_only=true")
+    (cell,) = doc["cells"]
+    by = {p["phase"]: p for p in cell["phases"]}
+    for phase in ("file-stat", "file-read"):
+        p = by[phase]
+        passes = [s["passes"] for s in p["client_stats"]]
+        assert p["seconds"] >= 0.6 and min(passes) >= 2, p
+        assert [s["ops"] for s in p["client_stats"]] == [40 * n for n in passes]  # whole passes only
+        assert p["ops"] == 40 * sum(passes) and "short-phase" not in {f["code"] for f in p["flags"]}
+    for phase in ("file-create", "file-remove"):  # a create or remove cannot be repeated
+        assert by[phase]["ops"] == 80 and all("passes" not in s for s in by[phase]["client_stats"])
+    assert os.listdir(target) == []
+
+
 def test_create_and_stat_only_like_mdtest_C_T_still_cleans_up(tmp_path, target):
     """The seed's `mdtest -C -T ... -L -u -F`: create and stat, no removal phases — storeval removes untimed."""
     doc = run_json(tmp_path, "--target", str(target), "--workload", "metadata", "--clients", "2",
@@ -211,6 +227,7 @@ def test_metadata_on_the_null_target_counts_exactly(tmp_path):
     (["depth=20", "branching=10"], "directories (at most 1,000,000"),
     (["mode=shared-ish"], "'shared-ish' is not one of unique, single, shared"),
     (["phases=file-create,file-sta"], "is not one of tree-create"),
+    (["repeat_for=0s"], "repeat_for must be more than 0 seconds (e.g. 1s)"),
 ])
 def test_bad_metadata_parameters(tmp_path, target, settings, message):
     args = [x for s in settings for x in ("--set", s)]

@@ -69,6 +69,15 @@ def test_mpiexec_runs_the_same_study_as_the_local_engine(tmp_path):
                 assert rates == sorted(rates, reverse=True)
             else:
                 assert p["fairness"] is None
+            # one host, one kernel clock: nothing shifted, and the measured offset lies within its own error
+            clock = p["clock"]
+            assert clock["skew_ns"] == 0 and sorted(clock["ranks"]) == [str(r) for r in range(cell["clients"])]
+            for rank, c in clock["ranks"].items():
+                assert (c["host"], c["same_clock"], c["offset_ns"], c["residual_ns"]) == (HOST, True, 0, 0)
+                if rank != "0":
+                    assert c["drift_ns"] == 0 and abs(c["measured_offset_ns"]) <= c["measured_error_ns"]
+            assert "clock-skew" not in {f["code"] for f in p["flags"]}
+    assert all("clock" not in p for c in loc["cells"] for p in c["phases"])
     phases = {(s["phase"]) for s in mpi["scaling"]}
     assert phases == {"write", "read"}
     for s in mpi["scaling"]:

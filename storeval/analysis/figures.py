@@ -78,6 +78,7 @@ class PhaseFigures:
     stonewall_ops_per_s: float | None = None
     stonewall_rule: str | None = None  # "first-finisher" or "deadline"
     host_load: dict[str, float] = field(default_factory=dict)  # host → share of its CPU other processes used
+    clock: dict[str, Any] | None = None  # MPI: each rank's clock offset from rank 0's and the worst skew (clocks.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ class PhaseFigures:
             "probes": self.probes, "read_amplification": self.read_amplification,
             "write_amplification": self.write_amplification, "flags": self.flags, "stalls": self.stalls,
             "errors": self.errors, "warnings": self.warnings, "host_load": self.host_load,
+            **({"clock": self.clock} if self.clock else {}),
             "client_stats": [c.as_dict() for c in self.client_stats],
             **self.extra,
         }

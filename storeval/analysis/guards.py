@@ -58,6 +58,16 @@ def _hosts(records: list[PhaseRecord]) -> list[tuple[str, dict[str, Any], float]
     return [(r.host, r.extra["probes"], cpu.get(r.host, 0.0)) for r in records if r.extra.get("probes")]
 
 
+def host_shares(records: list[PhaseRecord]) -> dict[str, float]:
+    """Per host of one phase: the share of its CPU capacity other processes used (the environment's host load)."""
+    out = {}
+    for host, probes, cpu in _hosts(records):
+        measured = foreign_cpu(probes, cpu)
+        if measured and measured[1]:
+            out[host] = round(measured[0] / measured[1], 4)
+    return out
+
+
 def foreign_cpu(probes: dict[str, Any], clients_cpu: float) -> tuple[float, float] | None:
     """(CPU seconds other processes used, the host's CPU capacity in seconds) over the probe window."""
     cpu = probes.get("cpu", {}).get("all")

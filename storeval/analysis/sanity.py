@@ -15,7 +15,8 @@ For each phase:
   ``ok`` phase: a frozen server must not pass as a normal figure;
 * warnings ``cache-served`` (the device delivered far fewer bytes than were read) and ``client-bound``
   (storeval's clients were busy on CPU most of the phase: the client, not the storage, may set the figure);
-* the host and duration guards of ``guards.py``: busy-host, swapping, memory-pressure, short-phase, fits-in-ram.
+* the host and duration guards of ``guards.py``: busy-host, swapping, memory-pressure, short-phase, fits-in-ram;
+  and ``clock-skew`` (``clocks.py``): MPI clients' clocks not aligned well enough for the phase's length.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from ..engine.records import NS, PhaseRecord, quiet_spans
 from ..probes.counters import merge
+from .clocks import check_clock
 from .guards import check_host
 from ..units import format_size, sig
 
@@ -163,6 +165,7 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
             f"storeval's clients were busy on CPU {per_client:.0%} of the phase: the client, not the storage, "
             "may have set this figure")})
     check_host(fig, records, direction)  # busy host, memory, short phase, data that fits in RAM (guards.py)
+    check_clock(fig, records)  # MPI clients' clock alignment across hosts (clocks.py)
 
 
 def shared_interface(fig: Any, records: list[PhaseRecord], m: float, direction: str, source: str) -> None:

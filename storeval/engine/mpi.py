@@ -7,7 +7,9 @@ host after host, at most ``clients_per_host`` per host); the others wait for the
 run the very same client loop as local processes (engine/clients.py) over a sub-communicator.
 
 * Timestamps: every cell starts with a ping-pong between rank 0 and each participant that measures the
-  offset of its monotonic clock; records are shifted onto rank 0's clock before they are gathered.
+  offset of its monotonic clock (and of its wall clock); records are shifted onto rank 0's clock before they
+  are gathered. The ping-pong is repeated at the cell's end: each record carries the offset, its error (half
+  the round trip) and the drift over the cell, and analysis/clocks.py flags ``clock-skew``.
 * Failures: a rank that raises tells all participants (tag ABORT); they leave their barrier or hot loop,
   clean up and report, and the cell fails with that rank's reason. A rank that shows no progress for the
   phase timeout (each rank reports its signs of progress to rank 0, tag BEAT, a few times a second at most)
@@ -35,6 +37,7 @@ from .records import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS, STOP, ClientStopped
 
 TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT = 101, 102, 103, 104, 105
 POLL = 0.001
+CLOCK_PATIENCE = 2.0  # seconds rank 0 waits for the end-of-cell clock answers of all participants together
 BEAT_EVERY = 0.2  # seconds between two progress reports of a rank, at most
 WAITING, FINISHED = 1, 2  # a rank's state in its progress report (0: working)
 MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD")
@@ -164,10 +167,37 @@ def _listen(comm: MpiComm, stop: threading.Event) -> None:
         time.sleep(0.01)
 
 
-def _clock_offsets(w: Any, ranks: list[int]) -> dict[int, int]:
-    """Offset of each participant's perf_counter_ns from rank 0's (NTP-style ping-pong, best of 3)."""
+def _boot_id() -> str:
+    """This kernel's boot: processes under one boot share one CLOCK_MONOTONIC (perf_counter_ns)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return f"{socket.gethostname()}-unknown"
+
+
+def _recv_within(w: Any, source: int, cell: int, until: float | None) -> Any:
+    """The next clock message of this cell from ``source`` (older cells' are dropped), or None past ``until``."""
+    while True:
+        while until is not None and not w.Iprobe(source=source, tag=TAG_CLOCK):
+            if time.monotonic() > until:
+                return None
+            time.sleep(POLL)
+        msg = w.recv(source=source, tag=TAG_CLOCK)
+        if msg[0] == cell:
+            return msg[1]
+
+
+def _clock_offsets(w: Any, ranks: list[int], cell: int, patience: float | None = None) -> dict[int, dict[str, Any]]:
+    """Offset of each participant's perf_counter_ns (and wall clock) from rank 0's, NTP-style: three ping-pongs,
+    the fastest kept; its half round trip bounds the offset's error. Every participant learns its own.
+
+    With ``patience`` (the end of a cell, when a rank may have failed) nobody waits longer than that for a
+    peer; a rank that did not answer gets no entry."""
     me = w.Get_rank()
-    offsets = {0: 0}
+    boot = _boot_id()
+    offsets: dict[int, dict[str, Any]] = {0: {"offset_ns": 0, "error_ns": 0, "wall_offset_ns": 0, "same_clock": True}}
+    until = None if patience is None else time.monotonic() + patience
     if me == 0:
         for r in ranks:
             if r == 0:
@@ -175,25 +205,45 @@ def _clock_offsets(w: Any, ranks: list[int]) -> dict[int, int]:
             best = None
             for _ in range(3):
                 t0 = time.perf_counter_ns()
-                w.send(t0, dest=r, tag=TAG_CLOCK)
-                tr = w.recv(source=r, tag=TAG_CLOCK)
-                t1 = time.perf_counter_ns()
-                if best is None or t1 - t0 < best[0]:
-                    best = (t1 - t0, tr - (t0 + t1) // 2)
-            offsets[r] = best[1]
+                wall0 = time.time_ns()
+                w.send((cell, t0), dest=r, tag=TAG_CLOCK)
+                reply = _recv_within(w, r, cell, until)
+                if reply is None:
+                    break
+                t1, wall1 = time.perf_counter_ns(), time.time_ns()
+                if best is None or t1 - t0 < best["rtt"]:
+                    best = {"rtt": t1 - t0, "offset_ns": reply[0] - (t0 + t1) // 2,
+                            "wall_offset_ns": reply[1] - (wall0 + wall1) // 2, "boot": reply[2]}
+            else:
+                offsets[r] = {"offset_ns": best["offset_ns"], "error_ns": (best["rtt"] + 1) // 2,
+                              "wall_offset_ns": best["wall_offset_ns"]}
+                if best["boot"] == boot:  # one kernel clock: nothing to shift, the measurement shows its noise
+                    offsets[r] = {"offset_ns": 0, "error_ns": 0, "wall_offset_ns": 0, "same_clock": True,
+                                  "measured_offset_ns": best["offset_ns"], "measured_error_ns": offsets[r]["error_ns"]}
         for r in ranks:
             if r != 0:
-                w.send(offsets[r], dest=r, tag=TAG_CLOCK)
+                w.send((cell, offsets.get(r)), dest=r, tag=TAG_CLOCK)
     elif me in ranks:
+        wait = None if until is None else until + patience  # rank 0 may spend its patience on another rank first
         for _ in range(3):
-            w.recv(source=0, tag=TAG_CLOCK)
-            w.send(time.perf_counter_ns(), dest=0, tag=TAG_CLOCK)
-        offsets[me] = w.recv(source=0, tag=TAG_CLOCK)
+            if _recv_within(w, 0, cell, wait) is None:
+                return offsets
+            w.send((cell, (time.perf_counter_ns(), time.time_ns(), boot)), dest=0, tag=TAG_CLOCK)
+        mine = _recv_within(w, 0, cell, wait)
+        if mine is not None:
+            offsets[me] = mine
     return offsets
 
 
-def _shift(msgs: list[tuple], offset: int) -> list[tuple]:
-    """Move the timestamps of record messages onto rank 0's clock."""
+def _shift(msgs: list[tuple], start: dict[str, int] | None, end: dict[str, int] | None) -> list[tuple]:
+    """Move the timestamps of record messages onto rank 0's clock (the offset measured at the cell's start)
+    and note in each record how well that holds: the offset's error and how far it drifted by the cell's end
+    (``extra["clock"]``, read by analysis/clocks.py)."""
+    if not start:
+        return msgs
+    offset = start["offset_ns"]
+    clock = {**start, "drift_ns": None if not end else end["offset_ns"] - offset,
+             "end_error_ns": None if not end else end["error_ns"]}
     out = []
     for m in msgs:
         if m[0] in ("record", "partial"):
@@ -201,6 +251,7 @@ def _shift(msgs: list[tuple], offset: int) -> list[tuple]:
             for k in ("start_ns", "end_ns", "barrier_ns"):
                 if wire.get(k):
                     wire[k] -= offset
+            wire["extra"] = {**(wire.get("extra") or {}), "clock": clock}
             m = (m[0], m[1], wire)
         out.append(m)
     return out
@@ -214,7 +265,8 @@ def participate(job: dict[str, Any], ranks: list[int], leaders: set[int]) -> lis
     me = w.Get_rank()
     key = ranks.index(me) if me in ranks else 0
     sub = w.Split(color=0 if me in ranks else 1, key=key)
-    offsets = _clock_offsets(w, ranks)
+    cell = job["seed"]
+    offsets = _clock_offsets(w, ranks, cell)
     if me not in ranks:
         sub.Free()
         return None
@@ -238,8 +290,11 @@ def participate(job: dict[str, Any], ranks: list[int], leaders: set[int]) -> lis
     finally:
         stop.set()
         listener.join(timeout=1)
-        w.send((comm.cell, 0, FINISHED), dest=0, tag=TAG_BEAT)
-    msgs = _shift(msgs, offsets.get(me, 0))
+    # the offsets again: how far the clocks drifted over the cell (a rank that failed may not answer)
+    failed = STOP.is_set() or comm.aborted.is_set()
+    after = {} if failed else _clock_offsets(w, ranks, cell, patience=CLOCK_PATIENCE)
+    w.send((comm.cell, 0, FINISHED), dest=0, tag=TAG_BEAT)
+    msgs = _shift(msgs, offsets.get(me), after.get(me))
     sub.Free()
     return msgs
 

@@ -181,7 +181,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _measured(key: str) -> bool:
     """A figure measured during the run (host load, free space), not a fixed fact: it is never equal twice."""
-    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure", "free", "avail"))
+    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure", "free", "avail", "skew"))
 
 
 def _differ(key: str, x: Any, y: Any) -> bool:

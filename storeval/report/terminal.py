@@ -79,7 +79,9 @@ def describe_settings(kind: str, params: dict[str, Any], exclude: set[str]) -> s
                  ({"stat_stride"}, f"stat/list/read/remove the items of rank+{mp.stat_stride}" if mp.stat_stride else ""),
                  ({"iterations"}, f"{mp.iterations} iterations" if mp.iterations > 1 else ""),
                  ({"deadline"}, f"create phases stonewalled at {mp.deadline:g} s (then every client makes as many as "
-                                f"the busiest made by then; the item count is an upper bound)" if mp.deadline else "")]
+                                f"the busiest made by then; the item count is an upper bound)" if mp.deadline else ""),
+                 ({"repeat_for"}, f"stat/list/read passes repeated for {mp.repeat_for:g} s (warm after the first)"
+                                  if mp.repeat_for else "")]
         return ", ".join(text for keys, text in parts if text and not keys & exclude)
     if kind == "skim":
         files = (f"{p['files_per_client']} file(s) per client, its own" if p.get("files_per_client")

@@ -10,7 +10,10 @@ Modes are the seed studies' modalities:
   items they did not create (mdtest -c).
 
 ``stat_stride`` makes client k stat, list, read and remove the items of client k+stride (mdtest -N), so no
-client profits from its own cache. Rates include the closing barrier, as mdtest's do. Whatever a phase
+client profits from its own cache. ``repeat_for`` makes the phases that leave the items as they are (stat,
+list, read) repeat whole passes over them until each client's phase has lasted that long (fio's time_based):
+a stat of 10,000 items takes ~30 ms on a local file system, too short to time (``short-phase``); repeated
+passes see what the first left in the server's and client's caches, as a second mdtest run would. Rates include the closing barrier, as mdtest's do. Whatever a phase
 needs that an earlier selected phase did not create (the tree for file phases, the files for a stat-only
 run) is created untimed before it, and whatever is left at the end is removed untimed.
 """
@@ -37,6 +40,7 @@ Phase = Literal["tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove
                 "file-create", "file-stat", "file-read", "file-remove", "tree-remove"]
 DIR_PHASES = frozenset({"dir-create", "dir-stat", "dir-list", "dir-remove"})
 FILE_PHASES = frozenset({"file-create", "file-stat", "file-read", "file-remove"})
+REPEATABLE = frozenset({"dir-stat", "dir-list", "file-stat", "file-read"})  # they leave the items as they are
 MAX_TREE_DIRS = 1_000_000
 MAX_ITERATIONS = 10_000  # mdtest -i: each is a step of every phase, planned up front
 NAME_BYTES = 160  # memory of one item's name in a list (a Python str of a cell-relative path, and its slot)
@@ -64,6 +68,7 @@ class MetadataParams(Params):
     random_order: bool = False  # stat, list and read in a random order (mdtest -R)
     random_seed: int = 0
     deadline: Duration | None = None  # stonewall of the create phases (mdtest -W): agree on the most, finish to it
+    repeat_for: Duration | None = None  # stat, list and read phases repeat whole passes until this long (time_based)
     phases: list[Phase] = DEFAULT_PHASES
 
     @model_validator(mode="after")
@@ -85,6 +90,8 @@ class MetadataParams(Params):
             raise ValueError("deadline needs every client to create its own items (mode unique or single, not shared)")
         if self.deadline is not None and self.deadline <= 0:
             raise ValueError("deadline must be more than 0 seconds (e.g. 30s)")
+        if self.repeat_for is not None and self.repeat_for <= 0:
+            raise ValueError("repeat_for must be more than 0 seconds (e.g. 1s)")
         return self
 
     @property
@@ -180,12 +187,24 @@ class Metadata(Workload):
         return nclients * p.items_per_client
 
     @staticmethod
+    def client_extra(extra: dict, seconds: float, cpu_seconds: float) -> dict:
+        """Passes over the items a repeated phase made, and what a listing saw."""
+        return {k: extra[k] for k in ("passes", "entries_listed") if k in extra}
+
+    @staticmethod
+    def phase_extra(clients: list[dict], seconds: float, moved: float | None) -> dict:
+        passes = [c["passes"] for c in clients if "passes" in c]
+        return {"passes": sum(passes)} if passes else {}
+
+    @staticmethod
     def direction(phase: str, params: dict) -> str | None:
         if not params.get("file_size"):
             return None
         return {"file-create": "write", "file-read": "read"}.get(phase)
 
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
+        if self.p.repeat_for is not None and phase in REPEATABLE:
+            return 0, 0  # as many passes as fit in repeat_for
         return 0, self._ops(phase, nclients)
 
     def needs(self, nclients: int, caps: Capabilities) -> Needs:
@@ -343,7 +362,7 @@ class Metadata(Workload):
             has["dir" if kind == "d" else "file"] = False
         elif phase in ("dir-stat", "file-stat"):
             paths = self._ordered(self._native(c, self._items(c, target, phase[0])), c)
-            timed_loop(ops.stat, paths, log, 0, phase, rec)
+            self._passes(rec, lambda: timed_loop(ops.stat, paths, log, 0, phase, rec))
         elif phase == "file-read":
             buf, size = st["buf"], p.file_size
 
@@ -352,7 +371,8 @@ class Metadata(Workload):
                 if n != size:
                     raise OSError(f"short read: {n} of {size} bytes")
 
-            timed_loop(read, self._ordered(self._native(c, self._items(c, target, "f")), c), log, size, phase, rec)
+            files = self._ordered(self._native(c, self._items(c, target, "f")), c)
+            self._passes(rec, lambda: timed_loop(read, files, log, size, phase, rec))
         elif phase == "dir-list":
             dirs = self._tree(c, target).item_dirs[: min(p.items_per_client, p.item_dirs)]
             counted = [0]
@@ -360,8 +380,20 @@ class Metadata(Workload):
             def listing(path, _list=ops.listdir) -> None:
                 counted[0] += len(_list(path))
 
-            timed_loop(listing, self._ordered(self._native(c, dirs), c), log, 0, phase, rec)
+            listed = self._ordered(self._native(c, dirs), c)
+            self._passes(rec, lambda: timed_loop(listing, listed, log, 0, phase, rec))
             rec.extra["entries_listed"] = counted[0]
+
+    def _passes(self, rec: PhaseRecorder, one_pass) -> None:
+        """One pass over the items, or with ``repeat_for`` whole passes until the phase has lasted that long."""
+        one_pass()
+        if self.p.repeat_for is None:
+            return
+        until, passes = rec.start_ns + int(self.p.repeat_for * 1e9), 1
+        while time.perf_counter_ns() < until:
+            one_pass()
+            passes += 1
+        rec.extra["passes"] = passes
 
     def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, log: OpLog, fn, paths: list, nbytes: int,
                    kind: str) -> None:
