@@ -260,7 +260,7 @@ class Runner:
     def _store_host_notes(self) -> None:
         if self.loads:
             self.store.add_environment(self.run_id, "host_load", {
-                host: {"max": max(v), "mean": round(sum(v) / len(v), 4), "phases": len(v)}
+                host: {"mean": round(sum(v) / len(v), 4), "phases": len(v)}
                 for host, v in self.loads.items()})
         if self.skews:
             self.store.add_environment(self.run_id, "clock_skew_us", {h: v / 1e3 for h, v in self.skews.items()})

@@ -189,7 +189,7 @@ def _differ(key: str, x: Any, y: Any) -> bool:
     if not (numbers and _measured(key)):
         return x != y
     big = max(abs(x), abs(y))
-    return abs(x - y) > (0.1 if big <= 1 else 0.2 * big)  # shares: 10 points; counts and rates: 20 %
+    return abs(x - y) > (0.25 if big <= 1 else 0.2 * big)  # shares: 25 points; counts and rates: 20 %
 
 
 def _show(v: Any) -> str:
@@ -206,7 +206,8 @@ def environment_differences(run_a: Any, run_b: Any) -> list[str]:
     """What differed between the two runs' environments, one ``key A → B`` per fact, for every key either
     run recorded (host, kernel, CPU, RAM, Python and library versions, storeval's version, targets' URLs and
     paths, host load) and every target's URL and options in the study; measured figures (loads, free space)
-    count only when they moved by more than 10 points (shares) or 20 %."""
+    count only when they moved by more than 25 points (shares: one phase's load swings by 10–20 points
+    between identical runs on a shared host) or 20 %."""
     def facts(run: Any) -> dict[str, Any]:
         env = {k: v for k, v in run.environment.items() if k not in NOT_ENVIRONMENT}
         return _flatten({**env, "target": (run.study or {}).get("targets", {})})
