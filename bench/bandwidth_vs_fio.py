@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 
-from common import OUT, Case, Sample, need, quiesce, storeval_phase
+from common import OUT, Case, Sample, need, storeval_phase
 
 GiB = float(1 << 30)
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .core.process import alive
 from .drivers import Driver, StatResult, join
 
 OWNER = ".storeval-run.json"
@@ -97,8 +98,6 @@ def read_owner(driver: Driver, run_dir: str) -> dict[str, Any] | None:
 
 def judge(owner: dict[str, Any] | None) -> tuple[str, str]:
     """(live | dead | unknown, why) for an owner record."""
-    from .engine.watchdog import _alive as alive
-
     if owner is None:
         return "unknown", "no owner record (a run of an older storeval, or one just starting)"
     host = owner.get("host")

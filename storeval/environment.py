@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import socket
-import subprocess
 import sys
 from datetime import datetime, timezone
 from importlib import metadata
@@ -38,29 +36,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def mount_of(path: str) -> dict[str, str]:
-    """File system type, source, mount point and options of the mount holding ``path``."""
-    if shutil.which("findmnt"):
-        try:
-            out = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE,TARGET,OPTIONS", "--target", path],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout.split()
-            if len(out) >= 4:
-                return {"fstype": out[0], "source": out[1], "mountpoint": out[2], "options": out[3]}
-        except (subprocess.SubprocessError, OSError):
-            pass
-    best: dict[str, str] = {}
-    real = os.path.realpath(path)
-    try:
-        with open("/proc/self/mounts", encoding="utf-8") as f:
-            for line in f:
-                src, mnt, fstype, opts = line.split()[:4]
-                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best.get("mountpoint", "")):
-                    best = {"fstype": fstype, "source": src, "mountpoint": mnt, "options": opts}
-    except OSError:
-        pass
-    return best
-
-
 def library_versions() -> dict[str, str]:
     out = {}
     for name in LIBRARIES:
@@ -74,7 +49,7 @@ def library_versions() -> dict[str, str]:
 def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
     """Facts about this machine, the software and the targets of ``study``."""
     from .drivers.posix import url_path
-    from .probes.topology import target_path
+    from .probes.topology import mount_of, target_path
 
     targets: dict[str, Any] = {}
     for name, t in study.targets.items():

@@ -9,30 +9,8 @@ repetitions instead of hiding inside one configuration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-from .spec import Study, TargetSpec
-
-
-@dataclass(frozen=True)
-class Cell:
-    index: int
-    config: int  # cells with the same config differ only by repetition
-    target: TargetSpec
-    workload: str
-    kind: str
-    params: dict[str, Any]
-    factors: dict[str, Any]
-    clients: int
-    repetition: int
-    phase_timeout: float = 3600.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.factors.items() if k != "clients")
-        return f"{self.target.name} · {self.workload}{f' ({shown})' if shown else ''} · {self.clients} client{'s' if self.clients > 1 else ''}"
+from .core.cell import Cell
+from .spec import Study
 
 
 def plan(study: Study) -> list[Cell]:

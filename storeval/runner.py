@@ -31,10 +31,11 @@ from .drivers import Driver, join, make_driver
 from .drivers.base import TargetError, TargetUnreachable
 from .engine.clients import make_job
 from .engine import watchdog
-from .engine.local import CellOutcome, LocalEngine
+from .engine.local import LocalEngine
 from .environment import collect_environment
 from .errors import StorevalError, one_line
-from .plan import Cell
+from .core.cell import Cell
+from .core.outcome import CellOutcome
 from .spec import Study
 from .store import Store, now
 from .workloads import make_workload
@@ -192,7 +193,7 @@ class Runner:
                     self.prepared.add((cell.target.name, key))
             if to_run:
                 driver.ensure_dir(cell_dir)
-                job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=cell.params,
+                job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=wl.p,
                                target=cell.target.name, cell_dir=cell_dir, steps=to_run, seed=cell.index,
                                keep_cache=self.study.keep_cache, probe_interval=self.study.probe_interval)
                 self.guard.cell(cell, cell_dir)
@@ -381,11 +382,7 @@ class _Guard:
 
     def cell(self, cell: Cell | None, cell_dir: str | None) -> None:
         self.state["phase"] = None
-        self.state["cell"] = None if cell is None else {
-            "index": cell.index, "config": cell.config, "target": cell.target.name, "url": cell.target.url,
-            "options": cell.target.options, "workload": cell.workload, "kind": cell.kind, "params": cell.params,
-            "factors": cell.factors, "nclients": cell.clients, "repetition": cell.repetition,
-            "cell_dir": cell_dir, "clients": []}
+        self.state["cell"] = None if cell is None else {**cell.state(cell_dir), "clients": []}
         self._save()
 
     def clients(self, clients: list[dict[str, Any]]) -> None:

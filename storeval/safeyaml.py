@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from yaml.events import AliasEvent, MappingEndEvent
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 MAX_DEPTH = 32  # a study is 6 levels deep; nothing storeval reads needs more

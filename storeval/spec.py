@@ -17,7 +17,7 @@ import json
 import math
 import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from . import safeyaml
+from .core.cell import TargetSpec
 from .drivers import driver_class, normalize_url
 from .errors import InputError
 from .fields import Duration, Rate
@@ -70,14 +71,6 @@ DEFAULT_WORKLOADS: dict[str, dict[str, dict[str, Any]]] = {
 }
 DEFAULT_REPETITIONS = 3
 DEFAULT_CLIENTS = [1, 2]
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    name: str
-    url: str
-    options: dict[str, Any] = field(default_factory=dict)
-    limits: dict[str, float] = field(default_factory=dict)  # bytes/s (iops: ops/s), only those declared
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ from typing import Any
 import duckdb
 
 from . import outputs
-from .engine.records import PhaseRecord
+from .core.process import alive
+from .core.records import PhaseRecord
 from .errors import InputError, StorevalError
 from .histogram import Histogram
 from .units import UnitError, parse_duration
@@ -255,10 +256,7 @@ def _process_start(pid: int) -> float | None:
 
 def _alive(pid: Any, created: Any) -> bool:
     """Is the process that wrote a held file still running (same PID and start time)?"""
-    if not isinstance(pid, int) or not isinstance(created, (int, float)):
-        return False
-    start = _process_start(pid)
-    return start is not None and abs(start - created) < 0.5
+    return isinstance(pid, int) and isinstance(created, (int, float)) and alive(pid, created)
 
 
 def settle_budget() -> float:

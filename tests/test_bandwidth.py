@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from storeval.drivers import make_driver
-from storeval.engine.records import PhaseRecorder
+from storeval.core.oplog import PhaseRecorder
 from storeval.errors import StorevalError
 from storeval.workloads.bandwidth import Bandwidth, BandwidthParams
 from storeval.workloads.base import ClientContext

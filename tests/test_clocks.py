@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from storeval.analysis.clocks import SKEW_FRACTION, check_clock, residual_ns
 from storeval.engine.mpi import _shift
-from storeval.engine.records import NS, PhaseRecord
+from storeval.core.records import NS, PhaseRecord
 
 US = 1_000
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from storeval.drivers import make_driver
-from storeval.engine.records import PhaseRecorder
+from storeval.core.oplog import PhaseRecorder
 from storeval.workloads.base import ClientContext
 from storeval.workloads.copy import Copy, CopyParams
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from storeval.analysis.guards import TICKS, busy_host, fits_in_ram, memory, short_phase
-from storeval.engine.records import NS, PhaseRecord
+from storeval.core.records import NS, PhaseRecord
 from storeval.probes.counters import read_load
 
 from .helpers import load_json, storeval

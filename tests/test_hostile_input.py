@@ -121,7 +121,7 @@ def test_sweeps_that_would_plan_billions_of_cells_are_refused_before_expanding(t
     values = ",".join(str(i) for i in range(1, 101))
     with pytest.raises(InputError) as exc:
         load_study(None, targets=[str(target)], workloads=["bandwidth"],
-                   sets=[f"iodepth={values}", f"random_seed={values}", f"verify=true,false"])
+                   sets=[f"iodepth={values}", f"random_seed={values}", "verify=true,false"])
     assert str(exc.value) == ("--workload bandwidth: the swept parameters make 20,000 combinations (at most 10,000); "
                               "sweep fewer values")
     with pytest.raises(InputError) as exc:
@@ -285,7 +285,7 @@ def test_stored_runs_of_older_versions_are_redacted_when_read(tmp_path, target):
     r = storeval("report", str(results), "--json", str(tmp_path / "old.json"), "--html", str(tmp_path / "old.html"),
                  cwd=tmp_path)
     assert r.rc == 0, r.err
-    assert "cell 0 (" in r.out and f"failed: PUT https://h/o?X-Amz-Signature=*** failed" in r.out
+    assert "cell 0 (" in r.out and "failed: PUT https://h/o?X-Amz-Signature=*** failed" in r.out
     blob = (r.out + r.err).encode() + _everything(tmp_path / "old.json", tmp_path / "old.html")
     for secret in (KEY, SECRET, SIG):
         assert secret.encode() not in blob

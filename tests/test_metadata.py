@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from storeval.drivers import make_driver
-from storeval.engine.records import PhaseRecorder
+from storeval.core.oplog import PhaseRecorder
 from storeval.errors import StorevalError
 from storeval.workloads.base import ClientContext
 from storeval.workloads.metadata import Metadata, MetadataParams, tree_size

@@ -319,7 +319,7 @@ def test_export_into_an_existing_empty_directory_keeps_it(study_run, tmp_path):
 
 def _config(phase: str, clients: int, reps: int, flags=(), warnings=(), seen=None, outliers=0):
     from storeval.analysis.figures import ConfigSummary
-    from storeval.analysis.stats import summarize
+    from storeval.stats import summarize
 
     return ConfigSummary(target="t", workload="bw", kind="bandwidth", factors={"clients": clients}, params={},
                          clients=clients, phase=phase, repetitions=reps, statuses=["ok"] * reps,

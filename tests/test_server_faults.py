@@ -216,7 +216,7 @@ def test_a_killed_s3_server_fails_its_cell_the_run_reports_and_the_next_run_clea
         left = [m for (m,) in stored(tmp_path, "SELECT message FROM events WHERE run_id = ? AND kind = 'left-behind'",
                                      run)]
         assert left and all(m.startswith(f"left behind: storeval-{run}/") and " on minio (s3://storeval/testbed): "
-                            f"target minio: " in m for m in left), left
+                            "target minio: " in m for m in left), left
         assert any(m.startswith("left behind:") for m in stderr.splitlines()), stderr
         assert leftovers(target) == []
 
@@ -238,7 +238,7 @@ def test_a_killed_s3_server_fails_its_cell_the_run_reports_and_the_next_run_clea
                                                                                                    "COLUMNS": "400"})
         assert report.returncode == 0, report.stderr
         assert f"left behind: {cell_dir}/ on minio (s3://storeval/testbed): target minio:" in report.stdout
-        assert re.search(rf"cell \d+: removed what this cell left on minio, during run \S+", report.stdout)
+        assert re.search(r"cell \d+: removed what this cell left on minio, during run \S+", report.stdout)
         third = subprocess.run([sys.executable, "-m", "storeval", "run", str(study), "--target", "minio", "--workload",
                                 "bandwidth", "--clients", "1", "--set", "file_size=1MiB"], cwd=tmp_path,
                                capture_output=True, text=True, timeout=SAFETY)

@@ -23,7 +23,8 @@ import psutil
 import pytest
 
 from storeval.clean import OWNER
-from storeval.engine.local import HangClock, _context, start_fork_server
+from storeval.engine.forkserver import client_context, start_fork_server
+from storeval.engine.watch import HangClock
 from storeval.probes.sampler import Sampler
 
 from .helpers import load_json, storeval
@@ -303,7 +304,7 @@ def test_a_stop_signal_to_mpiexec_stops_every_rank_and_stores_the_cell_interrupt
 
 def _sampler_with_samples() -> Sampler:
     start_fork_server()
-    sampler = Sampler(_context(), {"self": os.getpid()}, 0.05)
+    sampler = Sampler(client_context(), {"self": os.getpid()}, 0.05)
     deadline = time.monotonic() + GUARD
     while len({row[0] for row in sampler.rows}) < 2 and time.monotonic() < deadline:
         sampler.drain()
@@ -327,11 +328,11 @@ def test_the_probe_sampler_ends_with_its_coordinator(tmp_path):
     """A killed coordinator's sampler ends by itself (its parent, the fork server, outlives the coordinator)."""
     script = tmp_path / "coordinator.py"
     script.write_text("import time\n"
-                      "from storeval.engine.local import _context, start_fork_server\n"
+                      "from storeval.engine.forkserver import client_context, start_fork_server\n"
                       "from storeval.probes.sampler import Sampler\n"
                       "if __name__ == '__main__':\n"
                       "    start_fork_server()\n"
-                      "    s = Sampler(_context(), {}, 0.05)\n"
+                      "    s = Sampler(client_context(), {}, 0.05)\n"
                       "    print(s.pid, flush=True)\n"
                       "    time.sleep(3600)\n")
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,

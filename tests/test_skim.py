@@ -269,7 +269,7 @@ def test_hdfs_datasets_of_replication_1_and_2_are_apart_and_have_their_replicati
 
 
 def _skim_record(rank: int, cpu: float, name: str) -> "PhaseRecord":
-    from storeval.engine.records import NS, PhaseRecord
+    from storeval.core.records import NS, PhaseRecord
     from storeval.histogram import Histogram
 
     hist = Histogram()

@@ -6,7 +6,8 @@ import yaml
 
 from storeval.analysis.guards import HOST_CODES
 from storeval.analysis.figures import phase_figures
-from storeval.engine.records import NS, OpLog, PhaseRecord, quiet_spans
+from storeval.core.oplog import OpLog
+from storeval.core.records import NS, PhaseRecord, quiet_spans
 from storeval.histogram import Histogram
 
 from .helpers import load_json, storeval

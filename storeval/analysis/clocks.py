@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.records import PhaseRecord
+from ..core.records import PhaseRecord
 
 SKEW_FRACTION = 0.01  # a 1 s phase tolerates 10 ms of clock uncertainty, the timer's own is ~1 µs
 

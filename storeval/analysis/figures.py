@@ -18,12 +18,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.records import NS, PhaseRecord
+from ..core.records import NS, PhaseRecord
 from ..histogram import Histogram
 from ..store import CellRow, RunData
 from .fairness import fairness
 from .sanity import check, moved
-from .stats import Summary, mean_stderr, summarize
+from ..stats import Summary, mean_stderr, summarize
 
 MiB = float(1 << 20)
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..engine.records import PhaseRecord
+from ..core.records import PhaseRecord
 from ..units import format_size
 
 # the codes that judge the host and the phase's length, not the storage (a busy test machine may add them)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.records import NS, PhaseRecord, quiet_spans
+from ..core.records import NS, PhaseRecord, quiet_spans
 from ..probes.counters import merge
 from .clocks import check_clock
 from .guards import check_host

@@ -12,7 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 from .figures import CellFigures
-from .stats import summarize
+from ..stats import summarize
 
 SATURATION = 0.90
 PEAK = 0.95

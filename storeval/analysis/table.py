@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from .figures import ConfigSummary
-from .stats import Summary
+from ..stats import Summary
 
 READS = ("read", "reread", "randread", "download", "skim")
 WRITES = ("write", "rewrite", "randwrite", "upload")

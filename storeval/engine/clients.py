@@ -22,25 +22,26 @@ from typing import Any
 
 from ..drivers import make_driver
 from ..errors import error_kind, one_line
-from ..probes.counters import delta, read_process_io, snapshot
+from ..probes.counters import read_process_io, snapshot
 from ..probes.server import ServerProbe, server_delta, server_spec
 from ..workloads import make_workload
-from ..workloads.base import ClientContext, Comm
-from .records import ClientStopped, PhaseRecorder
+from ..workloads.base import ClientContext
+from ..core.comm import Comm
+from ..core.job import Job
+from ..core.oplog import PhaseRecorder
+from ..core.stop import ClientStopped
 
 Send = Callable[[tuple], None]
 
 
-def make_job(*, url: str, options: dict, kind: str, params: dict, cell_dir: str, steps: list[tuple[str, int]],
-             seed: int, keep_cache: bool = False, probe_interval: float = 1.0,
-             target: str | None = None) -> dict[str, Any]:
-    """The picklable description of a cell that every client receives; steps are (phase, iteration), ``target``
-    the study's name of the target (errors name it). ``server`` says where the target's server counters are
-    (probes/server.py), ``server_pids`` its processes on this host (empty when unknown)."""
+def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
+             seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None) -> Job:
+    """The job every client of a cell receives, with where the target's server counters are found."""
     server = server_spec(options)
-    return {"url": url, "options": options, "kind": kind, "params": params, "cell_dir": cell_dir,
-            "steps": [list(s) for s in steps], "seed": seed, "keep_cache": keep_cache, "probe_interval": probe_interval,
-            "target": target, "server": server, "server_pids": list(server.get("pids", []))}
+    return Job(url=url, options=options, kind=kind, params=params, cell_dir=cell_dir,
+               steps=tuple((str(p), int(i)) for p, i in steps), seed=seed, keep_cache=keep_cache,
+               probe_interval=probe_interval, target=target, server=server,
+               server_pids=tuple(server.get("pids", ())))
 
 
 # How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the
@@ -62,8 +63,8 @@ def cache_record(state: Any, ctx: ClientContext) -> dict[str, str]:
 class HostProbe:
     """The host leader's snapshots: the host's counters and its target's server counters, taken together."""
 
-    def __init__(self, job: dict[str, Any]) -> None:
-        self.server = ServerProbe(job.get("server") or {})
+    def __init__(self, job: Job) -> None:
+        self.server = ServerProbe(job.server)
 
     def snapshot(self) -> dict[str, Any]:
         snap: dict[str, Any] = snapshot()
@@ -76,25 +77,25 @@ def _own_io() -> dict[str, float]:
     return read_process_io({"self": os.getpid()}).get("self", {})
 
 
-def run_client(job: dict[str, Any], comm: Comm, send: Send, progress: Any = None) -> None:
+def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
     rank = comm.rank
     phase, iteration = "connect", 0
     driver = wl = ctx = None
     cleaned = False
     try:
-        driver = make_driver(job["url"], job["options"], client=rank)
-        driver.name = job.get("target")
+        driver = make_driver(job.url, job.options, client=rank)
+        driver.name = job.target
         driver.connect()
-        wl = make_workload(job["kind"], job["params"])
+        wl = make_workload(job.kind, job.params)
         leader = getattr(comm, "host_leader", rank == 0)
-        ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job["cell_dir"],
-                            seed=job["seed"], comm=comm, keep_cache=job.get("keep_cache", False), host_leader=leader,
-                            server_pids=list(job.get("server_pids", [])))
+        ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job.cell_dir,
+                            seed=job.seed, comm=comm, keep_cache=job.keep_cache, host_leader=leader,
+                            server_pids=list(job.server_pids))
         host = HostProbe(job) if leader else None
         phase, iteration = "prepare", 0
         wl.prepare(ctx)
         comm.barrier()
-        for seq, (phase, iteration) in enumerate(job["steps"]):
+        for seq, (phase, iteration) in enumerate(job.steps):
             rec = PhaseRecorder(rank, phase, progress, iteration)
             ctx.server_cache = None
             wl.before_phase(ctx, phase)

@@ -32,8 +32,13 @@ from typing import Any
 from .. import interrupts
 from ..probes.sampler import Sampler, start_sampler
 from .clients import run_client
-from .local import GRACE_SECONDS, CellOutcome, HangClock, _context, _Watch, start_fork_server
-from .records import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS, STOP, ClientStopped, set_process_name
+from .forkserver import client_context, start_fork_server
+from .watch import GRACE_SECONDS, HangClock, Watch
+from ..core.job import Job
+from ..core.oplog import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS
+from ..core.outcome import CellOutcome
+from ..core.process import set_process_name
+from ..core.stop import STOP, ClientStopped
 
 TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT = 101, 102, 103, 104, 105
 POLL = 0.001
@@ -257,7 +262,7 @@ def _shift(msgs: list[tuple], start: dict[str, int] | None, end: dict[str, int] 
     return out
 
 
-def participate(job: dict[str, Any], ranks: list[int], leaders: set[int]) -> list[tuple] | None:
+def participate(job: Job, ranks: list[int], leaders: set[int]) -> list[tuple] | None:
     """Every world rank calls this for every cell: participants run the client loop; returns their messages."""
     import array
 
@@ -265,13 +270,13 @@ def participate(job: dict[str, Any], ranks: list[int], leaders: set[int]) -> lis
     me = w.Get_rank()
     key = ranks.index(me) if me in ranks else 0
     sub = w.Split(color=0 if me in ranks else 1, key=key)
-    cell = job["seed"]
+    cell = job.seed
     offsets = _clock_offsets(w, ranks, cell)
     if me not in ranks:
         sub.Free()
         return None
     progress = array.array("q", bytes(8 * PROGRESS_SLOTS * len(ranks)))
-    comm = MpiComm(sub, w, ranks, me in leaders, job["seed"], progress)
+    comm = MpiComm(sub, w, ranks, me in leaders, job.seed, progress)
     progress[comm.base + P_BEAT] = time.monotonic_ns()
     STOP.clear()
     stop = threading.Event()
@@ -326,7 +331,7 @@ class MpiEngine:
     def capacity(self) -> int:
         return len(self.order)
 
-    def run_cell(self, job: dict, nclients: int, timeout: float, on_progress=None, on_clients=None) -> CellOutcome:
+    def run_cell(self, job: Job, nclients: int, timeout: float, on_progress=None, on_clients=None) -> CellOutcome:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
         w = world()
         ranks = self.order[:nclients]
@@ -335,17 +340,17 @@ class MpiEngine:
                          "coordinator": r == 0} for r in ranks])
         leaders = {r for i, r in enumerate(ranks) if self.hosts[r] not in {self.hosts[x] for x in ranks[:i]}}
         w.bcast(("cell", job, ranks, leaders), root=0)
-        steps = [tuple(s) for s in job["steps"]]
+        steps = [tuple(s) for s in job.steps]
         here = self.procs[0][2]  # rank 0's host: the side process samples it, with its clients' /proc/<pid>/io
         local = {r: self.procs[r][0] if self.procs[r][2] == here else None for r in ranks}
-        watch = _MpiWatch(steps, ranks, self.hosts, timeout, job["seed"], local)
+        watch = _MpiWatch(steps, ranks, self.hosts, timeout, job.seed, local)
         result: dict[str, Any] = {}
 
         def client0() -> None:
             result["msgs"] = participate(job, ranks, leaders)
 
         sampler = start_sampler(self._context(), {f"client{i}": pid for i, pid in enumerate(local.values()) if pid},
-                                job.get("probe_interval", 1.0))
+                                job.probe_interval)
         t = threading.Thread(target=client0, daemon=True)
         t.start()
         try:
@@ -369,19 +374,13 @@ class MpiEngine:
             outcome.fatal = True
             outcome.events.append({"kind": "timeout", "rank": watch.unanswered[0], "phase": None,
                                    "message": f"{who} did not stop within {GRACE_SECONDS:g} s"})
-        late = interrupts.take()  # a stop signal while the cell was being wound down: the run stops after it
-        if late is not None and outcome.status == "ok":
-            outcome.stop_requested = True
-        elif late is not None and outcome.status != "interrupted":
-            outcome.events.append({"kind": "interrupted", "rank": None, "phase": None,
-                                   "message": f"{interrupts.reason(late)} while the cell was stopping"})
-            outcome.stop_requested = True
+        outcome.note_late_stop()
         return outcome
 
     def _context(self) -> Any:
         if self.ctx is None:
             start_fork_server()
-            self.ctx = _context()
+            self.ctx = client_context()
         return self.ctx
 
     def shutdown(self, code: int = 0) -> None:
@@ -427,7 +426,7 @@ def _settle(w: Any) -> None:
     drain()
 
 
-class _MpiWatch(_Watch):
+class _MpiWatch(Watch):
     """The local engine's bookkeeping of records and failures, fed by MPI messages instead of a queue."""
 
     def __init__(self, steps: list[tuple[str, int]], ranks: list[int], hosts: list[str], timeout: float,

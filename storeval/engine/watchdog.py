@@ -27,11 +27,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import psutil
 
+from ..core.cell import Cell
+from ..core.process import alive
 from ..redact import redact_text, visible
 
 POLL = 0.2
@@ -99,14 +100,6 @@ def wait_ready(proc: subprocess.Popen, stop: Any = lambda: False, limit: float =
     return False
 
 
-def _alive(pid: int, created: float | None) -> bool:
-    try:
-        p = psutil.Process(pid)
-        return (created is None or abs(p.create_time() - created) < 0.5) and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _read(path: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as f:
@@ -121,7 +114,7 @@ def _pidfd(pid: int, created: float | None) -> int | None:
         fd = os.pidfd_open(pid)
     except OSError:
         return None
-    if not _alive(pid, created):  # the PID was reused: not the process the state file means
+    if not alive(pid, created):  # the PID was reused: not the process the state file means
         os.close(fd)
         return None
     return fd
@@ -133,7 +126,7 @@ def _hup(pid: int, fd: int, created: float | None) -> int | None:
         mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
-    if not _alive(pid, created):
+    if not alive(pid, created):
         os.close(mine)
         return None
     return mine
@@ -191,7 +184,7 @@ def main(path: str, pid: int, created: float) -> int:
     import signal
 
     from ..interrupts import SHIELD
-    from .records import set_process_name
+    from ..core.process import set_process_name
 
     signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)  # inherited already; kept, whatever started it
     set_process_name("storeval-watch")
@@ -225,7 +218,7 @@ def main(path: str, pid: int, created: float) -> int:
     clients = (cell or {}).get("clients", [])
     for c in clients:  # clients of a killed coordinator may keep running: stop them (this host's, ours only)
         if c.get("host") == os.uname().nodename and c.get("pid") and c["pid"] != pid \
-                and _alive(c["pid"], c.get("created")):
+                and alive(c["pid"], c.get("created")):
             try:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
@@ -349,11 +342,7 @@ def _record(state: dict[str, Any], message: str) -> None:
         store = Store(state["results_dir"], create=False)
         cell = state.get("cell")
         if cell:
-            c = SimpleNamespace(index=cell["index"], config=cell["config"], workload=cell["workload"],
-                                kind=cell["kind"], params=cell["params"], factors=cell["factors"],
-                                clients=cell["nclients"], repetition=cell["repetition"],
-                                target=SimpleNamespace(name=cell["target"], url=cell["url"]))
-            store.write_cell(state["run_id"], c, status="failed", error=message, started=now(), phases=[],
+            store.write_cell(state["run_id"], Cell.from_state(cell), status="failed", error=message, started=now(), phases=[],
                              records=[], events=[{"kind": "died", "message": message}])
         store.end_run(state["run_id"], "failed")
     except Exception:  # noqa: BLE001 - the results store may itself be gone

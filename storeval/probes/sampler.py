@@ -27,7 +27,7 @@ END = None  # the last message of the stream
 def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: int) -> None:
     """Sample until the coordinator says stop (any message on ``conn``, or its end of it closing) or ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
-    from ..engine.records import set_process_name
+    from ..core.process import set_process_name
 
     set_process_name("storeval-probe")
     try:

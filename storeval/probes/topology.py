@@ -20,6 +20,29 @@ NETWORK_FS = {"nfs", "nfs4", "lustre", "ceph", "fuse.ceph", "fuse.glusterfs", "g
               "smb3", "fuse.sshfs", "9p", "fuse.s3fs", "fuse.rclone", "afs", "orangefs", "pvfs2", "fuse.hdfs"}
 
 
+def mount_of(path: str) -> dict[str, str]:
+    """File system type, source, mount point and options of the mount holding ``path`` (findmnt, else /proc/self/mounts)."""
+    if shutil.which("findmnt"):
+        try:
+            out = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE,TARGET,OPTIONS", "--target", path],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.split()
+            if len(out) >= 4:
+                return {"fstype": out[0], "source": out[1], "mountpoint": out[2], "options": out[3]}
+        except (subprocess.SubprocessError, OSError):
+            pass
+    best: dict[str, str] = {}
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            for line in f:
+                src, mnt, fstype, opts = line.split()[:4]
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best.get("mountpoint", "")):
+                    best = {"fstype": fstype, "source": src, "mountpoint": mnt, "options": opts}
+    except OSError:
+        pass
+    return best
+
+
 def block_device(source: str) -> str | None:
     """The /proc/diskstats name of a mount source such as /dev/vda1 or /dev/mapper/vg-root."""
     if not source.startswith("/dev/"):
@@ -79,7 +102,6 @@ def target_path(url: str, options: dict[str, Any] | None = None) -> dict[str, An
     """How a target's bytes move: {"medium": "device"|"network"|"memory"|"unknown", "device", "interface",
     "link_speed_Bps", "fstype"}."""
     from ..drivers import target_url  # the one URL parser
-    from ..environment import mount_of  # the environment record owns findmnt
 
     parsed = target_url(url)
     if parsed.scheme == "null":

@@ -12,12 +12,11 @@ whose configuration carried a flag (e.g. ``busy-host``) in one run only says so.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.figures import ConfigSummary
-from ..analysis.stats import Difference, Summary, holm, welch
+from ..stats import Difference, Summary, holm, welch
 
 FIGURES: tuple[tuple[str, str, bool], ...] = (  # (name, unit, higher is better)
     ("bandwidth", "MiB/s", True), ("stonewall", "MiB/s", True), ("ops_per_s", "ops/s", True),

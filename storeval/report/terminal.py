@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.figures import ConfigSummary
-from ..analysis.stats import Summary
+from ..stats import Summary
 from ..analysis.table import rep_notes
 from ..spec import is_size_param
 from ..units import format_duration_ns, format_size_compact, sig

@@ -21,7 +21,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
-from ..engine.records import STOP, ClientStopped, OpLog, PhaseRecorder, fold_cap
+from ..core.oplog import OpLog, PhaseRecorder, fold_cap
+from ..core.stop import STOP, ClientStopped
 from ..errors import DirectIOUnsupported, StorevalError, VerifyError, error_kind, one_line
 from ..units import format_size
 from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload

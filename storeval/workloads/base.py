@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from ..drivers.base import Capabilities, Driver
-from ..engine.records import PhaseRecorder
+from ..core.comm import Comm
+from ..core.oplog import PhaseRecorder
 from ..fields import Duration, Size  # noqa: F401 - re-exported for workloads
 
 
@@ -65,23 +66,6 @@ class Params(BaseModel):
     """Base of every workload's parameters: unknown keys are errors, values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Comm(Protocol):
-    """How the clients of a cell synchronise (local processes or MPI ranks)."""
-
-    rank: int
-    size: int
-
-    def barrier(self) -> None: ...
-
-    def allreduce_max(self, value: int) -> int: ...
-
-    def allreduce_min(self, value: int) -> int: ...
-
-    def phase_done(self, steps: int) -> None: ...
-
-    def abort(self) -> None: ...
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import model_validator
 
 from ..drivers.base import Capabilities, Driver, join
-from ..engine.records import OpLog, PhaseRecorder, fold_cap
+from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..units import format_size

@@ -28,7 +28,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
-from ..engine.records import ClientStopped, OpLog, PhaseRecorder
+from ..core.oplog import OpLog, PhaseRecorder
+from ..core.stop import ClientStopped
 from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload

@@ -30,7 +30,7 @@ import uproot
 from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
-from ..engine.records import OpLog, PhaseRecorder
+from ..core.oplog import OpLog, PhaseRecorder
 from ..fields import Duration, Size
 from ..probes.cache import fits_in_ram, process_read_bytes
 from ..units import format_size
@@ -418,7 +418,7 @@ class Skim(Workload):
         rate while waiting (``io_bound_MBps``: bytes requested / the clients' mean I/O wait — what they would
         reach together if only the storage set the pace). A warning ``shared-files`` when clients read the
         same files (one's reads warm the caches another reads from)."""
-        from ..analysis.stats import mean_stderr
+        from ..stats import mean_stderr
 
         def total(key: str) -> float:
             return sum(c.get(key) or 0 for c in clients)

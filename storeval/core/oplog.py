@@ -1,4 +1,4 @@
-"""What one client did in one phase, and the lean buffers hot loops record into.
+"""The lean buffers hot loops record into, and the recorder that turns a phase's threads into a PhaseRecord.
 
 A hot loop writes each operation's end time and latency into preallocated
 ``array('q')`` buffers (one C store each, no allocation) and calls
@@ -10,78 +10,23 @@ per thread, whatever the number of operations.
 from __future__ import annotations
 
 import resource
-import socket
-import threading
 import time
 from array import array
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..histogram import Histogram
+from .process import HOST
+from .records import GAP_NS, MAX_GAPS, NS, PhaseRecord, quiet_spans
+from .stop import STOP, ClientStopped
 
-NS = 1_000_000_000
 # Per client in the shared progress array: bytes and ops of the running phase, phases finished, the
 # CLOCK_MONOTONIC time (ns) of its last sign of progress (phase start, fold, phase end, barrier exit) and
 # 1 while it waits in a barrier. The engines' hang detection counts from the last sign of progress and
 # skips clients waiting for a peer: a client that is slowly progressing is not hung.
 PROGRESS_SLOTS = 5
 P_BYTES, P_OPS, P_DONE, P_BEAT, P_WAIT = range(PROGRESS_SLOTS)
-
-# Set when the engine asks this client to stop; hot loops look at it when they fold.
-STOP = threading.Event()
-
-
-def set_process_name(name: str) -> None:
-    """Name this process for ps/top (Linux comm, 15 characters): storeval's clients are easy to tell apart."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
-
-
-class ClientStopped(Exception):
-    """The engine stopped this client (another client failed, a timeout, or Ctrl-C)."""
-
-
-GAP_NS = NS  # a pause between two completions of a thread this long or longer is kept (stall detection)
-MAX_GAPS = 256  # per thread and phase: memory stays constant however often a target pauses
-
-
-def quiet_spans(tracks: list[tuple[int, int, list[tuple[int, int]]]], floor_ns: int = GAP_NS) -> list[tuple[int, int]]:
-    """(start, length) of the spans, at least ``floor_ns`` long, in which none of ``tracks`` made progress.
-
-    A track is (first, last, gaps): a thread or client that works from ``first`` to its last completion
-    ``last``, and its own pauses (start, length) between completions (the first from ``first``). A span
-    counts while at least one track is working and every working track is in a pause: a track that has not
-    started or has finished neither makes nor blocks a stall."""
-    events: list[tuple[int, int, int]] = []  # (time, working change, pausing change)
-    for first, last, gaps in tracks:
-        if last <= first:
-            continue
-        events += [(first, 1, 0), (last, -1, 0)]
-        for start, length in gaps:
-            events += [(start, 0, 1), (min(start + length, last), 0, -1)]
-    events.sort()
-    spans: list[tuple[int, int]] = []
-    working = pausing = 0
-    opened = None
-    for i, (t, dw, dp) in enumerate(events):
-        working += dw
-        pausing += dp
-        if i + 1 < len(events) and events[i + 1][0] == t:
-            continue  # apply every change at this instant before judging what follows it
-        quiet = working > 0 and pausing >= working
-        if quiet and opened is None:
-            opened = t
-        elif not quiet and opened is not None:
-            if t - opened >= floor_ns:
-                spans.append((opened, t - opened))
-            opened = None
-    return spans
 
 
 def fold_cap(op_bytes: int) -> int:
@@ -170,54 +115,6 @@ class OpLog:
         self.flush()
         self.last_end = max(self.last_end, t_end)
 
-
-@dataclass
-class PhaseRecord:
-    """One client's account of one phase: the unit stored in the ``records`` table."""
-
-    rank: int
-    host: str
-    phase: str
-    iteration: int = 0
-    bytes: int = 0
-    ops: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    start_ns: int = 0
-    end_ns: int = 0
-    barrier_ns: int = 0
-    cpu_user: float = 0.0
-    cpu_sys: float = 0.0
-    hist: Histogram = field(default_factory=Histogram)
-    tl_bytes: list[int] = field(default_factory=list)
-    tl_ops: list[int] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def step(self) -> tuple[str, int]:
-        return self.phase, self.iteration
-
-    @property
-    def seconds(self) -> float:
-        return (self.end_ns - self.start_ns) / NS
-
-    @property
-    def cpu_seconds(self) -> float:
-        return self.cpu_user + self.cpu_sys
-
-    def to_wire(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("rank", "host", "phase", "iteration", "bytes", "ops", "errors", "start_ns", "end_ns",
-                                             "barrier_ns", "cpu_user", "cpu_sys", "tl_bytes", "tl_ops", "extra")}
-        d["hist"] = self.hist.to_dict()
-        return d
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> PhaseRecord:
-        d = dict(d)
-        d["hist"] = Histogram.from_dict(d["hist"])
-        return cls(**d)
-
-
-HOST = socket.gethostname()
 
 
 class PhaseRecorder:

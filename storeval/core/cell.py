@@ -1,0 +1,51 @@
+"""A cell — one target × one workload × one value of every factor × one repetition — and the target it runs on.
+
+These are the one shape of a cell every layer shares: the planner makes them, the engines run them, the runner
+stores them, the watchdog rebuilds one from the state file of a run that died (:meth:`Cell.from_state`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)  # bytes/s (iops: ops/s), only those declared
+
+
+@dataclass(frozen=True)
+class Cell:
+    index: int
+    config: int  # cells with the same config differ only by repetition
+    target: TargetSpec
+    workload: str
+    kind: str
+    params: dict[str, Any]
+    factors: dict[str, Any]
+    clients: int
+    repetition: int
+    phase_timeout: float = 3600.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.factors.items() if k != "clients")
+        return f"{self.target.name} · {self.workload}{f' ({shown})' if shown else ''} · {self.clients} client{'s' if self.clients > 1 else ''}"
+
+    def state(self, cell_dir: str | None) -> dict[str, Any]:
+        """The cell as the run's state file keeps it (JSON), for the watchdog to clean up and record after it."""
+        return {"index": self.index, "config": self.config, "target": self.target.name, "url": self.target.url,
+                "options": self.target.options, "workload": self.workload, "kind": self.kind, "params": self.params,
+                "factors": self.factors, "nclients": self.clients, "repetition": self.repetition,
+                "cell_dir": cell_dir}
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> Cell:
+        return cls(index=d["index"], config=d["config"], target=TargetSpec(d["target"], d["url"], d.get("options", {})),
+                   workload=d["workload"], kind=d["kind"], params=d["params"], factors=d["factors"],
+                   clients=d["nclients"], repetition=d["repetition"])

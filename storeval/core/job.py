@@ -1,0 +1,28 @@
+"""The job: what every client of a cell receives — typed once, pickled across processes and MPI ranks as is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Job:
+    """One cell as its clients run it. ``params`` is the workload's validated ``Params`` (typed from the
+    study to ``os.preadv``: never a dict in between); ``steps`` are (phase, iteration); ``target`` is the
+    study's name of the target (errors name it); ``server`` says where the target's server counters are
+    (probes/server.py) and ``server_pids`` its processes on this host (empty when unknown); ``seed`` is
+    the cell's index (each client derives its random streams from it and its rank)."""
+
+    url: str
+    options: dict[str, Any]
+    kind: str
+    params: Any
+    cell_dir: str
+    steps: tuple[tuple[str, int], ...]
+    seed: int
+    keep_cache: bool = False
+    probe_interval: float = 1.0
+    target: str | None = None
+    server: dict[str, Any] = field(default_factory=dict)
+    server_pids: tuple[int, ...] = ()

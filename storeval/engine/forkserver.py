@@ -1,0 +1,30 @@
+"""The fork server clients are born from: preloaded with the client code, started with the stop signals blocked."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from typing import Any
+
+from .. import interrupts
+
+
+def client_context() -> Any:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["storeval.engine.clients"])
+    return ctx
+
+
+def start_fork_server() -> None:
+    """Start the fork server (once) with the stop signals blocked: it and every process it forks inherit
+    that mask, so a terminal's Ctrl-C reaches only the coordinator. Signals that arrive meanwhile wait in
+    this process and are delivered, not lost, when the mask is restored."""
+    from multiprocessing import forkserver, resource_tracker
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SHIELD)
+    try:
+        resource_tracker.ensure_running()  # it ignores SIGINT and SIGTERM, not SIGHUP; it unblocks those two here
+        signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SHIELD)
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

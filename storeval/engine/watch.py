@@ -1,0 +1,269 @@
+"""The coordinator's view of a running cell: messages, exits, hangs, stopping — shared by the local and MPI engines."""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import interrupts
+from ..core.oplog import P_BEAT, P_BYTES, P_DONE, P_OPS, P_WAIT, PROGRESS_SLOTS
+from ..core.outcome import CellOutcome, ProgressFn
+from ..core.records import PhaseRecord
+from ..probes.sampler import Sampler
+
+GRACE_SECONDS = 5.0  # how long stopped clients may take to clean up without a sign of life
+POLL_SECONDS = 0.1
+ENGINE_STOP = signal.SIGUSR1  # the engine's own request to a client to stop (blocked until it is ready)
+
+
+def exit_reason(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def runqueue_waits(pid: int | None) -> dict[str, int]:
+    """Nanoseconds each thread of ``pid`` has spent runnable but waiting for a CPU (/proc schedstat)."""
+    out: dict[str, int] = {}
+    if not pid:
+        return out
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                out[tid] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+class HangClock:
+    """How long each client has gone without a sign of progress — counted from when the coordinator saw its
+    last one, less the time the client spent waiting for a CPU. A client that progresses slowly is not hung,
+    nor is one a busy machine does not schedule, nor one this coordinator looked at late; one that sleeps,
+    spins or waits on a frozen server is.
+
+    The CPU waits are read from /proc only for a client that has gone quiet (first after ``check``, a
+    quarter of the timeout at most one second); of the time before that first reading — which a starved
+    coordinator may take late, when nothing tells a starved client from a hung one — ``check`` counts."""
+
+    def __init__(self, timeout: float, pids: dict[int, int | None], now: Callable[[], int] = time.monotonic_ns,
+                 waits: Callable[[int | None], dict[str, int]] = runqueue_waits) -> None:
+        self.timeout_ns = int(timeout * 1e9)
+        self.check_ns = min(1_000_000_000, self.timeout_ns // 4)
+        self.pids, self.now, self.waits = pids, now, waits
+        self.state: dict[int, list[Any]] = {}  # rank -> [beat, seen at, waits at the first reading, its time]
+
+    def hung(self, rank: int, beat: int) -> bool:
+        now = self.now()
+        st = self.state.get(rank)
+        if st is None or st[0] != beat:
+            self.state[rank] = [beat, now, None, None]
+            return False
+        if now - st[1] < self.check_ns:
+            return False
+        if st[2] is None:
+            st[2], st[3] = self.waits(self.pids.get(rank)), now
+            return False
+        if now - st[1] <= self.timeout_ns:
+            return False
+        after = self.waits(self.pids.get(rank))
+        waited = max((w - st[2].get(tid, 0) for tid, w in after.items()), default=0)
+        return min(st[3] - st[1], self.check_ns) + (now - st[3]) - waited > self.timeout_ns
+
+    def forget(self, rank: int) -> None:
+        self.state.pop(rank, None)
+
+
+class Watch:
+    """The coordinator's view of one running cell."""
+
+    def __init__(self, procs: list, steps: list[tuple[str, int]], n: int, progress: Any, timeout: float) -> None:
+        self.procs, self.steps, self.n, self.progress, self.timeout = procs, steps, n, progress, timeout
+        self.iterated = any(it for _, it in steps)
+        self.records: dict[tuple[str, int], dict[int, PhaseRecord]] = {st: {} for st in steps}
+        self.partials: list[PhaseRecord] = []
+        self.finished: set[int] = set()
+        self.reported: set[int] = set()  # ranks that sent done/error/stopped
+        self.status = "ok"
+        self.error: str | None = None
+        self.failed_step: tuple[str, int] | None = None
+        self.events: list[dict[str, Any]] = []
+        self.current = 0  # index of the step in progress (len(steps) once all are done)
+        self.clock: HangClock | None = None
+
+    def label(self, step: tuple[str, int] | None) -> str:
+        if step is None:
+            return "cleanup"
+        return f"{step[0]} (iteration {step[1] + 1})" if self.iterated else step[0]
+
+    def current_step(self) -> tuple[str, int] | None:
+        return self.steps[self.current] if self.current < len(self.steps) else None
+
+    def step_of(self, done: int) -> tuple[str, int] | None:
+        """The step of a client that has finished ``done`` steps."""
+        return self.steps[done] if done < len(self.steps) else None
+
+    # -- message handling ---------------------------------------------------------------------------
+    def handle(self, msg: tuple) -> None:
+        kind, rank = msg[0], msg[1]
+        if kind == "record":
+            rec = PhaseRecord.from_wire(msg[2])
+            self.records[rec.step][rank] = rec
+            while self.current < len(self.steps) and len(self.records[self.steps[self.current]]) == self.n:
+                self.current += 1
+        elif kind == "partial":
+            self.partials.append(PhaseRecord.from_wire(msg[2]))
+        elif kind == "error":
+            _, _, where, iteration, message, err_kind = msg
+            step = (where, iteration) if (where, iteration) in self.records else None
+            label = self.label(step) if step else where
+            self.reported.add(rank)
+            self.events.append({"kind": "error", "rank": rank, "phase": label, "message": message, "error_kind": err_kind})
+            self.fail("failed", step, f"client {rank} failed in {label}: {message}")
+        elif kind == "stopped":
+            self.reported.add(rank)
+            if len(msg) > 3 and self.status == "ok":  # stopped by a signal from outside storeval
+                self.stopped_from_outside(rank, msg[3])
+        elif kind == "done":
+            self.reported.add(rank)
+            self.finished.add(rank)
+
+    def stopped_from_outside(self, rank: int, signame: str) -> None:
+        """A client got a stop signal that storeval did not send (a batch scheduler stopping the job): the
+        cell is interrupted and the run ends as if this process had received it."""
+        try:
+            interrupts.note(signal.Signals[signame])
+        except KeyError:
+            pass
+        step = self.current_step()
+        self.fail("interrupted", step, f"client {rank} was stopped by {signame} during {self.label(step)}")
+
+    def fail(self, status: str, step: tuple[str, int] | None, message: str) -> None:
+        if self.status == "ok":
+            self.status, self.error, self.failed_step = status, message, step
+            if status == "interrupted":
+                self.events.append({"kind": "interrupted", "rank": None, "phase": self.label(step), "message": message})
+
+    # -- the watch loop -------------------------------------------------------------------------------
+    def loop(self, out: Any, on_progress: ProgressFn | None, sampler: Sampler | None = None) -> None:
+        self.clock = HangClock(self.timeout, {r: p.pid for r, p in enumerate(self.procs)})
+        while self.status == "ok" and len(self.finished) < self.n:
+            sig = interrupts.take()
+            if sig is not None:
+                self.fail("interrupted", self.current_step(), interrupts.reason(sig))
+                break
+            try:
+                self.handle(out.get(timeout=POLL_SECONDS))
+                while True:
+                    self.handle(out.get_nowait())
+            except queue_mod.Empty:
+                pass
+            if sampler is not None:
+                sampler.drain()
+            step = self.current_step()
+            if on_progress is not None and step is not None:
+                slots = range(0, PROGRESS_SLOTS * self.n, PROGRESS_SLOTS)
+                on_progress(self.label(step), sum(self.progress[s + P_BYTES] for s in slots),
+                            sum(self.progress[s + P_OPS] for s in slots))
+            self._check_exits(out)
+            if self.status == "ok":
+                self._check_hung()
+
+    def _drain(self, out: Any) -> None:
+        try:
+            while True:
+                self.handle(out.get_nowait())
+        except (queue_mod.Empty, OSError, ValueError, EOFError):
+            pass
+
+    def _check_exits(self, out: Any) -> None:
+        exited = [r for r, p in enumerate(self.procs) if r not in self.reported and p.exitcode is not None]
+        if not exited:
+            return
+        self._drain(out)  # what a client sent before it exited is in the pipe by now
+        for rank in exited:
+            if rank not in self.reported:
+                self.reported.add(rank)
+                code = self.procs[rank].exitcode
+                step = self.step_of(self.progress[PROGRESS_SLOTS * rank + P_DONE])
+                self.events.append({"kind": "died", "rank": rank, "phase": self.label(step),
+                                    "message": exit_reason(code)})
+                self.fail("failed", step, f"client {rank} {exit_reason(code)} during {self.label(step)}")
+
+    def _check_hung(self) -> None:
+        hung: list[int] = []
+        for r in range(self.n):
+            base = PROGRESS_SLOTS * r
+            if r in self.reported or self.progress[base + P_WAIT]:  # done, or waiting for a peer
+                self.clock.forget(r)
+                continue
+            if self.clock.hung(r, self.progress[base + P_BEAT]):
+                hung.append(r)
+        if not hung:
+            return
+        step = self.step_of(min(self.progress[PROGRESS_SLOTS * r + P_DONE] for r in hung))
+        who = ", ".join(str(r) for r in hung)
+        self.events.append({"kind": "timeout", "rank": hung[0], "phase": self.label(step),
+                            "message": f"phase timeout {self.timeout:g} s"})
+        self.fail("failed", step, f"client {who} hung in {self.label(step)} (no progress for the phase timeout "
+                                  f"of {self.timeout:g} s); all clients stopped")
+
+    def wait_for_exit(self, procs: list, out: Any) -> None:
+        """Clients that finished exit once their last messages are flushed; wait while they do."""
+        last = time.monotonic()
+        alive = [p for p in procs if p.is_alive()]
+        while alive and time.monotonic() - last < GRACE_SECONDS:
+            try:
+                self.handle(out.get(timeout=POLL_SECONDS))
+                last = time.monotonic()
+            except queue_mod.Empty:
+                pass
+            still = [p for p in alive if p.is_alive()]
+            if len(still) < len(alive):
+                last = time.monotonic()
+            alive = still
+
+    def stop_all(self, out: Any) -> None:
+        """Ask the live clients to stop, wait while they clean up (as long as one of them still shows a sign of
+        life within the grace period), SIGKILL the rest. The signal also takes a client out of a barrier; the
+        barrier itself is not touched: aborting it waits for every process asleep in it to wake, and one
+        that was killed there never does."""
+        started = [p for p in self.procs if p.pid is not None]
+        for rank, p in enumerate(self.procs):
+            if p.pid is not None and p.is_alive() and rank not in self.reported:  # the others are on their way out
+                try:
+                    os.kill(p.pid, ENGINE_STOP)
+                except ProcessLookupError:
+                    pass
+        self.wait_for_exit(started, out)
+        for p in started:
+            if p.is_alive():
+                p.kill()
+        for p in started:
+            p.join(timeout=GRACE_SECONDS)  # SIGKILL is certain; only a busy machine delays the reaping
+        self._drain(out)
+
+    def outcome(self) -> CellOutcome:
+        complete = [st for st in self.steps if len(self.records[st]) == self.n]
+        records = [rec for st in self.steps for rec in sorted(self.records[st].values(), key=lambda r: r.rank)]
+        for rec in self.partials:
+            if rec.rank not in self.records[rec.step]:
+                rec.extra["partial"] = True
+                records.append(rec)
+        if self.status == "ok" and len(complete) != len(self.steps):
+            self.status, self.error = "failed", "clients ended without finishing every phase"
+        return CellOutcome(status=self.status, error=self.error, failed_step=self.failed_step, records=records,
+                           complete_steps=complete, events=self.events)
