@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from storeval.drivers import make_driver
@@ -233,3 +235,24 @@ def test_bad_metadata_parameters(tmp_path, target, settings, message):
     args = [x for s in settings for x in ("--set", s)]
     r = storeval("run", "--target", str(target), "--workload", "metadata", *args, cwd=tmp_path)
     assert r.rc == 2 and len(r.err_lines) == 1 and message in r.err, r.err
+
+
+def test_the_leaders_counter_snapshots_fall_outside_every_clients_timed_window(tmp_path, target):
+    """The host leader's ~1 ms counter snapshots are taken while every client is held between two barriers,
+    so the rate mdtest would report is what storeval reports (issue 14.4)."""
+    run_json(tmp_path, "--target", str(target), "--workload", "metadata", "--clients", "2", "--set", "items=50",
+             "--set", "files_only=true", "--repetitions", "1", "--results", "res")
+    con = duckdb.connect(str(tmp_path / "res" / "storeval.duckdb"), read_only=True)
+    rows = con.execute("SELECT phase, rank, start_ns, end_ns, extra FROM records ORDER BY phase, rank").fetchall()
+    assert rows
+    by_phase: dict[str, list] = {}
+    for phase, rank, start, end, extra in rows:
+        by_phase.setdefault(phase, []).append((rank, start, end, json.loads(extra)))
+    for phase, recs in by_phase.items():
+        (leader,) = [r for r in recs if r[0] == 0]
+        window = leader[3]["probe_window"]
+        assert window["before_start_ns"] >= 0 and window["after_end_ns"] >= 0, phase
+        first_start, last_end = min(r[1] for r in recs), max(r[2] for r in recs)
+        snapped, snap = leader[1] - window["before_start_ns"], leader[2] + window["after_end_ns"]
+        assert snapped <= first_start and snap >= last_end, phase  # outside every client's window
+        assert all("probe_window" not in r[3] for r in recs if r[0] != 0)

@@ -103,6 +103,7 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
             # client is held between two barriers, before the first starts and after the last has ended.
             comm.barrier()
             host0 = host.snapshot() if host is not None else None
+            snapped_ns = time.perf_counter_ns()
             comm.barrier()
             io0 = _own_io()
             rec.begin()
@@ -121,7 +122,11 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
             comm.barrier()
             exit_ns = time.perf_counter_ns()
             if host0 is not None:
+                snap_ns = time.perf_counter_ns()
                 rec.extra["probes"] = server_delta(host0, host.snapshot())
+                # where the leader's snapshots fell: before its start and after every client's end, never inside
+                rec.extra["probe_window"] = {"before_start_ns": rec.start_ns - snapped_ns,
+                                             "after_end_ns": snap_ns - rec.end_ns}
                 rec.extra["host_ram_bytes"] = host0.get("mem", {}).get("mem", {}).get("total_bytes")
             comm.barrier()  # nobody's next untimed work (set-up, clean-up) may reach the leader's counters
             send(("record", rank, rec.record(exit_ns).to_wire()))
