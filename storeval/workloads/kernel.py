@@ -213,8 +213,8 @@ class DataJob:
             self.keep += [t, checker]
         else:
             ntags = 0
-        self.job = _native.DataJob(engine, fd, write, [address(b) for b in bufs], size, offs, start, step, tags,
-                                   ntags, base)
+        self.job = _native.DataJob(engine, fd, write, [address(b) for b in bufs], size, offs, start, step,
+                                   len(offsets), tags, ntags, base)
 
     def run(self, lo: int, count: int, ends: int, lats: int, deadline_ns: int):
         return self.job.run(lo, count, ends, lats, deadline_ns)
