@@ -250,8 +250,8 @@ impl DataJob {
             for (slot, res) in completed {
                 inflight -= 1;
                 free.push(slot);
-                if outcome.is_some() {
-                    continue; // draining after a failure or the deadline
+                if matches!(outcome, Some((code, _, _)) if code != DEADLINE) {
+                    continue; // draining after a failure: what completes now is not counted
                 }
                 let i = item[slot];
                 if res < 0 {
@@ -261,9 +261,9 @@ impl DataJob {
                 } else if let Some(bad) = self.check(self.bufs[slot], self.offset(i)) {
                     outcome = Some((VERIFY, bad as i64, i));
                 } else {
-                    out.put(done, t0[slot], t1);
+                    out.put(done, t0[slot], t1); // after the deadline too: what was in flight completes and counts
                     done += 1;
-                    if t1 >= deadline {
+                    if t1 >= deadline && outcome.is_none() {
                         outcome = Some((DEADLINE, 0, 0));
                     }
                 }
