@@ -291,7 +291,7 @@ impl DataJob {
         }
         let ring = if engine == Engine::Uring {
             let entries = bufs.len().next_power_of_two().max(2) as u32;
-            Some(IoUring::new(entries).map_err(|e| PyValueError::new_err(format!("io_uring: {e}")))?)
+            Some(new_ring(entries).map_err(|e| PyValueError::new_err(format!("io_uring: {e}")))?)
         } else {
             None
         };
@@ -447,6 +447,17 @@ impl MetaJob {
             (count, OK, 0, 0)
         }))
     }
+}
+
+/// A ring whose completions are run by the submitting thread when it asks for them (as fio sets it up):
+/// no interrupt of the loop per completion. Older kernels refuse those flags: then a plain ring.
+fn new_ring(entries: u32) -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::builder().setup_coop_taskrun().build(entries))
+        .or_else(|_| IoUring::new(entries))
 }
 
 /// Whether this process may use io_uring with the read and write operations (a kernel without it, or seccomp
