@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--shm-size", default=os.environ.get("SHM_SIZE", "1GiB"), help="per file on /dev/shm")
     ap.add_argument("--null-size", default=os.environ.get("NULL_SIZE", "16GiB"), help="bytes 'read' on null")
     ap.add_argument("--cases", default=os.environ.get("CASES", "null,shm,disk"),
-                    help="comma-separated: null, shm, disk, buffered")
+                    help="comma-separated: null, shm, disk (= disk-rand and disk-seq), buffered")
     a = ap.parse_args()
     need("fio", "fio")
     d = os.path.abspath(a.directory)
@@ -97,6 +97,8 @@ def main() -> None:
     mib = {k: parse_size(v) >> 20 for k, v in (("seq", a.seq_size), ("rand", a.rand_size), ("shm", a.shm_size),
                                                 ("null", a.null_size))}
     chosen = set(a.cases.split(","))
+    if "disk" in chosen:
+        chosen |= {"disk-rand", "disk-seq"}
     cases: list[Case] = []
 
     if "null" in chosen:
@@ -110,11 +112,11 @@ def main() -> None:
         for depth, engine in ((1, "psync"), (32, "io_uring")):
             cases.append(Case(f"/dev/shm 4KiB randread qd{depth} ({engine})", "IOPS",
                               *randread(shm, mib["shm"], depth, engine, direct=False)))
-    if "disk" in chosen:
+    if "disk-rand" in chosen:
         for depth, engine in ((1, "psync"), (32, "io_uring")):
             cases.append(Case(f"disk 4KiB randread O_DIRECT qd{depth} ({engine})", "IOPS",
                               *randread(d, mib["rand"], depth, engine, direct=True)))
-    for direct in [True] * ("disk" in chosen) + [False] * ("buffered" in chosen):
+    for direct in [True] * ("disk-seq" in chosen) + [False] * ("buffered" in chosen):
         mode = "O_DIRECT" if direct else "buffered"
         for n in ((1,) if direct else (1, 2)):
             common = ["--bs=1M", f"--size={mib['seq']}M", f"--numjobs={n}", f"--direct={int(direct)}",
