@@ -1,9 +1,20 @@
-"""storeval vs fio on the same file system with equal settings; prints medians, spreads and ratios.
+"""storeval vs fio with equal settings; prints medians, spreads, ratios and CPU seconds per GiB and per op.
 
-Equal settings: same transfer size, bytes per client and number of clients; both tools use page-aligned
-mmap buffers (fio --iomem=mmap), neither preallocates (fio --fallocate=none), both fsync before the end of a
-write, both drop the file's cached pages before a read (storeval's invalidate, fio's invalidate=1 default),
-and a read reads a file that was just written and flushed. Random reads touch every block once in both.
+Cases (each names the engine both tools use):
+
+* ``null``: 4 KiB random reads with no I/O at all — storeval's null:// engine (native, timing only) against
+  fio's ``ioengine=null``: the ceiling of what each tool can measure per client;
+* ``shm``: 4 KiB random reads of a file on /dev/shm (tmpfs: no device, so the tool's own cost is what
+  differs) at queue depth 1 (psync in both) and 32 (io_uring in both);
+* ``disk``: O_DIRECT on the given directory's file system — 4 KiB random reads at QD1 (psync) and QD32
+  (io_uring), sequential 1 MiB writes (fsync) and reads;
+* ``buffered`` (off by default): sequential 1 MiB buffered writes and reads, 1 and 2 clients.
+
+Equal settings: same transfer size, bytes per client and number of clients; page-aligned mmap buffers
+(fio --iomem=mmap), no preallocation (fio --fallocate=none), fsync before the end of a write, cached pages
+of the file dropped before a read (storeval's clearing, fio's invalidate=1) except on tmpfs, where there is
+no device to read from; a read reads a file laid out just before, untimed. Random reads touch every block
+once in both tools. Runs alternate between the tools after a warm-up of each; medians of ``--reps``.
 """
 
 from __future__ import annotations
@@ -19,25 +30,28 @@ from common import OUT, Case, Sample, need, storeval_phase
 GiB = float(1 << 30)
 
 
-def fio(directory: str, args: list[str], first: list[str] | None = None) -> Sample:
+def fio(directory: str | None, args: list[str], first: list[str] | None = None) -> Sample:
     """Run a fio job (after an untimed ``first`` job in the same invocation) and return the job's figures."""
     out = os.path.join(OUT, "fio.json")
     pre = ["--name=first", *first, "--name=bench", "--stonewall"] if first else ["--name=bench"]
-    subprocess.run(["fio", "--output-format=json", f"--output={out}", "--group_reporting", f"--directory={directory}",
-                    "--filename_format=bench.$jobnum.$filenum", *pre, *args], check=True, capture_output=True)
+    where = [f"--directory={directory}", "--filename_format=bench.$jobnum.$filenum"] if directory else []
+    subprocess.run(["fio", "--output-format=json", f"--output={out}", "--group_reporting", *where, *pre, *args],
+                   check=True, capture_output=True)
     with open(out) as f:
         job = json.load(f)["jobs"][-1]
-    clear(directory)  # like storeval, leave nothing behind: the next run must not find the other's pages
+    if directory:
+        clear(directory)  # like storeval, leave nothing behind: the next run must not find the other's pages
     side = job["write"] if job["write"]["io_bytes"] else job["read"]
     cpu = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000
     is_iops = any(a.startswith("--bs=4k") for a in args)
-    return Sample(side["iops"] if is_iops else side["bw_bytes"] / 2**20, cpu / (side["io_bytes"] / GiB))
+    return Sample(side["iops"] if is_iops else side["bw_bytes"] / 2**20, cpu / (side["io_bytes"] / GiB),
+                  cpu / max(1, side["total_ios"]))
 
 
-def sv(directory: str, phase: str, args: list[str], iops: bool = False) -> Sample:
-    ph = storeval_phase(f"file://{directory}", phase, ["--workload", "bandwidth", *args])
+def sv(target: str, phase: str, args: list[str], iops: bool = False) -> Sample:
+    ph = storeval_phase(target, phase, ["--workload", "bandwidth", *args])
     cpu = sum(c["cpu_seconds"] for c in ph["client_stats"])
-    return Sample(ph["ops_per_s"] if iops else ph["bandwidth_MiBps"], cpu / (ph["bytes"] / GiB))
+    return Sample(ph["ops_per_s"] if iops else ph["bandwidth_MiBps"], cpu / (ph["bytes"] / GiB), cpu / max(1, ph["ops"]))
 
 
 def clear(directory: str) -> None:
@@ -46,29 +60,69 @@ def clear(directory: str) -> None:
             os.unlink(os.path.join(directory, name))
 
 
+def randread(directory: str, mib: int, depth: int, engine: str, direct: bool) -> tuple:
+    """storeval and fio, 4 KiB random reads of a file of ``mib`` MiB laid out before (4 MiB writes, flushed)."""
+    def fio_rand() -> Sample:
+        clear(directory)
+        return fio(directory, ["--bs=4k", f"--size={mib}M", f"--direct={int(direct)}", "--rw=randread",
+                               f"--ioengine={engine}", f"--iodepth={depth}", "--iomem=mmap", *([] if direct else ["--invalidate=0"])],
+                   first=["--bs=4M", f"--size={mib}M", f"--direct={int(direct)}", "--rw=write", "--end_fsync=1",
+                          "--fallocate=none"])
+
+    def sv_rand() -> Sample:
+        return sv(f"file://{directory}", "randread",
+                  ["--set", f"file_size={mib}MiB", "--set", "transfer_size=4KiB", "--set", f"direct={str(direct).lower()}",
+                   "--set", f"iodepth={depth}", "--set", f"engine={engine}", "--set", "phases=randread",
+                   *([] if direct else ["--keep-cache"])], iops=True)
+
+    return sv_rand, fio_rand
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("directory", nargs="?", default=os.path.join(OUT, "scratch"))
-    ap.add_argument("--reps", type=int, default=int(os.environ.get("REPS", 5)))
-    ap.add_argument("--seq-size", default=os.environ.get("SEQ_SIZE", "2GiB"))
-    ap.add_argument("--rand-size", default=os.environ.get("RAND_SIZE", "256MiB"))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("directory", nargs="?", default=os.path.join(OUT, "scratch"), help="the disk case's directory")
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("REPS", 3)))
+    ap.add_argument("--seq-size", default=os.environ.get("SEQ_SIZE", "1GiB"))
+    ap.add_argument("--rand-size", default=os.environ.get("RAND_SIZE", "128MiB"), help="per file on disk")
+    ap.add_argument("--shm-size", default=os.environ.get("SHM_SIZE", "1GiB"), help="per file on /dev/shm")
+    ap.add_argument("--null-size", default=os.environ.get("NULL_SIZE", "16GiB"), help="bytes 'read' on null")
+    ap.add_argument("--cases", default=os.environ.get("CASES", "null,shm,disk"),
+                    help="comma-separated: null, shm, disk (= disk-rand and disk-seq), buffered")
     a = ap.parse_args()
     need("fio", "fio")
     d = os.path.abspath(a.directory)
     os.makedirs(d, exist_ok=True)
     from storeval.units import parse_size
 
-    seq_mib = parse_size(a.seq_size) >> 20
-    rand_mib = parse_size(a.rand_size) >> 20
+    mib = {k: parse_size(v) >> 20 for k, v in (("seq", a.seq_size), ("rand", a.rand_size), ("shm", a.shm_size),
+                                                ("null", a.null_size))}
+    chosen = set(a.cases.split(","))
+    if "disk" in chosen:
+        chosen |= {"disk-rand", "disk-seq"}
     cases: list[Case] = []
 
-    for direct in (False, True):
+    if "null" in chosen:
+        cases.append(Case("null 4KiB randread (null engine)", "IOPS",
+                          lambda: sv("null://", "randread", ["--set", f"file_size={mib['null']}MiB", "--set",
+                                                             "transfer_size=4KiB", "--set", "phases=randread"], iops=True),
+                          lambda: fio(None, ["--ioengine=null", "--rw=randread", "--bs=4k", f"--size={mib['null']}M"])))
+    if "shm" in chosen:
+        shm = "/dev/shm/storeval-bench"
+        os.makedirs(shm, exist_ok=True)
+        for depth, engine in ((1, "psync"), (32, "io_uring")):
+            cases.append(Case(f"/dev/shm 4KiB randread qd{depth} ({engine})", "IOPS",
+                              *randread(shm, mib["shm"], depth, engine, direct=False)))
+    if "disk-rand" in chosen:
+        for depth, engine in ((1, "psync"), (32, "io_uring")):
+            cases.append(Case(f"disk 4KiB randread O_DIRECT qd{depth} ({engine})", "IOPS",
+                              *randread(d, mib["rand"], depth, engine, direct=True)))
+    for direct in [True] * ("disk-seq" in chosen) + [False] * ("buffered" in chosen):
         mode = "O_DIRECT" if direct else "buffered"
-        for n in (1, 2):
-            common = ["--bs=1M", f"--size={seq_mib}M", f"--numjobs={n}", f"--direct={int(direct)}", "--ioengine=psync",
-                      "--fallocate=none", "--iomem=mmap"]
-            sv_common = ["--clients", str(n), "--set", f"file_size={seq_mib}MiB", "--set", "transfer_size=1MiB",
-                         "--set", f"direct={str(direct).lower()}", "--set", "fsync=true"]
+        for n in ((1,) if direct else (1, 2)):
+            common = ["--bs=1M", f"--size={mib['seq']}M", f"--numjobs={n}", f"--direct={int(direct)}",
+                      "--ioengine=psync", "--fallocate=none", "--iomem=mmap"]
+            sv_common = ["--clients", str(n), "--set", f"file_size={mib['seq']}MiB", "--set", "transfer_size=1MiB",
+                         "--set", f"direct={str(direct).lower()}", "--set", "fsync=true", "--set", "engine=psync"]
 
             def fio_write(common=common) -> Sample:
                 clear(d)
@@ -78,40 +132,25 @@ def main() -> None:
                 clear(d)  # like storeval's write,read phases: write and flush, then read (one invocation)
                 return fio(d, [*common, "--rw=read"], first=[*common, "--rw=write", "--end_fsync=1"])
 
-            cases.append(Case(f"seq write 1MiB, {n} client(s), {mode}, fsync", "MiB/s",
-                              lambda sv_common=sv_common: sv(d, "write", [*sv_common, "--set", "phases=write"]),
+            cases.append(Case(f"disk seq write 1MiB, {n} client(s), {mode}, fsync", "MiB/s",
+                              lambda sv_common=sv_common: sv(f"file://{d}", "write", [*sv_common, "--set", "phases=write"]),
                               fio_write))
-            cases.append(Case(f"seq read 1MiB, {n} client(s), {mode}", "MiB/s",
-                              lambda sv_common=sv_common: sv(d, "read", [*sv_common, "--set", "phases=write,read"]),
+            cases.append(Case(f"disk seq read 1MiB, {n} client(s), {mode}", "MiB/s",
+                              lambda sv_common=sv_common: sv(f"file://{d}", "read",
+                                                             [*sv_common, "--set", "phases=write,read"]),
                               fio_read))
-
-    for depth, engine in ((1, "psync"), (32, "libaio")):
-        def fio_rand(depth=depth, engine=engine) -> Sample:
-            clear(d)  # like storeval: lay the file out (O_DIRECT, 4 MiB, flushed), then read it at random
-            return fio(d, ["--bs=4k", f"--size={rand_mib}M", "--direct=1", "--rw=randread", f"--ioengine={engine}",
-                           f"--iodepth={depth}", "--iomem=mmap"],
-                       first=["--bs=4M", f"--size={rand_mib}M", "--direct=1", "--rw=write", "--end_fsync=1",
-                              "--fallocate=none"])
-
-        cases.append(Case(f"4KiB randread O_DIRECT qd{depth} ({engine} in fio)", "IOPS",
-                          lambda depth=depth: sv(d, "randread", ["--set", f"file_size={rand_mib}MiB", "--set",
-                                                                 "transfer_size=4KiB", "--set", "direct=true", "--set",
-                                                                 f"iodepth={depth}", "--set", "phases=randread"], iops=True),
-                          fio_rand))
 
     for case in cases:
         case.run(a.reps)
     clear(d)
-    null = storeval_phase("null://", "randread", ["--workload", "bandwidth", "--set", "file_size=1GiB", "--set",
-                                                 "transfer_size=4KiB", "--set", "phases=randread"])
     if a.directory == os.path.join(OUT, "scratch"):
         shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree("/dev/shm/storeval-bench", ignore_errors=True)
     version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
-    print(f"\nstoreval vs {version} on {d}: median of {a.reps} alternating runs after a warm-up, [min–max];"
-          f" {a.seq_size} per client (sequential), {a.rand_size} per client (random). cpu = client CPU s per GiB moved.")
+    print(f"\nstoreval vs {version}: median of {a.reps} alternating runs after a warm-up, [min–max]; disk = {d}; "
+          f"cpu = client CPU seconds per GiB moved and per operation; ratio = storeval / fio (higher is better)")
     for case in cases:
         print(case.line("fio"))
-    print(f"storeval ceiling on null:// (4 KiB random reads, no I/O at all): {null['ops_per_s']:,.0f} ops/s per client")
 
 
 if __name__ == "__main__":

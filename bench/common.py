@@ -54,6 +54,7 @@ def storeval_phase(target: str, phase: str, args: list[str], study_file: bool = 
 class Sample:
     value: float  # the compared figure (MiB/s, ops/s)
     cpu_per_gib: float | None = None  # client CPU seconds per GiB moved
+    cpu_per_op: float | None = None  # client CPU seconds per operation (metadata, or any case that gives ops)
 
 
 @dataclass
@@ -86,9 +87,12 @@ class Case:
         def fmt(tool: str) -> str:
             vals = [s.value for s in self.samples[tool]]
             cpu = [s.cpu_per_gib for s in self.samples[tool] if s.cpu_per_gib is not None]
-            cpu_txt = f" cpu {statistics.median(cpu):5.2f}s/GiB" if cpu else ""
-            return f"{statistics.median(vals):10.1f} [{min(vals):.0f}–{max(vals):.0f}]{cpu_txt}"
-        return f"{self.name:<46} {self.unit:<6} storeval {fmt('storeval')}   {ref_name} {fmt('reference')}   ratio {self.ratio():.3f}"
+            per_op = [s.cpu_per_op for s in self.samples[tool] if s.cpu_per_op is not None]
+            cpu_txt = f" cpu {statistics.median(cpu):6.3f}s/GiB" if cpu else ""
+            cpu_txt += f" {statistics.median(per_op) * 1e6:6.3f}µs/op" if per_op else ""
+            return f"{statistics.median(vals):11.1f} [{min(vals):.0f}–{max(vals):.0f}]{cpu_txt}"
+        return (f"{self.name:<44} {self.unit:<6} storeval {fmt('storeval')}   {ref_name} {fmt('reference')}   "
+                f"ratio {self.ratio():.3f}")
 
 
 def need(tool: str, apt_package: str | None = None) -> str:

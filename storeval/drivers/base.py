@@ -79,6 +79,16 @@ class FastOps:
 
 
 @dataclass(frozen=True)
+class NativeIO:
+    """What a native engine may do itself for a driver (see :meth:`Driver.native_io`): ``syscall`` — its own
+    system calls on ``fd`` (an open handle's file descriptor) and on native paths, which are local paths;
+    ``null`` — nothing at all, every operation succeeding at once as the driver's own do."""
+
+    kind: str  # "syscall" or "null"
+    fd: int = -1
+
+
+@dataclass(frozen=True)
 class StatResult:
     size: int
     is_dir: bool
@@ -444,6 +454,11 @@ class Driver(ABC):
         """Metadata operations taking native paths; drivers override this with thinner callables."""
         return FastOps(mkdir=self.mkdir, rmdir=self.rmdir, stat=self.stat, listdir=self.listdir, create=self.put,
                        read=self.get_into, remove=self.remove)
+
+    def native_io(self, h: Handle | None = None) -> NativeIO | None:
+        """How a native engine can run this driver's operations (on ``h``, or on native paths without one);
+        None where only the driver's own calls can (a library talks to a server)."""
+        return None
 
     # -- helpers used by the engine --------------------------------------------------------------
     def ensure_dir(self, path: str) -> None:

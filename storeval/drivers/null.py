@@ -20,7 +20,7 @@ from typing import Literal
 from ..fields import Duration, Rate
 from pydantic import field_validator
 
-from .base import Capabilities, Driver, DriverOptions, Handle, IOFunc, StatResult
+from .base import Capabilities, Driver, DriverOptions, Handle, IOFunc, NativeIO, StatResult
 
 
 class Misbehave(DriverOptions):
@@ -130,6 +130,13 @@ class NullDriver(Driver):
 
     def writer(self, h) -> IOFunc:
         return self.reader(h)
+
+    def native_io(self, h=None) -> NativeIO | None:
+        """Timing only, no system call (fio's ioengine=null); not when this client paces (``rate``) or
+        misbehaves on purpose: those stay in the driver's own calls."""
+        if self._fault is not None or self.options.rate is not None:
+            return None
+        return NativeIO("null")
 
     def put(self, path: str, data) -> None:
         self._tick()

@@ -13,7 +13,7 @@ import os
 import stat as stat_mod
 
 from ..errors import DirectIOUnsupported, InputError
-from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult
+from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, NativeIO, StatResult
 
 
 def url_path(url: str) -> str:
@@ -119,6 +119,10 @@ class PosixDriver(Driver):
     def writer(self, h: Handle) -> IOFunc:
         return functools.partial(os.pwritev, h.fd)
 
+    def native_io(self, h: Handle | None = None) -> NativeIO:
+        """Plain system calls: on the handle's descriptor, and on native paths (absolute local paths)."""
+        return NativeIO("syscall", h.fd if h is not None else -1)
+
     # -- whole files ------------------------------------------------------------------------------
     def put(self, path: str, data) -> None:
         fd = os.open(self._p(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -151,6 +155,7 @@ class PosixDriver(Driver):
         flags_w = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
         flags_r = os.O_RDONLY | os.O_CLOEXEC
         os_open, os_close, os_write, os_readv = os.open, os.close, os.write, os.readv
+        vec: list = [None]  # the one-buffer vector of read(), made once, not a list per read
 
         def create(path: str, data) -> None:
             fd = os_open(path, flags_w, 0o644)
@@ -163,7 +168,9 @@ class PosixDriver(Driver):
         def read(path: str, buf) -> int:
             fd = os_open(path, flags_r)
             try:
-                total = n = os_readv(fd, [buf])
+                if vec[0] is not buf:
+                    vec[0] = buf
+                total = n = os_readv(fd, vec)
                 while n and total < len(buf):  # short reads happen on network file systems
                     n = os_readv(fd, [memoryview(buf)[total:]])
                     total += n

@@ -11,8 +11,7 @@ flight (the GIL is released during ``preadv``/``pwritev``).
 
 from __future__ import annotations
 
-import itertools
-import threading
+import functools
 import time
 from array import array
 from typing import Annotated, Literal
@@ -22,10 +21,10 @@ from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder, fold_cap
-from ..core.stop import STOP, ClientStopped
-from ..errors import DirectIOUnsupported, StorevalError, VerifyError, error_kind, one_line
+from ..errors import DirectIOUnsupported, StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
+from .kernel import NEVER, DataJob, ShortTransfer, choose_engine, measure, run_parallel
 from .payload import Payload, aligned_buffer
 
 PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
@@ -47,6 +46,7 @@ class BandwidthParams(Params):
     deadline: Duration | None = None  # stonewall (IOR -D): at it clients agree on the most work done, all finish to it
     random_seed: int = 0
     verify: bool = False
+    engine: Literal["auto", "python", "psync", "io_uring"] = "auto"  # auto: native where the driver allows
 
     @model_validator(mode="after")
     def _consistent(self) -> BandwidthParams:
@@ -68,20 +68,12 @@ class BandwidthParams(Params):
         return self
 
 
-class ShortTransfer(OSError):
-    def __init__(self, got: int, wanted: int) -> None:
-        super().__init__(f"short transfer: {got} of {wanted} bytes")
-
-
 class IOFailure(StorevalError):
     """An operation failed; carries the offset and the underlying error's kind."""
 
     def __init__(self, offset: int, exc: BaseException) -> None:
         self.offset, self.kind = offset, ("short-transfer" if isinstance(exc, ShortTransfer) else error_kind(exc))
         super().__init__(f"at offset {offset}: {one_line(exc)}")
-
-
-NEVER = 1 << 62
 
 
 def _prefill_chunk(ts: int, file_size: int) -> int:
@@ -92,73 +84,21 @@ def _prefill_chunk(ts: int, file_size: int) -> int:
     return ts * count
 
 
-def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None, deadline_ns: int = NEVER) -> None:
-    """The hot loop: one ``io(bufs, offset)`` per offset, timed into ``log``; nothing allocated per op.
+def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None, deadline_ns: int = NEVER, *,
+            lo: int = 0, hi: int | None = None, native=None) -> int:
+    """One ``io(bufs, offset)`` per offset of ``offsets[lo:hi]``, timed into ``log`` by the kernel (see
+    :func:`storeval.workloads.kernel.measure`); ``check`` is a payload checker of ``bufs[0]``. With a
+    ``deadline_ns`` it stops after the first operation that ends past it (the stonewall). Returns the count."""
+    op = functools.partial(io, bufs) if native is None else None
+    return measure(log, size, offsets, op, lo=lo, hi=hi, expect=size, stamp=stamp,
+                   check=None if check is None else functools.partial(check.verify, bufs[0]),
+                   deadline_ns=deadline_ns, native=native, fail=IOFailure)
 
-    With a ``deadline_ns`` it stops after the first operation that ends past it (the stonewall); pass an
-    iterator as ``offsets`` to carry on from there later (the wear-out)."""
-    clock = time.perf_counter_ns
-    ends, lats, cap = log.ends, log.lats, log.cap
-    i = 0
-    off = -1
-    try:
-        if stamp is not None:
-            add, tags, view = stamp
-            for off in offsets:
-                add(tags, off, out=view)
-                t0 = clock()
-                n = io(bufs, off)
-                t1 = clock()
-                if n != size:
-                    raise ShortTransfer(n, size)
-                ends[i] = t1
-                lats[i] = t1 - t0
-                i += 1
-                if i == cap:
-                    log.fold(i, size)
-                    i = 0
-                if t1 >= deadline_ns:
-                    break
-        elif check is not None:
-            buf = bufs[0]
-            for off in offsets:
-                t0 = clock()
-                n = io(bufs, off)
-                t1 = clock()
-                if n != size:
-                    raise ShortTransfer(n, size)
-                bad = check(buf, off)
-                if bad >= 0:
-                    raise VerifyError(f"verify failed: byte {off + bad} differs from what was written")
-                ends[i] = t1
-                lats[i] = t1 - t0
-                i += 1
-                if i == cap:
-                    log.fold(i, size)
-                    i = 0
-                if t1 >= deadline_ns:
-                    break
-        else:
-            for off in offsets:
-                t0 = clock()
-                n = io(bufs, off)
-                t1 = clock()
-                if n != size:
-                    raise ShortTransfer(n, size)
-                ends[i] = t1
-                lats[i] = t1 - t0
-                i += 1
-                if i == cap:
-                    log.fold(i, size)
-                    i = 0
-                if t1 >= deadline_ns:
-                    break
-    except ClientStopped:
-        raise
-    except Exception as e:
-        log.fold(i, size)
-        raise IOFailure(off, e) from e
-    log.fold(i, size)
+
+def _run_stream(io, bufs, offsets, log: OpLog, size: int, stamp, check, job, lo: int, hi: int,
+                deadline_ns: int = NEVER) -> int:
+    """One stream of a phase: offsets ``lo`` … ``hi`` (a thread's share, or io_uring's whole queue)."""
+    return run_ops(io, bufs, offsets, log, size, stamp, check, deadline_ns, lo=lo, hi=hi, native=job)
 
 
 def make_durable(c: ClientContext, h, fsync: bool) -> str:
@@ -186,32 +126,6 @@ def warn_write_back(c: ClientContext, rec: PhaseRecorder, phase: str, durable: s
     else:
         c.warn(rec, "write-back", f"{phase} ended without a durable flush ({why}): the server may still hold the "
                                   "data in memory, and the figure can exceed what its storage accepts")
-
-
-def run_threads(jobs: list[tuple]) -> None:
-    """Run ``run_ops`` jobs, one thread each; the first real failure stops the others and is raised."""
-    if len(jobs) == 1:
-        run_ops(*jobs[0])
-        return
-    failures: list[BaseException] = []
-
-    def work(job: tuple) -> None:
-        try:
-            run_ops(*job)
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread
-            failures.append(e)
-            STOP.set()
-
-    threads = [threading.Thread(target=work, args=(job,), daemon=True) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    real = [e for e in failures if not isinstance(e, ClientStopped)]
-    if real:
-        raise real[0]
-    if failures:
-        raise failures[0]
 
 
 class Bandwidth(Workload):
@@ -279,17 +193,19 @@ class Bandwidth(Workload):
         return (c.rank + 1) % c.nclients
 
     def _offsets(self, c: ClientContext, phase: str, owner: int, blocks: int | None = None) -> list:
-        """Per-thread offset sequences over the first ``blocks`` transfers (all by default); random orders
-        are drawn here, before the timed region."""
+        """Per-stream offset sequences over the first ``blocks`` transfers (all by default): one per thread,
+        or one for io_uring, which keeps ``iodepth`` of its operations in flight. Random orders are drawn
+        here, before the timed region."""
         p = self.p
-        ts, depth, base = p.transfer_size, p.iodepth, self._base(owner)
+        ts, base = p.transfer_size, self._base(owner)
+        streams = 1 if c.state.get("engine") == "io_uring" else p.iodepth
         blocks = p.file_size // ts if blocks is None else blocks
         if phase not in RANDOM:
-            return [range(base + j * ts, base + blocks * ts, ts * depth) for j in range(depth)]
+            return [range(base + j * ts, base + blocks * ts, ts * streams) for j in range(streams)]
         rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase)])
         order = rng.permutation(blocks).astype(np.int64) * ts + base
         flat = array("q", order.tobytes())
-        return [flat[j::depth] for j in range(depth)]
+        return [flat] if streams == 1 else [flat[j::streams] for j in range(streams)]
 
     # -- client side ------------------------------------------------------------------------------
     def prepare(self, c: ClientContext) -> None:
@@ -299,6 +215,7 @@ class Bandwidth(Workload):
         st["write_bufs"] = [mine.write_buffer() for _ in range(depth)]
         st["read_bufs"] = [aligned_buffer(ts) for _ in range(depth)]
         st["direct"] = p.direct
+        st["engine"], st["engine_note"] = choose_engine(p.engine, c.driver.native_io(), depth)
         chosen = self.phases()
         st["offsets"] = {ph: self._offsets(c, ph, self._owner(c, ph)) for ph in chosen}
         if p.verify:
@@ -363,27 +280,25 @@ class Bandwidth(Workload):
         write = phase in WRITES
         owner = self._owner(c, phase)
         path = self._path(c, owner)
+        engine = st["engine"]
         cap = fold_cap(p.transfer_size)
-        logs = [rec.oplog(cap) for _ in range(p.iodepth)]
+        if engine == "io_uring":  # its in-flight operations drain at each fold: let a fold hold many queues' worth
+            cap = max(cap, min(16 * p.iodepth, 1 << 16))
+        offsets = st["offsets"][phase]
+        logs = [rec.oplog(cap) for _ in offsets]
+        rec.extra["io_engine"] = engine
+        if st["engine_note"]:
+            c.warn(rec, "engine-fallback", st["engine_note"])
         if not write:
             rec.extra["cache"] = st.setdefault("cache", "not-cleared")  # before_phase sets it in a real run
         h = self._open(c, path, "w" if write else "r", rec)
         try:
-            io = c.driver.writer(h) if write else c.driver.reader(h, into_buffer=p.verify)
-            jobs = []
-            sources = [iter(o) for o in st["offsets"][phase]]
-            for j, offsets in enumerate(sources):
-                if write:
-                    buf, stamp = st["write_bufs"][j]
-                    jobs.append((io, [buf], offsets, logs[j], p.transfer_size, stamp, None))
-                else:
-                    check = st["checkers"][owner][j] if p.verify else None
-                    jobs.append((io, [st["read_bufs"][j]], offsets, logs[j], p.transfer_size, None, check))
+            streams = self._streams(c, h, write, owner, offsets, logs)
             try:
                 if p.deadline is None:
-                    run_threads(jobs)
+                    run_parallel([functools.partial(run, 0, len(o)) for run, o in zip(streams, offsets)])
                 else:
-                    self._stonewall(c, phase, rec, jobs, sources, logs)
+                    self._stonewall(c, phase, rec, streams, offsets, logs)
             except IOFailure as e:
                 rec.error(e.kind)
                 raise StorevalError(f"{phase} of {path} {e}") from e
@@ -394,26 +309,47 @@ class Bandwidth(Workload):
             warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
         self._warn_about_memory(c, phase, rec)
 
-    def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, jobs: list, sources: list,
+    def _streams(self, c: ClientContext, h, write: bool, owner: int, offsets: list, logs: list[OpLog]) -> list:
+        """One ``run(lo, hi, deadline_ns=NEVER)`` per stream of offsets, on the phase's engine: the kernel's
+        Python loop over the driver's reader/writer, or a native job on the driver's file descriptor."""
+        p, st = self.p, c.state
+        engine, ts = st["engine"], p.transfer_size
+        native = c.driver.native_io(h) if engine != "python" else None
+        io = None if native else (c.driver.writer(h) if write else c.driver.reader(h, into_buffer=p.verify))
+        runs = []
+        for j, seq in enumerate(offsets):
+            if write:
+                bufs, stamp, checker = [st["write_bufs"][j][0]], st["write_bufs"][j][1], None
+            else:
+                bufs, stamp, checker = [st["read_bufs"][j]], None, (st["checkers"][owner][j] if p.verify else None)
+            job = None
+            if native:
+                if engine == "io_uring":  # one stream: every buffer is a slot of the queue
+                    bufs = [b for b, _ in st["write_bufs"]] if write else list(st["read_bufs"])
+                job = DataJob(engine, native.fd, write, bufs, ts, seq, stamp, checker)
+            runs.append(functools.partial(_run_stream, io, bufs, seq, logs[j], ts, stamp, checker, job))
+        return runs
+
+    def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, streams: list, offsets: list,
                    logs: list[OpLog]) -> None:
         """IOR's stonewall with wear-out: work until the deadline, agree on the most work any client did,
         and every client finishes up to it, so all clients move the same amount."""
         p, st = self.p, c.state
         deadline_ns = rec.start_ns + int(p.deadline * 1e9)
-        run_threads([(*job, deadline_ns) for job in jobs])
+        run_parallel([functools.partial(run, 0, len(o), deadline_ns) for run, o in zip(streams, offsets)])
         done = [log.ops for log in logs]
         rec.extra["stonewall"] = {"bytes": sum(done) * p.transfer_size, "ops": sum(done), "t_ns": time.perf_counter_ns()}
         target = c.comm.allreduce_max(sum(done))
         remaining = target - sum(done)
-        left = [len(o) - d for o, d in zip(st["offsets"][phase], done)]
-        quota = [0] * len(jobs)
-        while remaining > 0:  # deal the rest round-robin to the threads that still have work
-            for j in range(len(jobs)):
+        left = [len(o) - d for o, d in zip(offsets, done)]
+        quota = [0] * len(streams)
+        while remaining > 0:  # deal the rest round-robin to the streams that still have work
+            for j in range(len(streams)):
                 if remaining and quota[j] < left[j]:
                     quota[j] += 1
                     remaining -= 1
-        run_threads([(job[0], job[1], itertools.islice(sources[j], quota[j]), *job[3:])
-                     for j, job in enumerate(jobs) if quota[j]])
+        run_parallel([functools.partial(run, done[j], done[j] + quota[j]) for j, run in enumerate(streams)
+                      if quota[j]])
         if phase == "write":  # later phases work on what was written
             st["extent"] = target
 

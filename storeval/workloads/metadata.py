@@ -20,7 +20,7 @@ run) is created untimed before it, and whatever is left at the end is removed un
 
 from __future__ import annotations
 
-import itertools
+import functools
 import time
 from typing import Annotated, Literal
 
@@ -29,10 +29,10 @@ from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
-from ..core.stop import ClientStopped
 from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
+from .kernel import _NO_ARG, NEVER, MetaJob, ShortTransfer, choose_engine, measure
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
           "file-create", "file-stat", "file-read", "file-remove", "tree-remove")
@@ -42,6 +42,10 @@ Phase = Literal["tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove
 DIR_PHASES = frozenset({"dir-create", "dir-stat", "dir-list", "dir-remove"})
 FILE_PHASES = frozenset({"file-create", "file-stat", "file-read", "file-remove"})
 REPEATABLE = frozenset({"dir-stat", "dir-list", "file-stat", "file-read"})  # they leave the items as they are
+# The operation of each phase (a FastOps field; the native engine's names are the same, unlink for remove).
+OPERATION = {"tree-create": "mkdir", "dir-create": "mkdir", "dir-stat": "stat", "dir-list": "listdir",
+             "dir-remove": "rmdir", "file-create": "create", "file-stat": "stat", "file-read": "read",
+             "file-remove": "remove", "tree-remove": "rmdir"}
 MAX_TREE_DIRS = 1_000_000
 MAX_ITERATIONS = 10_000  # mdtest -i: each is a step of every phase, planned up front
 NAME_BYTES = 160  # memory of one item's name in a list (a Python str of a cell-relative path, and its slot)
@@ -71,6 +75,7 @@ class MetadataParams(Params):
     deadline: Duration | None = None  # stonewall of the create phases (mdtest -W): agree on the most, finish to it
     repeat_for: Duration | None = None  # stat, list and read phases repeat whole passes until this long (time_based)
     phases: list[Phase] = DEFAULT_PHASES
+    engine: Literal["auto", "python", "psync", "io_uring"] = "auto"  # auto: native system calls where possible
 
     @model_validator(mode="after")
     def _consistent(self) -> MetadataParams:
@@ -124,36 +129,31 @@ class Tree:
 
 
 def _fail(phase: str, path: str, exc: BaseException, rec: PhaseRecorder) -> StorevalError:
+    if isinstance(exc, ShortTransfer):
+        exc = OSError(f"short read: {exc.got} of {exc.wanted} bytes")
     rec.error(error_kind(exc))
     return StorevalError(f"{phase} of {path}: {one_line(exc)}")
 
 
-def timed_loop(fn, args, log: OpLog, nbytes: int, phase: str, rec: PhaseRecorder, deadline_ns: int = 1 << 62) -> None:
-    """One ``fn(arg)`` per argument, each timed into ``log`` (the same buffer pattern as the bandwidth loop);
-    with ``deadline_ns``, stop after the first operation that ends past it."""
-    clock = time.perf_counter_ns
-    ends, lats, cap = log.ends, log.lats, log.cap
-    i = 0
-    a = None
-    try:
-        for a in args:
-            t0 = clock()
-            fn(a)
-            t1 = clock()
-            ends[i] = t1
-            lats[i] = t1 - t0
-            i += 1
-            if i == cap:
-                log.fold(i, nbytes)
-                i = 0
-            if t1 >= deadline_ns:
-                break
-    except ClientStopped:
-        raise
-    except Exception as e:
-        log.fold(i, nbytes)
-        raise _fail(phase, str(a), e, rec) from e
-    log.fold(i, nbytes)
+def timed_loop(fn, args, log: OpLog, nbytes: int, phase: str, rec: PhaseRecorder, deadline_ns: int = NEVER, *,
+               lo: int = 0, hi: int | None = None, arg=_NO_ARG, expect: int | None = None, native=None) -> int:
+    """One ``fn(path)`` (``fn(path, arg)``) per path of ``args[lo:hi]``, timed into ``log`` by the kernel (see
+    :func:`storeval.workloads.kernel.measure`) or its native ``job``; with ``deadline_ns``, stop after the
+    first operation that ends past it. Returns the count."""
+    return measure(log, nbytes, args, fn, lo=lo, hi=hi, arg=arg, expect=expect, deadline_ns=deadline_ns,
+                   native=native, fail=lambda path, exc: _fail(phase, str(path), exc, rec))
+
+
+class _Lister:
+    """``listdir`` that counts the entries it saw (one object per phase, nothing made per listing)."""
+
+    __slots__ = ("listdir", "entries")
+
+    def __init__(self, listdir) -> None:
+        self.listdir, self.entries = listdir, 0
+
+    def __call__(self, path) -> None:
+        self.entries += len(self.listdir(path))
 
 
 class Metadata(Workload):
@@ -285,6 +285,10 @@ class Metadata(Workload):
         st["buf"] = bytearray(self.p.file_size)
         st["has"] = {"tree": False, "dir": False, "file": False}
         st["dirs_ok"] = c.driver.caps.directories
+        engine, note = choose_engine(self.p.engine, c.driver.native_io(), 1)
+        if engine == "io_uring":  # not reached with depth 1 but by asking for it: one call at a time here
+            engine, note = "psync", "metadata operations run one system call at a time: ran psync, not io_uring"
+        st["engine"], st["engine_note"] = engine, note
 
     def _ensure(self, c: ClientContext, tree: bool, dirs: bool | None, files: bool | None) -> None:
         """Bring the namespace to the state the next phase expects, untimed (all clients decide alike)."""
@@ -331,59 +335,57 @@ class Metadata(Workload):
         c.state["has"]["tree"] = False
         c.comm.barrier()
 
+    def _paths(self, c: ClientContext, phase: str) -> list:
+        """The native paths a phase works on, in the order it takes them."""
+        p = self.p
+        if phase in ("tree-create", "tree-remove"):
+            paths = self._tree(c, c.rank).paths if self._tree_owner(c) else []
+            return self._native(c, paths if phase == "tree-create" else list(reversed(paths)))
+        kind = phase[0]
+        if phase in ("dir-create", "file-create"):
+            return self._native(c, [x for owner in self._creators(c) for x in self._items(c, owner, kind)])
+        if phase in ("dir-remove", "file-remove"):
+            return self._native(c, [x for owner in self._removes(c) for x in self._items(c, owner, kind)])
+        if phase == "dir-list":
+            dirs = self._tree(c, self._target(c)).item_dirs[: min(p.items_per_client, p.item_dirs)]
+            return self._ordered(self._native(c, dirs), c)
+        return self._ordered(self._native(c, self._items(c, self._target(c), kind)), c)
+
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
-        ops, has = st["ops"], st["has"]
+        has = st["has"]
         log = rec.oplog(1024)
-        target = self._target(c)
-        if phase == "tree-create":
-            paths = self._tree(c, c.rank).paths if self._tree_owner(c) else []
-            timed_loop(ops.mkdir, self._native(c, paths), log, 0, phase, rec)
-            has["tree"] = True
-        elif phase == "tree-remove":
-            paths = list(reversed(self._tree(c, c.rank).paths)) if self._tree_owner(c) else []
-            timed_loop(ops.rmdir, self._native(c, paths), log, 0, phase, rec)
-            has["tree"] = False
-        elif phase in ("dir-create", "file-create"):
-            kind = phase[0]
-            st.setdefault("count", {}).pop(kind, None)  # a create makes the full set again (or stonewalls anew)
-            paths = self._native(c, [x for owner in self._creators(c) for x in self._items(c, owner, kind)])
-            data = st["data"]
-            fn = ops.mkdir if kind == "d" else (lambda path: ops.create(path, data))
-            nbytes = 0 if kind == "d" else p.file_size
-            if p.deadline is None:
-                timed_loop(fn, paths, log, nbytes, phase, rec)
-            else:
-                self._stonewall(c, phase, rec, log, fn, paths, nbytes, kind)
-            has["dir" if kind == "d" else "file"] = True
-        elif phase in ("dir-remove", "file-remove"):
-            kind = phase[0]
-            paths = [x for owner in self._removes(c) for x in self._items(c, owner, kind)]
-            timed_loop(ops.rmdir if kind == "d" else ops.remove, self._native(c, paths), log, 0, phase, rec)
-            has["dir" if kind == "d" else "file"] = False
-        elif phase in ("dir-stat", "file-stat"):
-            paths = self._ordered(self._native(c, self._items(c, target, phase[0])), c)
-            self._passes(rec, lambda: timed_loop(ops.stat, paths, log, 0, phase, rec))
-        elif phase == "file-read":
-            buf, size = st["buf"], p.file_size
-
-            def read(path, _read=ops.read, _buf=buf) -> None:
-                n = _read(path, _buf)
-                if n != size:
-                    raise OSError(f"short read: {n} of {size} bytes")
-
-            files = self._ordered(self._native(c, self._items(c, target, "f")), c)
-            self._passes(rec, lambda: timed_loop(read, files, log, size, phase, rec))
-        elif phase == "dir-list":
-            dirs = self._tree(c, target).item_dirs[: min(p.items_per_client, p.item_dirs)]
-            counted = [0]
-
-            def listing(path, _list=ops.listdir) -> None:
-                counted[0] += len(_list(path))
-
-            listed = self._ordered(self._native(c, dirs), c)
-            self._passes(rec, lambda: timed_loop(listing, listed, log, 0, phase, rec))
-            rec.extra["entries_listed"] = counted[0]
+        kind = phase.split("-")[0]
+        if phase in ("dir-create", "file-create"):
+            st.setdefault("count", {}).pop(kind[0], None)  # a create makes the full set again (or stonewalls anew)
+        paths = self._paths(c, phase)
+        name = OPERATION[phase]
+        nbytes = p.file_size if phase in ("file-create", "file-read") else 0
+        arg = st["data"] if name == "create" else st["buf"] if name == "read" else _NO_ARG
+        expect = p.file_size if name == "read" else None
+        fn = _Lister(st["ops"].listdir) if name == "listdir" else getattr(st["ops"], name)
+        engine = "python" if name == "listdir" else st["engine"]  # listings stay in the driver's own call
+        rec.extra["io_engine"] = engine
+        if st["engine_note"]:
+            c.warn(rec, "engine-fallback", st["engine_note"])
+        job = None
+        if engine != "python":
+            job = MetaJob(engine, "unlink" if name == "remove" else name, paths,
+                          data=st["data"] if name == "create" else None,
+                          buf=st["buf"] if name == "read" else None, expect=-1 if expect is None else expect)
+        run = functools.partial(timed_loop, fn, paths, log, nbytes, phase, rec, arg=arg, expect=expect, native=job)
+        if phase in ("dir-create", "file-create") and p.deadline is not None:
+            self._stonewall(c, phase, rec, log, run, len(paths), nbytes, kind[0])
+        elif phase in REPEATABLE:
+            self._passes(rec, run)
+        else:
+            run()
+        if phase.startswith("tree-"):
+            has["tree"] = phase == "tree-create"
+        elif phase.endswith(("-create", "-remove")):
+            has[kind] = phase.endswith("-create")
+        if name == "listdir":
+            rec.extra["entries_listed"] = fn.entries
 
     def _passes(self, rec: PhaseRecorder, one_pass) -> None:
         """One pass over the items, or with ``repeat_for`` whole passes until the phase has lasted that long."""
@@ -396,16 +398,15 @@ class Metadata(Workload):
             passes += 1
         rec.extra["passes"] = passes
 
-    def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, log: OpLog, fn, paths: list, nbytes: int,
+    def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, log: OpLog, run, count: int, nbytes: int,
                    kind: str) -> None:
         """mdtest's stonewall with wear-out: create until the deadline, agree on the most any client made,
         everyone finishes to that many; later phases use that count."""
-        source = iter(paths)
-        timed_loop(fn, source, log, nbytes, phase, rec, rec.start_ns + int(self.p.deadline * 1e9))
+        run(rec.start_ns + int(self.p.deadline * 1e9))
         done = log.ops
         rec.extra["stonewall"] = {"bytes": done * nbytes, "ops": done, "t_ns": time.perf_counter_ns()}
         target = c.comm.allreduce_max(done)
-        timed_loop(fn, itertools.islice(source, target - done), log, nbytes, phase, rec)
+        run(lo=done, hi=min(target, count))
         c.state.setdefault("count", {})[kind] = target
 
     def _ordered(self, items: list, c: ClientContext) -> list:

@@ -14,6 +14,8 @@ import mmap
 
 import numpy as np
 
+from ..errors import VerifyError
+
 SECTOR = 512
 
 
@@ -56,19 +58,41 @@ class Payload:
     def stamp(self, buf, offset: int) -> None:
         np.add(self.tags, offset, out=self.tag_view(buf))
 
-    def checker(self):
-        """A function ``check(buf, offset) -> bad byte index or -1`` comparing a read block with what was written."""
-        expected = aligned_buffer(self.size)
-        expected[: self.size] = self.base
-        exp_view = self.tag_view(expected)
-        exp = np.frombuffer(expected, dtype=np.uint8, count=self.size)
-        tags = self.tags
+    def checker(self) -> Checker:
+        """A :class:`Checker` comparing read blocks with what this writer wrote."""
+        return Checker(self)
 
-        def check(buf, offset: int) -> int:
-            np.add(tags, offset, out=exp_view)
-            got = np.frombuffer(buf, dtype=np.uint8, count=self.size)
-            if np.array_equal(got, exp):
-                return -1
-            return int(np.flatnonzero(got != exp)[0])
 
-        return check
+class Checker:
+    """``check(buf, offset) -> bad byte index or -1``: a read block against what was written at ``offset``.
+
+    ``base`` and ``tags`` are the pattern (the random block, and the tag of each sector before the offset is
+    added): the native engine verifies with them, byte for byte as this does. One checker per thread (it
+    stamps its own copy of the expected block)."""
+
+    def __init__(self, payload: Payload) -> None:
+        self.size = payload.size
+        self.base = payload.base
+        self.tags = payload.tags
+        self.expected = aligned_buffer(self.size)
+        self.expected[: self.size] = self.base
+        self._exp_view = payload.tag_view(self.expected)
+        self._exp = np.frombuffer(self.expected, dtype=np.uint8, count=self.size)
+
+    def __call__(self, buf, offset: int) -> int:
+        np.add(self.tags, offset, out=self._exp_view)
+        got = np.frombuffer(buf, dtype=np.uint8, count=self.size)
+        if np.array_equal(got, self._exp):
+            return -1
+        return int(np.flatnonzero(got != self._exp)[0])
+
+    def verify(self, buf, offset: int) -> None:
+        """Raise VerifyError naming the first byte of ``buf`` (read at ``offset``) that differs."""
+        bad = self(buf, offset)
+        if bad >= 0:
+            raise verify_failed(offset + bad)
+
+
+def verify_failed(byte: int) -> VerifyError:
+    """The error of a verify that found ``byte`` (an offset in the file) not as its writer wrote it."""
+    return VerifyError(f"verify failed: byte {byte} differs from what was written")

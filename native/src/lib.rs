@@ -1,0 +1,494 @@
+//! storeval's native engines: the measured-operation kernel's loop, run outside the GIL.
+//!
+//! The Python side (storeval/workloads/kernel.py) prepares a job before the timed region — buffers,
+//! offsets or paths, stamp tags, verify pattern — and calls `run(lo, count, ends, lats, deadline)` for a
+//! batch of at most the OpLog's `cap` operations. The batch writes each operation's end time and latency
+//! (CLOCK_MONOTONIC ns, the clock of Python's perf_counter_ns) into the OpLog's preallocated arrays and
+//! returns `(done, code, value, at)`; Python folds the batch (progress slot, STOP) and turns a failure into
+//! the same exception the Python loop raises. Codes: 0 ok, 1 deadline reached, 2 errno `value` at item
+//! `at`, 3 short transfer of `value` bytes at `at`, 4 verify: byte `value` of the block at `at` differs.
+//!
+//! Engines: `psync` (pread/pwrite, one at a time; also each thread of `threads`), `io_uring` (one ring
+//! keeping as many operations in flight as the job has buffers), `null` (timing only, no system call).
+
+use std::ffi::CString;
+use std::io;
+use std::sync::Mutex;
+
+use io_uring::{opcode, types, IoUring};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+const OK: i32 = 0;
+const DEADLINE: i32 = 1;
+const ERRNO: i32 = 2;
+const SHORT: i32 = 3;
+const VERIFY: i32 = 4;
+const SECTOR: usize = 512;
+
+type Outcome = (usize, i32, i64, usize);
+
+#[inline(always)]
+fn now() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn errno() -> i64 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64
+}
+
+/// Where a batch writes its operations' end times and latencies (the OpLog's arrays).
+struct Out {
+    ends: *mut i64,
+    lats: *mut i64,
+}
+
+impl Out {
+    #[inline(always)]
+    fn put(&self, k: usize, t0: i64, t1: i64) {
+        unsafe {
+            *self.ends.add(k) = t1;
+            *self.lats.add(k) = t1 - t0;
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Psync,
+    Uring,
+    Null,
+}
+
+fn engine_of(name: &str) -> PyResult<Engine> {
+    match name {
+        "psync" | "threads" => Ok(Engine::Psync),
+        "io_uring" => Ok(Engine::Uring),
+        "null" => Ok(Engine::Null),
+        _ => Err(PyValueError::new_err(format!("unknown native engine {name}"))),
+    }
+}
+
+fn first_diff(got: &[u8], exp: &[u8]) -> Option<usize> {
+    if got == exp {
+        None
+    } else {
+        got.iter().zip(exp).position(|(a, b)| a != b)
+    }
+}
+
+/// A data job: one open file, its offsets, one buffer per operation in flight.
+#[pyclass(frozen)]
+struct DataJob {
+    engine: Engine,
+    fd: i32,
+    write: bool,
+    bufs: Vec<usize>,
+    size: usize,
+    offs: usize,
+    start: i64,
+    step: i64,
+    len: usize,
+    tags: usize,
+    ntags: usize,
+    base: usize,
+    ring: Mutex<Option<IoUring>>,
+}
+
+impl DataJob {
+    #[inline(always)]
+    fn offset(&self, i: usize) -> i64 {
+        if self.offs != 0 {
+            unsafe { *(self.offs as *const i64).add(i) }
+        } else {
+            self.start + self.step * i as i64
+        }
+    }
+
+    /// Every sector's tag is the writer's tag plus the block's offset (payload.py's stamp, byte for byte).
+    #[inline(always)]
+    fn stamp(&self, buf: usize, off: i64) {
+        if self.write && self.tags != 0 {
+            let tags = self.tags as *const u64;
+            for k in 0..self.ntags {
+                unsafe {
+                    let tag = (*tags.add(k)).wrapping_add(off as u64);
+                    ((buf + k * SECTOR) as *mut u64).write_unaligned(tag);
+                }
+            }
+        }
+    }
+
+    /// The first byte of a read block that is not what its writer wrote (payload.py's Checker).
+    fn check(&self, buf: usize, off: i64) -> Option<usize> {
+        if self.write || self.base == 0 {
+            return None;
+        }
+        let got = unsafe { std::slice::from_raw_parts(buf as *const u8, self.size) };
+        let base = unsafe { std::slice::from_raw_parts(self.base as *const u8, self.size) };
+        let tags = self.tags as *const u64;
+        let mut prev = 0;
+        for k in 0..self.ntags {
+            let pos = k * SECTOR;
+            if let Some(d) = first_diff(&got[prev..pos], &base[prev..pos]) {
+                return Some(prev + d);
+            }
+            let tag = unsafe { *tags.add(k) }.wrapping_add(off as u64).to_ne_bytes();
+            if let Some(d) = first_diff(&got[pos..pos + 8], &tag) {
+                return Some(pos + d);
+            }
+            prev = pos + 8;
+        }
+        first_diff(&got[prev..], &base[prev..]).map(|d| prev + d)
+    }
+
+    #[inline(always)]
+    fn transfer(&self, buf: usize, off: i64) -> isize {
+        loop {
+            let n = unsafe {
+                if self.write {
+                    libc::pwrite(self.fd, buf as *const libc::c_void, self.size, off)
+                } else {
+                    libc::pread(self.fd, buf as *mut libc::c_void, self.size, off)
+                }
+            };
+            if n >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return n;
+            }
+        }
+    }
+
+    /// One operation at a time (psync), or none at all (null: the transfer succeeds at once).
+    fn run_sync(&self, lo: usize, count: usize, out: &Out, deadline: i64) -> Outcome {
+        let buf = self.bufs[0];
+        let size = self.size as isize;
+        let null = self.engine == Engine::Null;
+        for k in 0..count {
+            let i = lo + k;
+            let off = self.offset(i);
+            self.stamp(buf, off);
+            let t0 = now();
+            let n = if null { size } else { self.transfer(buf, off) };
+            let t1 = now();
+            if n < 0 {
+                return (k, ERRNO, errno(), i);
+            }
+            if n != size {
+                return (k, SHORT, n as i64, i);
+            }
+            if let Some(bad) = self.check(buf, off) {
+                return (k, VERIFY, bad as i64, i);
+            }
+            out.put(k, t0, t1);
+            if t1 >= deadline {
+                return (k + 1, DEADLINE, 0, 0);
+            }
+        }
+        (count, OK, 0, 0)
+    }
+
+    /// As many operations in flight as there are buffers, on one io_uring; the batch drains before it returns.
+    fn run_uring(&self, ring: &mut IoUring, lo: usize, count: usize, out: &Out, deadline: i64) -> Outcome {
+        let depth = self.bufs.len();
+        let mut free: Vec<usize> = (0..depth).rev().collect();
+        let mut t0 = vec![0i64; depth];
+        let mut item = vec![0usize; depth];
+        let mut fresh: Vec<usize> = Vec::with_capacity(depth);
+        let (mut next, mut done, mut inflight) = (0usize, 0usize, 0usize);
+        let mut outcome: Option<(i32, i64, usize)> = None;
+        loop {
+            if outcome.is_none() {
+                fresh.clear();
+                while next < count && !free.is_empty() {
+                    let slot = free.pop().unwrap();
+                    let i = lo + next;
+                    let off = self.offset(i);
+                    let buf = self.bufs[slot];
+                    self.stamp(buf, off);
+                    let sqe = if self.write {
+                        opcode::Write::new(types::Fd(self.fd), buf as *const u8, self.size as u32)
+                            .offset(off as u64)
+                            .build()
+                    } else {
+                        opcode::Read::new(types::Fd(self.fd), buf as *mut u8, self.size as u32)
+                            .offset(off as u64)
+                            .build()
+                    };
+                    unsafe {
+                        ring.submission().push(&sqe.user_data(slot as u64)).expect("ring sized to the queue depth");
+                    }
+                    item[slot] = i;
+                    fresh.push(slot);
+                    next += 1;
+                    inflight += 1;
+                }
+                let t = now();
+                for &slot in &fresh {
+                    t0[slot] = t;
+                }
+            }
+            if inflight == 0 {
+                break;
+            }
+            loop {
+                match ring.submit_and_wait(1) {
+                    Ok(_) => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) || e.raw_os_error() == Some(libc::EBUSY) => {}
+                    Err(e) => {
+                        // the ring itself failed: nothing more completes, report it on the oldest operation
+                        let at = item[(0..depth).find(|s| !free.contains(s)).unwrap_or(0)];
+                        return (done, ERRNO, e.raw_os_error().unwrap_or(libc::EIO) as i64, at);
+                    }
+                }
+            }
+            let t1 = now();
+            let completed: Vec<(usize, i32)> =
+                ring.completion().map(|cqe| (cqe.user_data() as usize, cqe.result())).collect();
+            for (slot, res) in completed {
+                inflight -= 1;
+                free.push(slot);
+                if matches!(outcome, Some((code, _, _)) if code != DEADLINE) {
+                    continue; // draining after a failure: what completes now is not counted
+                }
+                let i = item[slot];
+                if res < 0 {
+                    outcome = Some((ERRNO, -res as i64, i));
+                } else if res as usize != self.size {
+                    outcome = Some((SHORT, res as i64, i));
+                } else if let Some(bad) = self.check(self.bufs[slot], self.offset(i)) {
+                    outcome = Some((VERIFY, bad as i64, i));
+                } else {
+                    out.put(done, t0[slot], t1); // after the deadline too: what was in flight completes and counts
+                    done += 1;
+                    if t1 >= deadline && outcome.is_none() {
+                        outcome = Some((DEADLINE, 0, 0));
+                    }
+                }
+            }
+        }
+        match outcome {
+            None => (done, OK, 0, 0),
+            Some((code, value, at)) => (done, code, value, at),
+        }
+    }
+}
+
+#[pymethods]
+impl DataJob {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(engine: &str, fd: i32, write: bool, bufs: Vec<usize>, size: usize, offs: usize, start: i64, step: i64,
+           len: usize, tags: usize, ntags: usize, base: usize) -> PyResult<Self> {
+        let engine = engine_of(engine)?;
+        if bufs.is_empty() || bufs.contains(&0) && size > 0 {
+            return Err(PyValueError::new_err("a data job needs a buffer per operation in flight"));
+        }
+        if ntags > 0 && (ntags - 1) * SECTOR + 8 > size {
+            return Err(PyValueError::new_err("stamp tags do not fit the transfer size"));
+        }
+        let ring = if engine == Engine::Uring {
+            let entries = bufs.len().next_power_of_two().max(2) as u32;
+            Some(new_ring(entries).map_err(|e| PyValueError::new_err(format!("io_uring: {e}")))?)
+        } else {
+            None
+        };
+        Ok(DataJob { engine, fd, write, bufs, size, offs, start, step, len, tags, ntags, base, ring: Mutex::new(ring) })
+    }
+
+    /// Operations `lo` … `lo+count` of the job, timed into `ends`/`lats` from index 0.
+    fn run(&self, py: Python<'_>, lo: usize, count: usize, ends: usize, lats: usize, deadline: i64) -> PyResult<Outcome> {
+        if lo + count > self.len {
+            return Err(PyValueError::new_err("batch past the job's offsets"));
+        }
+        let (ends, lats) = (ends, lats);
+        Ok(py.allow_threads(|| {
+            let out = Out { ends: ends as *mut i64, lats: lats as *mut i64 };
+            if self.engine == Engine::Uring {
+                let mut guard = self.ring.lock().unwrap();
+                let ring = guard.as_mut().unwrap();
+                self.run_uring(ring, lo, count, &out, deadline)
+            } else {
+                self.run_sync(lo, count, &out, deadline)
+            }
+        }))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum MetaOp {
+    Mkdir,
+    Rmdir,
+    Stat,
+    Create,
+    Read,
+    Unlink,
+}
+
+/// A metadata job: one operation over a list of local paths.
+#[pyclass(frozen)]
+struct MetaJob {
+    null: bool,
+    op: MetaOp,
+    paths: Vec<CString>,
+    data: usize,
+    data_len: usize,
+    buf: usize,
+    buf_len: usize,
+    expect: i64,
+}
+
+impl MetaJob {
+    fn call(&self, path: &CString) -> Result<i64, i64> {
+        let p = path.as_ptr();
+        if self.null {
+            return Ok(self.expect.max(0));
+        }
+        unsafe {
+            match self.op {
+                MetaOp::Mkdir => check(libc::mkdir(p, 0o777) as isize).map(|_| 0),
+                MetaOp::Rmdir => check(libc::rmdir(p) as isize).map(|_| 0),
+                MetaOp::Unlink => check(libc::unlink(p) as isize).map(|_| 0),
+                MetaOp::Stat => {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    check(libc::stat(p, &mut st) as isize).map(|_| 0)
+                }
+                MetaOp::Create => {
+                    let fd = check(libc::open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC, 0o644) as isize)?;
+                    let mut r = Ok(0);
+                    if self.data_len > 0 {
+                        r = check(libc::write(fd as i32, self.data as *const libc::c_void, self.data_len)).map(|_| 0);
+                    }
+                    let c = check(libc::close(fd as i32) as isize);
+                    r.and(c.map(|_| 0))
+                }
+                MetaOp::Read => {
+                    let fd = check(libc::open(p, libc::O_RDONLY | libc::O_CLOEXEC) as isize)? as i32;
+                    let mut total = 0usize;
+                    let r = loop {
+                        let n = libc::read(fd, (self.buf + total) as *mut libc::c_void, self.buf_len - total);
+                        if n < 0 {
+                            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                                continue;
+                            }
+                            break Err(errno());
+                        }
+                        total += n as usize;
+                        if n == 0 || total >= self.buf_len {
+                            break Ok(total as i64);
+                        }
+                    };
+                    let c = check(libc::close(fd) as isize);
+                    r.and_then(|n| c.map(|_| n))
+                }
+            }
+        }
+    }
+}
+
+fn check(r: isize) -> Result<isize, i64> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+#[pymethods]
+impl MetaJob {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(engine: &str, op: &str, paths: Vec<Bound<'_, PyBytes>>, data: usize, data_len: usize, buf: usize,
+           buf_len: usize, expect: i64) -> PyResult<Self> {
+        let null = match engine_of(engine)? {
+            Engine::Null => true,
+            Engine::Psync => false,
+            Engine::Uring => return Err(PyValueError::new_err("metadata runs one system call at a time (psync)")),
+        };
+        let op = match op {
+            "mkdir" => MetaOp::Mkdir,
+            "rmdir" => MetaOp::Rmdir,
+            "stat" => MetaOp::Stat,
+            "create" => MetaOp::Create,
+            "read" => MetaOp::Read,
+            "unlink" => MetaOp::Unlink,
+            _ => return Err(PyValueError::new_err(format!("unknown metadata operation {op}"))),
+        };
+        let paths = paths
+            .iter()
+            .map(|p| CString::new(p.as_bytes()).map_err(|_| PyValueError::new_err("a path holds a NUL byte")))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(MetaJob { null, op, paths, data, data_len, buf, buf_len, expect })
+    }
+
+    fn run(&self, py: Python<'_>, lo: usize, count: usize, ends: usize, lats: usize, deadline: i64) -> PyResult<Outcome> {
+        if lo + count > self.paths.len() {
+            return Err(PyValueError::new_err("batch past the job's paths"));
+        }
+        Ok(py.allow_threads(|| {
+            let out = Out { ends: ends as *mut i64, lats: lats as *mut i64 };
+            for k in 0..count {
+                let i = lo + k;
+                let t0 = now();
+                let r = self.call(&self.paths[i]);
+                let t1 = now();
+                match r {
+                    Err(e) => return (k, ERRNO, e, i),
+                    Ok(n) if self.expect >= 0 && n != self.expect => return (k, SHORT, n, i),
+                    Ok(_) => {}
+                }
+                out.put(k, t0, t1);
+                if t1 >= deadline {
+                    return (k + 1, DEADLINE, 0, 0);
+                }
+            }
+            (count, OK, 0, 0)
+        }))
+    }
+}
+
+/// A ring whose completions are run by the submitting thread when it asks for them (as fio sets it up):
+/// no interrupt of the loop per completion. Older kernels refuse those flags: then a plain ring.
+fn new_ring(entries: u32) -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::builder().setup_coop_taskrun().build(entries))
+        .or_else(|_| IoUring::new(entries))
+}
+
+/// Whether this process may use io_uring with the read and write operations (a kernel without it, or seccomp
+/// or kernel.io_uring_disabled forbidding it, says no).
+#[pyfunction]
+fn io_uring_available() -> bool {
+    let Ok(mut ring) = IoUring::new(2) else { return false };
+    let mut probe = io_uring::Probe::new();
+    if ring.submitter().register_probe(&mut probe).is_err()
+        || !probe.is_supported(opcode::Read::CODE)
+        || !probe.is_supported(opcode::Write::CODE)
+    {
+        return false;
+    }
+    let nop = opcode::Nop::new().build().user_data(7);
+    if unsafe { ring.submission().push(&nop) }.is_err() || ring.submit_and_wait(1).is_err() {
+        return false;
+    }
+    let ok = ring.completion().next().map(|c| c.result() >= 0).unwrap_or(false);
+    ok
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<DataJob>()?;
+    m.add_class::<MetaJob>()?;
+    m.add_function(wrap_pyfunction!(io_uring_available, m)?)?;
+    m.add("OK", OK)?;
+    m.add("DEADLINE", DEADLINE)?;
+    m.add("ERRNO", ERRNO)?;
+    m.add("SHORT", SHORT)?;
+    m.add("VERIFY", VERIFY)?;
+    Ok(())
+}

@@ -1,0 +1,235 @@
+"""The measured-operation kernel: the one timed loop every workload runs (data and metadata).
+
+:func:`measure` runs operations ``lo`` … ``hi`` of a sequence of items (offsets or paths), times each into an
+:class:`~storeval.core.oplog.OpLog` (its preallocated ``ends``/``lats`` arrays, folded every ``cap``
+operations) and returns how many it did. What differs between workloads are parameters, not copies of the
+loop:
+
+* ``stamp`` — the (add, tags, view) triple of a write buffer: every sector's tag is set to tag + offset before
+  the operation (outside its timing), so no two blocks are alike;
+* ``check`` — ``check(item)`` after each operation, raising :class:`VerifyError` on a block that is not what
+  its writer wrote;
+* ``expect`` — the count the operation must return (a short transfer is an error);
+* ``deadline_ns`` — the stonewall: stop after the first operation that ends at or past it;
+* ``native`` — a job of the native engine (:mod:`storeval._native`, see docs/kernel.md): the same loop runs
+  there, a batch of up to ``cap`` operations at a time outside the GIL; between batches this module folds
+  the log (which updates the progress slot and honours STOP), exactly as the Python loop does.
+
+The Python loop is the reference implementation and the fallback where the native engine is missing or the
+driver has no raw file descriptor or local paths to give it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.oplog import OpLog
+from ..core.stop import STOP, ClientStopped
+from .payload import verify_failed
+
+try:  # built by setuptools-rust; optional: without a Rust toolchain storeval runs the Python loop
+    from .. import _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
+
+NEVER = 1 << 62
+_NO_ARG = object()
+ENGINES = ("auto", "python", "psync", "io_uring")
+# What the native batch returns besides the count done (codes shared with native/src/lib.rs).
+OK, DEADLINE, ERRNO, SHORT, VERIFY = range(5)
+
+
+class ShortTransfer(OSError):
+    def __init__(self, got: int, wanted: int) -> None:
+        super().__init__(f"short transfer: {got} of {wanted} bytes")
+        self.got, self.wanted = got, wanted
+
+
+def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, *, lo: int = 0,
+            hi: int | None = None, arg: Any = _NO_ARG, expect: int | None = None, stamp: tuple | None = None,
+            check: Callable | None = None, deadline_ns: int = NEVER, native: Any = None,
+            fail: Callable[[Any, BaseException], BaseException]) -> int:
+    """Time ``op(item)`` (``op(item, arg)`` with ``arg``) for ``items[lo:hi]`` into ``log``, ``size`` bytes each;
+    return how many ran. A failure folds what was done and raises ``fail(item, exc)`` from the error."""
+    hi = len(items) if hi is None else hi
+    if native is not None:
+        return _native_loop(log, size, items, native, lo, hi, deadline_ns, fail)
+    if lo or hi != len(items):
+        items = items[lo:hi]
+    clock = time.perf_counter_ns
+    ends, lats, cap, fold = log.ends, log.lats, log.cap, log.fold
+    add, tags, view = stamp if stamp is not None else (None, None, None)
+    bare = arg is _NO_ARG
+    i = done = 0
+    item = None
+    try:
+        for item in items:
+            if add is not None:
+                add(tags, item, out=view)
+            t0 = clock()
+            n = op(item) if bare else op(item, arg)
+            t1 = clock()
+            if expect is not None and n != expect:
+                raise ShortTransfer(n, expect)
+            if check is not None:
+                check(item)
+            ends[i] = t1
+            lats[i] = t1 - t0
+            i += 1
+            if i == cap:
+                fold(i, size)
+                done += i
+                i = 0
+            if t1 >= deadline_ns:
+                break
+    except ClientStopped:
+        raise
+    except Exception as e:
+        fold(i, size)
+        raise fail(item, e) from e
+    fold(i, size)
+    return done + i
+
+
+def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: int, deadline_ns: int,
+                 fail: Callable) -> int:
+    """Batches of the native loop: each runs up to ``cap`` operations without the GIL, then folds here."""
+    ends, lats = log.ends.buffer_info()[0], log.lats.buffer_info()[0]
+    cap, fold = log.cap, log.fold
+    pos = lo
+    while pos < hi:
+        n, code, value, at = job.run(pos, min(cap, hi - pos), ends, lats, deadline_ns)
+        pos += n
+        fold(n, size)  # updates the progress slot, and raises ClientStopped once STOP is set
+        if code == DEADLINE:
+            break
+        if code != OK:
+            item = items[at]
+            if code == ERRNO:
+                exc: BaseException = (OSError(value, os.strerror(value), item) if isinstance(item, str)
+                                      else OSError(value, os.strerror(value)))
+            elif code == SHORT:
+                exc = ShortTransfer(value, size)
+            else:
+                exc = verify_failed(item + value)
+            raise fail(item, exc) from exc
+    return pos - lo
+
+
+def run_parallel(calls: list[Callable[[], Any]]) -> None:
+    """Run ``calls`` one thread each (the calling thread when there is one); the first real failure sets STOP
+    so the others end at their next fold, and is raised."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    failures: list[BaseException] = []
+
+    def work(call: Callable[[], Any]) -> None:
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            failures.append(e)
+            STOP.set()
+
+    threads = [threading.Thread(target=work, args=(call,), daemon=True) for call in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    real = [e for e in failures if not isinstance(e, ClientStopped)]
+    if real:
+        raise real[0]
+    if failures:
+        raise failures[0]
+
+
+# -- the native engine ------------------------------------------------------------------------------------
+def address(buf: Any) -> int:
+    """Address of a buffer's first byte (the caller keeps ``buf`` alive while the address is used)."""
+    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data) if len(memoryview(buf)) else 0
+
+
+_URING: bool | None = None
+
+
+def io_uring_available() -> bool:
+    """Whether this process may use io_uring (a kernel without it, or seccomp/sysctl forbidding it, says no)."""
+    global _URING
+    if _URING is None:
+        _URING = bool(_native is not None and _native.io_uring_available())
+    return _URING
+
+
+def choose_engine(wanted: str, native_io: Any, depth: int = 1) -> tuple[str, str | None]:
+    """The engine a phase runs (``python``, ``psync``, ``threads``, ``io_uring`` or ``null``) and, when it is
+    not the one asked for, why. ``native_io`` is what the driver offers (:meth:`Driver.native_io`)."""
+    if wanted == "python":
+        return "python", None
+    why = None
+    if native_io is None:
+        why = "the target's driver has no file descriptor or local path for a native engine"
+    elif _native is None:
+        why = "storeval was installed without its native module (no Rust toolchain at install time)"
+    if why is not None:
+        return "python", (None if wanted == "auto" else f"engine {wanted} is not available ({why}); ran python")
+    if native_io.kind == "null":
+        return "null", None
+    if wanted == "psync" or (wanted == "auto" and depth == 1):
+        return ("psync" if depth == 1 else "threads"), None
+    if io_uring_available():
+        return "io_uring", None
+    note = None if wanted == "auto" else "engine io_uring is not available (kernel or seccomp refuses it); ran threads"
+    return ("psync" if depth == 1 else "threads"), note
+
+
+class DataJob:
+    """A native data job on one open file: the offsets, buffers, stamp tags or verify pattern, prepared before
+    the loop; :func:`measure` runs it with ``native=``. Holds every buffer the native side points into."""
+
+    def __init__(self, engine: str, fd: int, write: bool, bufs: list, size: int, offsets: Sequence,
+                 stamp: tuple | None = None, checker: Any = None) -> None:
+        self.keep: list[Any] = [bufs, offsets]
+        if isinstance(offsets, range):
+            offs, start, step = 0, offsets.start, offsets.step
+        else:
+            if not isinstance(offsets, array) or offsets.typecode != "q":
+                offsets = array("q", offsets)
+                self.keep.append(offsets)
+            offs, start, step = (offsets.buffer_info()[0] if len(offsets) else 0), 0, 0
+        tags, base = 0, 0
+        if stamp is not None:
+            t = np.ascontiguousarray(stamp[1], dtype=np.uint64)
+            tags, ntags = int(t.ctypes.data), len(t)
+            self.keep.append(t)
+        elif checker is not None:
+            t = np.ascontiguousarray(checker.tags, dtype=np.uint64)
+            tags, ntags, base = int(t.ctypes.data), len(t), address(checker.base)
+            self.keep += [t, checker]
+        else:
+            ntags = 0
+        self.job = _native.DataJob(engine, fd, write, [address(b) for b in bufs], size, offs, start, step,
+                                   len(offsets), tags, ntags, base)
+
+    def run(self, lo: int, count: int, ends: int, lats: int, deadline_ns: int):
+        return self.job.run(lo, count, ends, lats, deadline_ns)
+
+
+class MetaJob:
+    """A native metadata job: one operation (mkdir, rmdir, stat, create, read, unlink) over native paths."""
+
+    def __init__(self, engine: str, op: str, paths: Sequence[str], data: Any = b"", buf: Any = None,
+                 expect: int = -1) -> None:
+        self.keep = [data, buf]
+        self.job = _native.MetaJob(engine, op, [os.fsencode(p) for p in paths], address(data) if data is not None else 0,
+                                   len(data) if data is not None else 0, address(buf) if buf is not None else 0,
+                                   len(buf) if buf is not None else 0, expect)
+
+    def run(self, lo: int, count: int, ends: int, lats: int, deadline_ns: int):
+        return self.job.run(lo, count, ends, lats, deadline_ns)
