@@ -122,6 +122,7 @@ def run(
     from .engine.mpi import launched_by_mpiexec
 
     if launched_by_mpiexec():
+        _require_extra("mpi4py", "running under mpiexec (the MPI engine)")
         from .engine.mpi import MpiEngine
 
         engine = MpiEngine(spec.placement, spec.clients_per_host)  # every rank: learns the hosts
@@ -430,6 +431,19 @@ def export(
     out = out or os.path.join(store.dir, f"export-{fmt}" + (f"-{run}" if run else ""))
     names = export_tables(store, fmt, out, run)
     _console().print(f"{len(names)} tables written to {_safe(out)}: {', '.join(names)}", highlight=False)
+
+
+def _require_extra(module: str, what: str) -> None:
+    """InputError of one line when ``module`` (a library of one of storeval's extras) cannot be imported."""
+    import importlib
+
+    from .plugins import missing_extra
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        extra = missing_extra("storeval", module) or module
+        raise InputError(f"{what} needs the {extra} extra: pip install 'storeval[{extra}]'") from None
 
 
 @app.command()
