@@ -456,6 +456,7 @@ def workloads() -> None:
     from .workloads import WORKLOADS
 
     console = Console()
+    WORKLOADS.announce()  # a plug-in left out: one warning line each
     for kind, cls in WORKLOADS.items():
         table = Table(title=f"{kind}: {cls.summary}", caption=f"phases: {', '.join(cls.PHASES)}", caption_justify="left")
         table.add_column("parameter")

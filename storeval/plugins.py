@@ -149,6 +149,8 @@ class Registry(Mapping):
                 except PluginError as e:
                     why = str(e)
                 except Exception as e:  # noqa: BLE001 - a plug-in's own failure, whatever it is, is one line
+                    if plugin.package == "storeval" or type(e).__module__.startswith("storeval."):
+                        raise  # storeval's own workloads must load; a stop (ClientStopped) is not the plug-in's fault
                     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
                     why = (f"{self.kind[:-1]} '{name}' of package {plugin.package} cannot load "
                            f"({type(e).__name__}{': ' + first if first else ''}); it is left out")
@@ -157,9 +159,18 @@ class Registry(Mapping):
                     self.packages[name] = plugin.package
                     continue
                 self.refused[name] = why
-                warn(why)
             self._items = items
         return self._items
+
+    def load(self) -> None:
+        """Load every plug-in now (a fork server preloads them for its clients); refusals are kept, not said."""
+        self._load()
+
+    def announce(self) -> None:
+        """Say, one warning line each (once per process), which plug-ins were left out and why."""
+        self._load()
+        for why in self.refused.values():
+            warn(why)
 
     def register(self, name: str, obj: Any, package: str = "?") -> None:
         """Add ``obj`` under ``name`` (after ``check``, which raises :class:`PluginError`)."""

@@ -427,6 +427,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
                probe_interval: str | None = None, placement: str | None = None,
                clients_per_host: int | None = None) -> Study:
     """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
+    WORKLOADS.announce()  # a plug-in left out says so, in one line, before anything else
     raw = read_yaml(path) if path else {}
     for key in raw:
         if key not in TOP_KEYS:
