@@ -122,6 +122,7 @@ def run(
     from .engine.mpi import launched_by_mpiexec
 
     if launched_by_mpiexec():
+        _require_extra("mpi4py", "running under mpiexec (the MPI engine)")
         from .engine.mpi import MpiEngine
 
         engine = MpiEngine(spec.placement, spec.clients_per_host)  # every rank: learns the hosts
@@ -432,6 +433,19 @@ def export(
     _console().print(f"{len(names)} tables written to {_safe(out)}: {', '.join(names)}", highlight=False)
 
 
+def _require_extra(module: str, what: str) -> None:
+    """InputError of one line when ``module`` (a library of one of storeval's extras) cannot be imported."""
+    import importlib
+
+    from .plugins import missing_extra
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        extra = missing_extra("storeval", module) or module
+        raise InputError(f"{what} needs the {extra} extra: pip install 'storeval[{extra}]'") from None
+
+
 @app.command()
 def workloads() -> None:
     """List workload kinds, their phases and their parameters with defaults."""
@@ -442,6 +456,7 @@ def workloads() -> None:
     from .workloads import WORKLOADS
 
     console = Console()
+    WORKLOADS.announce()  # a plug-in left out: one warning line each
     for kind, cls in WORKLOADS.items():
         table = Table(title=f"{kind}: {cls.summary}", caption=f"phases: {', '.join(cls.PHASES)}", caption_justify="left")
         table.add_column("parameter")

@@ -19,7 +19,6 @@ from typing import Any
 import psutil
 
 from . import __version__
-from .redact import redact_text
 
 LIBRARIES = ("numpy", "duckdb", "pydantic", "typer", "rich", "psutil", "obstore", "hdfs-native", "xrootd", "uproot",
              "awkward", "mpi4py", "mpich", "plotly")
@@ -48,14 +47,16 @@ def library_versions() -> dict[str, str]:
 
 def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
     """Facts about this machine, the software and the targets of ``study``."""
-    from .drivers.posix import url_path
+    from .drivers import driver_class
     from .probes.topology import mount_of, target_path
 
     targets: dict[str, Any] = {}
     for name, t in study.targets.items():
-        info: dict[str, Any] = {"url": redact_text(t.url), "path": target_path(t.url, t.options)}
-        if t.url.startswith("file://"):
-            info["mount"] = mount_of(url_path(t.url))
+        driver = driver_class(t.url)  # what each target is, its driver says: no branch per scheme here
+        info: dict[str, Any] = {**driver.describe_target(t.url, t.options), "path": target_path(t.url, t.options)}
+        carrier = driver.carrier(t.url, t.options)
+        if carrier.path is not None:
+            info["mount"] = mount_of(carrier.path)
         if t.limits:
             info["limits"] = t.limits
         targets[name] = info

@@ -166,11 +166,10 @@ def _biggest(needs: tuple) -> Any:
 
 
 def _local_path(url: str) -> str | None:
-    if not url.startswith("file://"):
-        return None
-    from .drivers.posix import url_path
+    """The local path holding a target's data (a file system's), None for any other target: its driver says."""
+    from .drivers import driver_class
 
-    return url_path(url)
+    return driver_class(url).carrier(url).path
 
 
 def _present(directory: str) -> int:

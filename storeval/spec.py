@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from . import safeyaml
 from .core.cell import TargetSpec
-from .drivers import driver_class, normalize_url
+from .drivers import NeedsExtra, driver_class, normalize_url
 from .errors import InputError
 from .fields import Duration, Rate
 from .redact import redact_text, visible
@@ -271,6 +271,9 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
         raise InputError(f"{where}: {_show(entry)} is not a workload (write {name}: {{KIND: {{parameters}}}} with KIND one of {kinds})")
     kind, params = next(iter(entry.items()))
     if kind not in WORKLOADS:
+        refused = WORKLOADS.refused.get(kind) if isinstance(kind, str) else None
+        if refused:  # a plug-in that is installed but could not be used: say why, not "unknown"
+            raise InputError(f"{where}: workload kind '{kind}' cannot be used: {refused}")
         raise InputError(f"{where}: unknown workload kind '{kind}' ({_suggest(str(kind), WORKLOADS)})")
     if params is None:
         params = {}
@@ -304,6 +307,8 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
     try:
         cls = driver_class(url)
         cls.parse(url)  # every part of the URL is one the driver reads, or this says which is not
+    except NeedsExtra as e:  # target NAME (s3://…) needs the s3 extra: pip install 'storeval[s3]'
+        raise InputError(f"target {visible(name)} ({e.shown}) {e.need}") from None
     except InputError as e:
         raise _under(url_where, e) from None
     check_name(name, where)
@@ -422,6 +427,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
                probe_interval: str | None = None, placement: str | None = None,
                clients_per_host: int | None = None) -> Study:
     """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
+    WORKLOADS.announce()  # a plug-in left out says so, in one line, before anything else
     raw = read_yaml(path) if path else {}
     for key in raw:
         if key not in TOP_KEYS:
@@ -464,6 +470,8 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
             elif item in WORKLOADS:
                 selected[item] = (item, {})
                 where_of[item] = f"--workload {item}"
+            elif item in WORKLOADS.refused:  # installed, but refused: say why, not "unknown"
+                raise InputError(f"--workload {item}: workload kind '{item}' cannot be used: {WORKLOADS.refused[item]}")
             else:
                 names = ", ".join(sorted(entries)) or "none"
                 raise InputError(f"--workload {item}: not a workload of the study ({names}) nor a kind "

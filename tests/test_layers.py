@@ -12,7 +12,8 @@ ROOT = Path(storeval.__file__).parent
 
 # Lowest first; a module may import its own layer and the layers before it.
 LAYERS: list[set[str]] = [
-    {"storeval", "errors", "units", "fields", "redact", "histogram", "interrupts", "safeyaml", "outputs", "stats"},
+    {"storeval", "errors", "units", "fields", "redact", "histogram", "interrupts", "safeyaml", "outputs", "stats",
+     "plugins"},
     {"core"},
     {"drivers"},
     {"probes"},

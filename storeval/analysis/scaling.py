@@ -4,6 +4,8 @@ Rules, stated so a reader can check them:
 * saturation point = the smallest client count whose mean aggregate reaches 90 % of the largest one;
 * workers to peak (the copy study's figure) = the smallest client count whose mean aggregate reaches
   95 % of the largest one — where adding workers stops paying.
+
+Which figure a workload's lines follow (MiB/s, ops/s …) it declares itself (``Workload.report.scaling``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from .figures import CellFigures
 from ..stats import summarize
+from ..workloads import workload_class
 
 SATURATION = 0.90
 PEAK = 0.95
@@ -28,7 +31,7 @@ def first_reaching(series: list[tuple[int, float]], fraction: float) -> int | No
 
 def scaling(cells: list[CellFigures]) -> list[dict[str, Any]]:
     """Per target, workload, phase and other factor values: the aggregate figure against clients."""
-    groups: dict[tuple, dict[int, list[tuple[float | None, float | None, float | None]]]] = defaultdict(lambda: defaultdict(list))
+    groups: dict[tuple, dict[int, list[tuple[float | None, float | None]]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[tuple, dict[str, Any]] = {}
     for cf in cells:
         other = {k: v for k, v in cf.cell.factors.items() if k != "clients"}
@@ -38,18 +41,18 @@ def scaling(cells: list[CellFigures]) -> list[dict[str, Any]]:
             key = (cf.cell.target, cf.cell.workload, ph.phase, tuple(sorted((k, str(v)) for k, v in other.items())))
             meta[key] = {"target": cf.cell.target, "workload": cf.cell.workload, "kind": cf.cell.kind, "phase": ph.phase,
                          "factors": other}
-            per_client = ph.client_MiBps[0] if cf.cell.kind != "metadata" else ph.client_ops_per_s[0]
-            groups[key][cf.cell.clients].append((ph.bandwidth_MiBps, ph.ops_per_s, per_client))
+            declared = workload_class(cf.cell.kind).report.scaling
+            groups[key][cf.cell.clients].append((declared.aggregate(ph), declared.per_client(ph)))
     out = []
     for key, by_clients in groups.items():
         if len(by_clients) < 2:
             continue
-        figure = "ops_per_s" if meta[key]["kind"] == "metadata" else "MiBps"
+        figure = workload_class(meta[key]["kind"]).report.scaling.figure
         series = []
         for n in sorted(by_clients):
             values = by_clients[n]
-            agg = summarize([v[1] if figure == "ops_per_s" else v[0] for v in values])
-            per = summarize([v[2] for v in values if v[2] is not None])
+            agg = summarize([v[0] for v in values])
+            per = summarize([v[1] for v in values if v[1] is not None])
             series.append({"clients": n, "aggregate": agg.mean if agg else None,
                            "aggregate_stderr": agg.stderr if agg else None,
                            "per_client": per.mean if per else None, "repetitions": len(values)})

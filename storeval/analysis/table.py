@@ -5,6 +5,9 @@ the client counts measured, with the count at which it was reached — the confi
 arbitrary point of the sweep — and its stderr over repetitions. The JSON document carries these rows
 (``table``) and the terminal and HTML reports print exactly them.
 
+What each workload puts in the read, write and rate columns it declares itself (``Workload.report``:
+``read``, ``write``, ``rate``, see ``workloads/base.py``), e.g.
+
 * read / write MiB/s: bandwidth's ``read`` (else ``reread``, ``randread``) and ``write`` (else ``rewrite``,
   ``randwrite``); copy's download / upload; skim's bytes requested per second (read).
 * rate: ops/s for bandwidth (of the read phase) and for the main metadata phases (dir-create, file-create,
@@ -18,11 +21,8 @@ from typing import Any
 
 from .figures import ConfigSummary
 from ..stats import Summary
-
-READS = ("read", "reread", "randread", "download", "skim")
-WRITES = ("write", "rewrite", "randwrite", "upload")
-MB_TO_MIB = 1e6 / 2**20
-MAIN_METADATA = ("dir-create", "file-create", "file-stat", "file-remove")  # the others are in the phase table
+from ..workloads import workload_class
+from ..workloads.base import Best
 
 
 def _figure(s: Summary | None, clients: int, phase: str, scale: float = 1.0) -> dict[str, Any] | None:
@@ -37,10 +37,13 @@ def _best(candidates: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     return max(found, key=lambda c: c["mean"]) if found else None
 
 
-def _read_figure(r: ConfigSummary) -> dict[str, Any] | None:
-    if r.kind == "skim":
-        return _figure(r.extras.get("MBps"), r.clients, r.phase, MB_TO_MIB)
-    return _figure(r.bandwidth, r.clients, r.phase)
+def _first_best(best: Best | None, by_phase: dict[str, list[ConfigSummary]]) -> dict[str, Any] | None:
+    """The best mean of ``best``'s figure in the first of its phases that has one."""
+    found = None
+    for phase in (best.phases or ()) if best is not None else ():
+        if phase in by_phase and found is None:
+            found = _best([_figure(best.value(r), r.clients, r.phase, best.scale) for r in by_phase[phase]])
+    return found
 
 
 def ran(r: ConfigSummary) -> int:
@@ -91,32 +94,26 @@ def summary_table(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
         by_phase: dict[str, list[ConfigSummary]] = defaultdict(list)
         for r in members:
             by_phase[r.phase].append(r)
-        read = write = None
-        for phase in READS:
-            if phase in by_phase and read is None:
-                read = _best([_read_figure(r) for r in by_phase[phase]])
-        for phase in WRITES:
-            if phase in by_phase and write is None:
-                write = _best([_figure(r.bandwidth, r.clients, r.phase) for r in by_phase[phase]])
+        report = workload_class(kind).report
+        read, write = _first_best(report.read, by_phase), _first_best(report.write, by_phase)
         rates: dict[str, dict[str, Any]] = {}
-        if kind == "metadata":
-            shown = [ph for ph in MAIN_METADATA if ph in by_phase] or list(by_phase)
+        rate = report.rate
+        if rate is not None and rate.each_phase:
+            shown = [ph for ph in rate.phases or () if ph in by_phase] or list(by_phase)
             for phase, rs in ((ph, by_phase[ph]) for ph in shown):
-                best = _best([_figure(r.ops_per_s, r.clients, phase) for r in rs])
+                best = _best([_figure(rate.value(r), r.clients, phase, rate.scale) for r in rs])
                 if best is not None:
                     rates[phase] = best
-            rate_unit = "ops/s"
-        elif kind == "skim":
-            best = _best([_figure(r.extras.get("events_per_s"), r.clients, r.phase) for r in by_phase.get("skim", [])])
+        elif rate is not None:
+            if rate.phases is None:  # the phase the read (else the write) figure came from
+                source = read["phase"] if read else (write["phase"] if write else None)
+            else:
+                source = next((ph for ph in rate.phases if ph in by_phase), None)
+            best = _best([_figure(rate.value(r), r.clients, source, rate.scale)
+                          for r in by_phase.get(source, [])]) if source else None
             if best is not None:
-                rates["skim"] = best
-            rate_unit = "events/s"
-        else:
-            source = read["phase"] if read else (write["phase"] if write else None)
-            best = _best([_figure(r.ops_per_s, r.clients, source) for r in by_phase.get(source, [])]) if source else None
-            if best is not None and kind == "bandwidth":
                 rates[source] = best
-            rate_unit = "ops/s"
+        rate_unit = rate.unit if rate is not None else ""
         rows.append({"target": target, "workload": workload, "kind": kind, "factors": factors,
                      "clients": sorted({r.clients for r in members}), "read_MiBps": read, "write_MiBps": write,
                      "rate_unit": rate_unit, "rates": rates, "notes": _notes(members)})

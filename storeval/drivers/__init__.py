@@ -1,28 +1,81 @@
 """Drivers by URL scheme, and turning a target URL into a driver.
 
-Network drivers are imported on first use: `storeval --help` stays fast, and a client library that fails
-to load affects only the targets of its scheme. Every target URL is split by ``drivers/url.py`` against the
-parts its driver declares (``Driver.url_parts``): what a driver would ignore is refused, never dropped.
+Drivers are storeval's own and every installed package's, registered through the ``storeval.drivers``
+entry points (the name is the URL scheme; see ``storeval/plugins.py``). Each is imported on first use:
+`storeval --help` stays fast, and a client library that is missing (an extra not installed: ``pip install
+'storeval[s3]'``) or fails to load affects only the targets of its scheme. Every target URL is split by
+``drivers/url.py`` against the parts its driver declares (``Driver.url_parts``): what a driver would ignore
+is refused, never dropped.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
+from collections.abc import Iterator, Mapping
 from urllib.parse import quote, urlsplit
 
 from ..errors import InputError
+from ..plugins import MissingExtra, Plugin, PluginError, entry_points
 from ..redact import redact_text, visible
 from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, StatResult, join
 from .url import ParsedUrl, parse_url
 
-DRIVERS: dict[str, str] = {
+BUILTIN: dict[str, str] = {
     "file": "storeval.drivers.posix:PosixDriver",
     "null": "storeval.drivers.null:NullDriver",
     "s3": "storeval.drivers.s3:S3Driver",
     "root": "storeval.drivers.xrootd:XrootdDriver",
     "hdfs": "storeval.drivers.hdfs:HdfsDriver",
 }
+
+
+class NeedsExtra(InputError):
+    """A target whose driver needs a library of an extra that is not installed; ``spec`` names the target."""
+
+    def __init__(self, shown: str, missing: MissingExtra) -> None:
+        self.shown, self.need = shown, str(missing)
+        super().__init__(f"target {shown} {self.need}")
+
+
+class _Drivers(Mapping):
+    """URL scheme → ``module:Class`` of its driver, read from the entry points on first use (nothing imported)."""
+
+    def __init__(self) -> None:
+        self._plugins: dict[str, Plugin] | None = None
+        self.classes: dict[str, type[Driver]] = {}
+
+    def plugins(self) -> dict[str, Plugin]:
+        if self._plugins is None:
+            self._plugins = entry_points("drivers", BUILTIN)
+        return self._plugins
+
+    def __getitem__(self, scheme: str) -> str:
+        return self.plugins()[scheme].value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.plugins())
+
+    def __len__(self) -> int:
+        return len(self.plugins())
+
+
+DRIVERS = _Drivers()
+
+
+def register_driver(cls: type[Driver], package: str = "?") -> None:
+    """Add a driver class under its ``scheme`` (PluginError, one line, if it is not a Driver)."""
+    _check_driver(cls, Plugin(getattr(cls, "scheme", "?"), f"{cls.__module__}:{cls.__qualname__}", package))
+    DRIVERS.plugins()[cls.scheme] = Plugin(cls.scheme, f"{cls.__module__}:{cls.__qualname__}", package)
+    DRIVERS.classes[cls.scheme] = cls
+
+
+def _check_driver(cls: object, plugin: Plugin) -> None:
+    where = f"driver '{plugin.name}://' of package {plugin.package}"
+    if not (isinstance(cls, type) and issubclass(cls, Driver)):
+        raise PluginError(f"{where} is not a storeval.drivers.base.Driver subclass")
+    if getattr(cls, "scheme", None) != plugin.name:
+        raise PluginError(f"{where}: its class says scheme = {getattr(cls, 'scheme', None)!r}; the entry point's "
+                          f"name and the class's scheme must be the same")
 
 
 def normalize_url(url: str) -> str:
@@ -35,14 +88,25 @@ def normalize_url(url: str) -> str:
 def driver_class(url: str) -> type[Driver]:
     scheme = urlsplit(url).scheme
     shown = visible(redact_text(url))
+    if scheme in DRIVERS.classes:
+        return DRIVERS.classes[scheme]
     if scheme not in DRIVERS:
         known = ", ".join(f"{s}://" for s in sorted(DRIVERS))
         raise InputError(f"target {shown}: unknown scheme '{visible(scheme)}://' (known: {known})")
-    module, name = DRIVERS[scheme].split(":")
+    plugin = DRIVERS.plugins()[scheme]
     try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise InputError(f"target {shown}: the {scheme}:// driver cannot load ({e}); reinstall storeval") from None
+        cls = plugin.load()
+        _check_driver(cls, plugin)
+    except MissingExtra as e:
+        raise NeedsExtra(shown, e) from None
+    except PluginError as e:
+        raise InputError(f"target {shown}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a driver package's own failure, whatever it is, is one line
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise InputError(f"target {shown}: the {scheme}:// driver of package {plugin.package} cannot load "
+                         f"({type(e).__name__}{': ' + first if first else ''}); reinstall {plugin.package}") from None
+    DRIVERS.classes[scheme] = cls
+    return cls
 
 
 def target_url(url: str) -> ParsedUrl:
@@ -58,4 +122,4 @@ def make_driver(url: str, options: dict | DriverOptions | None = None, *, client
 
 
 __all__ = ["Capabilities", "Driver", "DriverOptions", "FastOps", "Handle", "ParsedUrl", "StatResult", "DRIVERS", "join",
-           "make_driver", "driver_class", "normalize_url", "parse_url", "target_url"]
+           "make_driver", "driver_class", "normalize_url", "parse_url", "register_driver", "target_url", "NeedsExtra"]

@@ -496,6 +496,21 @@ class Driver(ABC):
         storeval's own (``storeval-<run>/`` or a cell directory) and that nobody writes there any more."""
         return []
 
+    # -- where its bytes travel, and the environment record (probes/topology.py, environment.py) ---------
+    @classmethod
+    def carrier(cls, url: str, options: Any = None) -> Any:
+        """What carries this target's bytes (``drivers/carrier.py``: a local path, a server's host, or nothing),
+        from the URL and options alone (a dict as stored, or the Options model). Default: the URL's host."""
+        from .carrier import Carrier
+
+        host = cls.parse(url).host.strip("[]")
+        return Carrier(host=host or None)
+
+    @classmethod
+    def describe_target(cls, url: str, options: Any = None) -> dict[str, Any]:
+        """What the environment record says of a target without talking to it (secrets masked)."""
+        return {"url": redact_text(url)}
+
 
 def join(*parts: str) -> str:
     """Join driver-relative path parts with '/'."""

@@ -199,3 +199,10 @@ class PosixDriver(Driver):
 
     def exists(self, path: str) -> bool:
         return os.path.lexists(self._p(path))
+
+    @classmethod
+    def carrier(cls, url: str, options=None):
+        """A local path: its mount's block device, or the interface to a network file system's server."""
+        from .carrier import Carrier
+
+        return Carrier(path=url_path(url))

@@ -477,3 +477,12 @@ class S3Driver(Driver):
                 self.http.abort_upload(up.path, up.upload_id)
             except (S3HttpError, OSError, http.client.HTTPException) as e:
                 raise self._error(e, "abort of the incomplete upload", up.path) from None
+
+    @classmethod
+    def carrier(cls, url: str, options=None):
+        """The URL names the bucket; the server is the endpoint (AWS's when none: unknown here)."""
+        from .carrier import Carrier, option
+
+        cls.parse(url)
+        endpoint = option(options, "endpoint")
+        return Carrier(host=(parse_endpoint(endpoint).host.strip("[]") or None) if endpoint else None)

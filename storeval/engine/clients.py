@@ -24,7 +24,7 @@ from ..drivers import make_driver
 from ..errors import error_kind, one_line
 from ..probes.counters import read_process_io, snapshot
 from ..probes.server import ServerProbe, server_delta, server_spec
-from ..workloads import make_workload
+from ..workloads.loaded import make_workload  # loads every workload: the fork server preloads them
 from ..workloads.base import ClientContext
 from ..core.comm import Comm
 from ..core.job import Job

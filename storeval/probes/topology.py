@@ -98,26 +98,18 @@ def link_speed_Bps(interface: str | None) -> float | None:
     return mbit * 1e6 / 8 if mbit > 0 else None
 
 
-def target_path(url: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """How a target's bytes move: {"medium": "device"|"network"|"memory"|"unknown", "device", "interface",
-    "link_speed_Bps", "fstype"}."""
-    from ..drivers import target_url  # the one URL parser
+def target_path(url: str, options: Any = None) -> dict[str, Any]:
+    """How a target's bytes move: {"medium": "device"|"network"|"memory"|"unknown"|"none", "device", "interface",
+    "link_speed_Bps", "fstype"}, from what its driver says carries them (``Driver.carrier``)."""
+    from ..drivers import driver_class  # the one URL parser, through the target's driver
 
-    parsed = target_url(url)
-    if parsed.scheme == "null":
+    carrier = driver_class(url).carrier(url, options)
+    if carrier.medium == "none":
         return {"medium": "none"}
-    if parsed.scheme != "file":
-        host = parsed.host.strip("[]")
-        if parsed.scheme == "s3":  # the URL names the bucket; the server is the endpoint
-            from ..drivers.s3 import parse_endpoint
-
-            endpoint = (options or {}).get("endpoint")
-            host = parse_endpoint(endpoint).host.strip("[]") if endpoint else None
-        iface = interface_for_host(host) if host else None
+    if carrier.path is None:
+        iface = interface_for_host(carrier.host) if carrier.host else None
         return {"medium": "network", "interface": iface, "link_speed_Bps": link_speed_Bps(iface)}
-    from ..drivers.posix import url_path
-
-    mount = mount_of(url_path(url))
+    mount = mount_of(carrier.path)
     fstype, source = mount.get("fstype", ""), mount.get("source", "")
     if fstype in NETWORK_FS or fstype.startswith("nfs"):
         host = server_host(fstype, source)

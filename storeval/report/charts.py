@@ -12,6 +12,8 @@ from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
 from ..store import CellRow
+from ..workloads import workload_class
+from ..workloads.base import Chart
 
 NS = 1e9
 MiB = 2**20
@@ -37,7 +39,7 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
         by_chart[(s["workload"], s["phase"], s["figure"])].append(s)
     out = []
     for (workload, phase, figure), series in by_chart.items():
-        unit = "ops/s" if figure == "ops_per_s" else "MiB/s"
+        unit = workload_class(series[0]["kind"]).report.scaling.unit
         data = []
         for s in series:
             pts = [p for p in s["series"] if p["aggregate"] is not None]
@@ -87,42 +89,47 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
     return out
 
 
-def metadata_charts(summary: list[ConfigSummary]) -> list[tuple[str, dict]]:
-    """ops/s per phase, one bar group per target × mode (and clients), seed 000 fig. 7."""
-    rows = [r for r in summary if r.kind == "metadata" and r.ops_per_s is not None]
+def workload_charts(kind: str, summary: list[ConfigSummary]) -> list[tuple[str, dict]]:
+    """The charts workload ``kind`` declares (``Workload.report.charts``), over its configurations."""
+    out = []
+    for chart in workload_class(kind).report.charts:
+        rows = [r for r in summary if r.kind == kind]
+        out += _by_phase(kind, chart, rows) if chart.by == "phase" else _by_configuration(kind, chart, rows)
+    return out
+
+
+def _by_phase(kind: str, chart: Chart, rows: list[ConfigSummary]) -> list[tuple[str, dict]]:
+    """x = phase, one bar group per target × the chart's group parameters (and other factors, clients)."""
+    rows = [r for r in rows if chart.figure.of(r) is not None]
     if not rows:
         return []
     groups: dict[str, list[ConfigSummary]] = defaultdict(list)
     for r in rows:
-        mode = r.factors.get("mode", r.params.get("mode", "unique"))
-        others = _factors({k: v for k, v in r.factors.items() if k != "mode"})
-        groups[f"{r.target} · {mode}{(' ' + others) if others else ''} · {r.clients} cl."].append(r)
-    data = [{"type": "bar", "name": name, "x": [r.phase for r in rs], "y": [r.ops_per_s.mean for r in rs],
-             "error_y": {"type": "data", "array": [r.ops_per_s.stderr or 0 for r in rs], "visible": True}}
+        named = " · ".join(str(r.factors.get(g, r.params.get(g, ""))) for g in chart.group)
+        others = _factors({k: v for k, v in r.factors.items() if k not in chart.group})
+        label = " · ".join(filter(None, [r.target, named + ((" " + others) if others else "") if named else others]))
+        groups[f"{label} · {r.clients} cl."].append(r)
+    data = [{"type": "bar", "name": name, "x": [r.phase for r in rs], "y": [chart.figure.of(r).mean for r in rs],
+             "error_y": {"type": "data", "array": [chart.figure.of(r).stderr or 0 for r in rs], "visible": True}}
             for name, rs in groups.items()]
-    title = "metadata: ops/s per phase, by target, mode and clients"
-    return [(title, {"data": data, "layout": _layout(title, "phase", "ops/s", barmode="group")})]
+    title = f"{kind}: {chart.title}"
+    return [(title, {"data": data, "layout": _layout(title, "phase", chart.y or chart.figure.unit, barmode="group")})]
 
 
-def skim_charts(summary: list[ConfigSummary]) -> list[tuple[str, dict]]:
-    """events/s, MB/s, CPU efficiency and read amplification per target (and configuration)."""
-    rows = [r for r in summary if r.kind == "skim"]
+def _by_configuration(kind: str, chart: Chart, rows: list[ConfigSummary]) -> list[tuple[str, dict]]:
+    """One bar per configuration (target · workload · factors · clients), error bars = stderr."""
     if not rows:
+        return []
+    values = [chart.figure.of(r) for r in rows]
+    if not any(v is not None for v in values):
         return []
     names = [f"{r.target} · {r.workload}{(' ' + _factors(r.factors)) if _factors(r.factors) else ''} · "
              f"{r.clients} cl." for r in rows]
-    out = []
-    for key, label in (("events_per_s", "events/s"), ("MBps", "MB/s (requested)"), ("cpu_efficiency", "CPU efficiency"),
-                       ("read_amplification", "read amplification (moved / needed)"),
-                       ("request_amplification", "request amplification (requested / needed)")):
-        values = [r.extras.get(key) for r in rows]
-        if not any(v is not None for v in values):
-            continue
-        data = [{"type": "bar", "name": label, "x": names, "y": [v.mean if v else None for v in values],
-                 "error_y": {"type": "data", "array": [(v.stderr or 0) if v else 0 for v in values], "visible": True}}]
-        title = f"skim: {label}"
-        out.append((title, {"data": data, "layout": _layout(title, "configuration", label)}))
-    return out
+    label = chart.y or chart.figure.unit
+    data = [{"type": "bar", "name": label, "x": names, "y": [v.mean if v else None for v in values],
+             "error_y": {"type": "data", "array": [(v.stderr or 0) if v else 0 for v in values], "visible": True}}]
+    title = f"{kind}: {chart.title}"
+    return [(title, {"data": data, "layout": _layout(title, "configuration", label)})]
 
 
 def latency_charts(summary: list[ConfigSummary], cells: list[CellFigures]) -> list[tuple[str, dict]]:

@@ -23,10 +23,7 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (  # (name, unit, higher is better)
     ("per_client_MiBps", "MiB/s", True), ("latency_p50_us", "µs", False), ("latency_p99_us", "µs", False),
     ("cpu_seconds_per_GB", "CPU s/GB", False),
 )
-EXTRA_FIGURES: dict[str, tuple[str, bool]] = {
-    "events_per_s": ("events/s", True), "MBps": ("MB/s", True), "cpu_efficiency": ("", True),
-    "read_amplification": ("×", False), "request_amplification": ("×", False),
-}
+# beside these, each workload's own figures (``Workload.report.compare``: the skim's events/s, MB/s …)
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_EFFECT = 5.0  # percent: smaller changes are not worth a verdict even when they are real
 NO_SPREAD = "no spread (one repetition)"
@@ -110,10 +107,12 @@ def _figures(r: ConfigSummary) -> dict[str, tuple[Summary, str, bool]]:
         s = getattr(r, name)
         if s is not None:
             out[name] = (s, unit, higher)
-    for name, (unit, higher) in EXTRA_FIGURES.items():
-        s = r.extras.get(name)
+    from ..workloads import workload_class
+
+    for f in workload_class(r.kind).report.compare:
+        s = f.of(r)
         if s is not None:
-            out[name] = (s, unit, higher)
+            out[f.name] = (s, f.unit, f.higher_is_better)
     return out
 
 

@@ -20,6 +20,7 @@ from ..analysis.scaling import scaling as scaling_of
 from ..analysis.table import summary_table
 from ..store import RunData
 from . import charts
+from ..workloads import WORKLOADS
 from .terminal import TABLE_CAPTION, TABLE_COLUMNS, phase_tables, table_rows
 
 
@@ -82,20 +83,23 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
     from ..analysis.fairness import RULE as FAIRNESS_RULE
 
     scaling = scaling_of(cells)
+    kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
     groups = {
         "scaling": charts.scaling_charts(scaling),
         "fairness": charts.fairness_charts(cells),
-        "metadata": charts.metadata_charts(summary),
-        "skim": charts.skim_charts(summary),
+        **{kind: charts.workload_charts(kind, summary) for kind in kinds},  # each workload's own section
         "latency": charts.latency_charts(summary, cells),
         "timeline": charts.timeline_charts(run.cells, samples, run.events),
     }
     groups = {k: [(t, _clean(f)) for t, f in v] for k, v in groups.items()}
     ids, figures_json = _figures_json(groups)
+    workload_sections = [{"anchor": kind, "name": WORKLOADS[kind].report.section or kind, "kind": kind,
+                          "table": WORKLOADS[kind].report.section_table, "charts": ids[kind]}
+                         for kind in kinds if ids[kind]]
     sections = [("summary", "Summary"), ("phases", "Phases")] + [
-        (anchor, name) for anchor, name, key in (("scaling", "Scaling", "scaling"), ("fairness", "Fairness", "fairness"),
-                                                 ("metadata", "Metadata", "metadata"), ("skim", "Skim", "skim"),
-                                                 ("latency", "Latency", "latency"),
+        (anchor, name) for anchor, name, key in (("scaling", "Scaling", "scaling"), ("fairness", "Fairness", "fairness"))
+        if ids[key]] + [(w["anchor"], w["name"]) for w in workload_sections] + [
+        (anchor, name) for anchor, name, key in (("latency", "Latency", "latency"),
                                                  ("timelines", "Probe timelines", "timeline")) if ids[key]] + [
         ("messages", "Flags and warnings"), ("environment", "Environment"), ("study", "Study")]
     saturation_rows = [[s["target"], s["workload"], s["phase"], s["saturation_clients"], s["workers_to_peak"]]
@@ -108,7 +112,7 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
         table_columns=TABLE_COLUMNS, table_rows=table_rows(summary_table(summary)), table_caption=TABLE_CAPTION,
         phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
         saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
-        fairness_rule=FAIRNESS_RULE, metadata_charts=ids["metadata"], skim_charts=ids["skim"],
+        fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,
         latency_charts=ids["latency"], timeline_charts=ids["timeline"],
         probe_interval=run.study.get("probe_interval", 1.0), messages=_messages(summary), events=events,
         environment=json.dumps(run.environment, indent=2, default=str),

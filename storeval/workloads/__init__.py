@@ -1,21 +1,47 @@
-"""Workloads by kind."""
+"""Workloads by kind: storeval's own and every installed package's, through the ``storeval.workloads`` entry
+points (see ``storeval/plugins.py``), loaded on first use. A workload is one file: its parameters, steps
+and report (``Workload.report``); a class that declares no report figures is refused in one line."""
 
 from __future__ import annotations
 
-from .bandwidth import Bandwidth
-from .base import ClientContext, Params, Workload
-from .copy import Copy
-from .metadata import Metadata
-from .skim import Skim
+from ..errors import InputError
+from ..plugins import Plugin, Registry
+from .base import ClientContext, Params, Workload, check_workload
 
-WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (Bandwidth, Metadata, Copy, Skim)}
+BUILTIN = {
+    "bandwidth": "storeval.workloads.bandwidth:Bandwidth",
+    "metadata": "storeval.workloads.metadata:Metadata",
+    "copy": "storeval.workloads.copy:Copy",
+    "skim": "storeval.workloads.skim:Skim",
+}
+
+
+def _check(cls: object, plugin: Plugin) -> None:
+    check_workload(cls, plugin.name, plugin.package)
+
+
+WORKLOADS: Registry = Registry("workloads", BUILTIN, _check)
+
+
+def register_workload(cls: type[Workload], package: str = "?") -> None:
+    """Add a workload class (refused in one line, PluginError, if it declares no report figures)."""
+    WORKLOADS.register(getattr(cls, "kind", "?"), cls, package)
+
+
+def workload_class(kind: str) -> type[Workload]:
+    """The class of ``kind``; InputError listing the known kinds (and why a plug-in was refused) if none."""
+    if kind in WORKLOADS:
+        return WORKLOADS[kind]
+    why = WORKLOADS.refused.get(kind)
+    raise InputError(f"workload kind '{kind}' " + (f"cannot be used: {why}" if why else
+                     f"is not installed here (known: {', '.join(sorted(WORKLOADS))}; install the package that adds it)"))
 
 
 def make_workload(kind: str, params: dict | Params) -> Workload:
     """Build a workload from already validated parameters: its ``Params`` (a job's), or a dict as stored in
     the plan and the run's state file."""
-    cls = WORKLOADS[kind]
+    cls = workload_class(kind)
     return cls(params if isinstance(params, cls.Params) else cls.Params.model_validate(params))
 
 
-__all__ = ["WORKLOADS", "make_workload", "Workload", "Params", "ClientContext"]
+__all__ = ["WORKLOADS", "make_workload", "register_workload", "workload_class", "Workload", "Params", "ClientContext"]

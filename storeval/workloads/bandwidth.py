@@ -132,6 +132,22 @@ class Bandwidth(Workload):
     kind = "bandwidth"
     Params = BandwidthParams
     PHASES = PHASES
+    # -- what the reports show (workloads/base.py: Report); the terminal, HTML, Table 1 and compare read it --
+    from .base import Best, Figure, Report
+    report = Report(
+        columns=(Figure("MiB/s", "MiB/s", caption="aggregate: bytes of all clients / (last end − first start)",
+                        value=lambda r: r.bandwidth),
+                 Figure("stonewall", "MiB/s", caption="bytes moved until the first client finished (or the deadline)",
+                        value=lambda r: r.stonewall),
+                 Figure("ops/s", "ops/s", caption="transfers of all clients per second", value=lambda r: r.ops_per_s)),
+        how_measured=("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
+                      "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished, "
+                      "or with a deadline, until the deadline (then stonewall_rule is 'deadline' in the JSON). "
+                      "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
+        read=Best(lambda r: r.bandwidth, ("read", "reread", "randread")),
+        write=Best(lambda r: r.bandwidth, ("write", "rewrite", "randwrite")),
+        rate=Best(lambda r: r.ops_per_s, None, unit="ops/s"))
+    del Best, Figure, Report
     summary = "sequential and random reads and writes of large files (IOZone, IOR)"
     p: BandwidthParams
 
@@ -377,3 +393,28 @@ class Bandwidth(Workload):
             c.driver.remove_quietly(self._path(c, c.rank))
         elif c.rank == 0:
             c.driver.remove_quietly(self._path(c, 0))
+
+    @classmethod
+    def describe_settings(cls, params: dict, exclude: set[str]) -> str:
+        p = {k: v for k, v in params.items() if k not in exclude}
+        from ..units import format_size_compact
+
+        words = []
+        if "transfer_size" in p:
+            words.append(f"{format_size_compact(p['transfer_size'])} transfers")
+        if "file_size" in p:
+            words.append(f"{format_size_compact(p['file_size'])} per client")
+        if "direct" in p:
+            words.append("O_DIRECT" if p["direct"] else "buffered I/O (page cache)")
+        if "fsync" in p:
+            words.append("fsync before close" if p["fsync"] else "no fsync")
+        if "layout" in p:
+            words.append(p["layout"].replace("-", " "))
+        if p.get("reorder"):
+            words.append("reads of rank+1's data")
+        if p.get("iodepth", 1) > 1:
+            words.append(f"{p['iodepth']} I/Os in flight per client")
+        if p.get("deadline"):
+            words.append(f"stonewall deadline {p['deadline']:g} s (then every client finishes up to the most any "
+                         "client did; the file size is an upper bound)")
+        return ", ".join(words)

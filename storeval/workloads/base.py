@@ -10,6 +10,7 @@ capability flags.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -19,6 +20,8 @@ from ..drivers.base import Capabilities, Driver
 from ..core.comm import Comm
 from ..core.oplog import PhaseRecorder
 from ..fields import Duration, Size  # noqa: F401 - re-exported for workloads
+from ..plugins import PluginError
+from ..units import sig
 
 
 CLIENT_PROCESS_BYTES = 16 << 20  # a bare client process from the fork server (measured: 10-11 MiB USS/PSS), with margin
@@ -60,6 +63,149 @@ class Needs:
     @property
     def scratch_bytes(self) -> int:
         return sum(n.bytes for n in self.scratch)
+
+
+# -- what a workload reports --------------------------------------------------------------------------------
+# A workload declares its report in its own class (``report = Report(...)``): the terminal and HTML phase
+# tables, Table 1, the scaling lines, ``storeval compare`` and the HTML report's charts read only that.
+# ``value`` callables receive a configuration's summary (``analysis.figures.ConfigSummary``: ``bandwidth``,
+# ``ops_per_s``, ``stonewall``, ``per_client_MiBps``, ``cpu_seconds_per_GB``, ``latency_p50_us`` …, and
+# ``extras``, the workload's own numeric phase figures from ``phase_extra``) and return a summary
+# (``mean``, ``stderr``, ``n``, ``min``, ``max``, ``stddev``) or None.
+
+DIRECTIONS = ("read", "write", "rate", "events", "time", "cost", "share", "ratio")
+
+
+def summary_text(s: Any, scale: float = 1.0) -> str:
+    """A summary as the tables print it: ``mean ± stderr`` over repetitions (``–`` when there is none)."""
+    if s is None:
+        return "–"
+    if s.n > 1 and s.stderr is not None:
+        return f"{sig(s.mean * scale)} ± {sig(s.stderr * scale, 2)}"
+    return sig(s.mean * scale)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure a workload reports per phase: a phase-table column, a compared figure, a chart's bars.
+
+    ``name`` is the column header (or, for ``compare`` figures, the key of the figure in ``extras`` and the
+    JSON); ``value(summary)`` how it is computed from the phase figures (default: ``extras[name]``);
+    ``text(summary)`` how it is printed when ``mean ± stderr`` (``stat``: one statistic; ``share``: a
+    percentage) is not what the reader needs."""
+
+    name: str
+    unit: str = ""
+    direction: str = "rate"  # read, write, rate, events, time, cost, share, ratio
+    caption: str = ""
+    value: Callable[[Any], Any] | None = None
+    text: Callable[[Any], str] | None = None
+    scale: float = 1.0
+    stat: str | None = None  # print only this statistic of the summary (max, min, mean, stddev)
+    share: bool = False  # print the mean as a percentage
+    higher_is_better: bool = True
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise PluginError(f"figure {self.name!r}: direction {self.direction!r} is not one of {', '.join(DIRECTIONS)}")
+
+    def of(self, r: Any) -> Any:
+        """The figure's summary for configuration ``r`` (None when it has none)."""
+        return self.value(r) if self.value is not None else r.extras.get(self.name)
+
+    def cell(self, r: Any) -> str:
+        """The figure as a table cell."""
+        if self.text is not None:
+            return self.text(r)
+        s = self.of(r)
+        if self.stat is not None:
+            v = getattr(s, self.stat) if s is not None else None
+            return sig(v) if v is not None else "–"
+        if self.share:
+            return f"{s.mean:.0%}" if s is not None else "–"
+        return summary_text(s, self.scale)
+
+
+@dataclass(frozen=True)
+class Best:
+    """A figure of the one-glance table (Table 1): the best mean over client counts of ``value``, taken from
+    the first of ``phases`` that has one. For the rate: ``phases=None`` takes the phase the read (else the
+    write) figure came from, ``each_phase`` gives one entry per phase of ``phases`` that ran (all phases
+    when none of them did), ``phases=()`` none at all."""
+
+    value: Callable[[Any], Any]
+    phases: tuple[str, ...] | None = ()
+    unit: str = "MiB/s"
+    scale: float = 1.0
+    each_phase: bool = False
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """The figure a scaling line follows against the number of clients (``analysis/scaling.py``):
+    ``aggregate(phase_figures)`` and ``per_client(phase_figures)`` (mean per client); ``figure`` names it in
+    the JSON; ``peak`` also reports the workers to peak (where adding workers stops paying)."""
+
+    figure: str = "MiBps"
+    unit: str = "MiB/s"
+    aggregate: Callable[[Any], Any] = lambda ph: ph.bandwidth_MiBps
+    per_client: Callable[[Any], Any] = lambda ph: ph.client_MiBps[0]
+    peak: bool = False
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A bar chart of the HTML report, titled ``KIND: title``. ``by="configuration"``: one bar per
+    configuration (target · workload · factors · clients); ``by="phase"``: x = phase, one bar group per
+    target · ``group`` parameters · other factors · clients. ``figure.value`` gives the bars (mean, error bar
+    = stderr); ``y`` labels the axis; configurations without the figure are left out."""
+
+    title: str
+    figure: Figure
+    by: str = "configuration"
+    y: str = ""
+    group: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the reports say about a workload, declared in its class.
+
+    ``columns``: the phase table's figures, in order (then p50, p99 and notes); ``how_measured``: the note
+    under that table; ``read``/``write``/``rate``: Table 1; ``scaling``; ``compare``: the workload's own
+    figures ``storeval compare`` tests beside the common ones (bandwidth, ops/s, latency …); ``charts`` and
+    ``section``: its section of the HTML report (``section_table`` repeats the phase table there);
+    ``amplification``: add the ``moved ×`` column (bytes the target moved / bytes asked for)."""
+
+    columns: tuple[Figure, ...]
+    how_measured: str = ""
+    read: Best | None = None
+    write: Best | None = None
+    rate: Best | None = None
+    scaling: Scaling = Scaling()
+    compare: tuple[Figure, ...] = ()
+    charts: tuple[Chart, ...] = ()
+    section: str = ""
+    section_table: bool = False
+    amplification: bool = True
+
+
+def check_workload(cls: Any, name: str, package: str = "?") -> None:
+    """Refuse, in one line, a workload class that storeval could run but not report (or not run)."""
+    where = f"workload '{name}' of package {package}"
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        raise PluginError(f"{where} is not a storeval.workloads.base.Workload subclass; it is left out")
+    if getattr(cls, "kind", None) != name:
+        raise PluginError(f"{where}: its class says kind = {getattr(cls, 'kind', None)!r}; the entry point's name "
+                          f"and the class's kind must be the same")
+    if not (isinstance(getattr(cls, "Params", None), type) and issubclass(cls.Params, Params)):
+        raise PluginError(f"{where}: Params is not a storeval.workloads.base.Params subclass; it is left out")
+    if not getattr(cls, "PHASES", None):
+        raise PluginError(f"{where} declares no PHASES; it is left out")
+    report = getattr(cls, "report", None)
+    if not isinstance(report, Report) or not report.columns:
+        raise PluginError(f"{where} declares no report figures, so none of its phases could be reported; it is left "
+                          f"out (declare report = Report(columns=(Figure(...), ...)) in its class)")
 
 
 class Params(BaseModel):
@@ -129,6 +275,7 @@ class Workload(ABC):
     Params: ClassVar[type[Params]]
     PHASES: ClassVar[tuple[str, ...]]
     summary: ClassVar[str] = ""
+    report: ClassVar[Report | None] = None  # what the reports show of it (required: see check_workload)
 
     def __init__(self, params: Params) -> None:
         self.p = params
@@ -197,3 +344,10 @@ class Workload(ABC):
 
     def cleanup(self, c: ClientContext) -> None:
         """Remove what this client created; runs also after a failure."""
+
+    # -- reports ----------------------------------------------------------------------------------
+    @classmethod
+    def describe_settings(cls, params: dict[str, Any], exclude: set[str]) -> str:
+        """How the data moved, in words, from a cell's parameters (less the swept ones in ``exclude``): the
+        settings a reader must know to trust a figure, printed above the phase table."""
+        return ""

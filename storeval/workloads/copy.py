@@ -25,7 +25,7 @@ from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..units import format_size
 from .bandwidth import IOFailure, make_durable, run_ops, warn_write_back
-from .base import ClientContext, Need, Needs, Params, Workload
+from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload
 from .payload import Payload, aligned_buffer
 
 PHASES = ("upload", "download")
@@ -54,7 +54,29 @@ class Copy(Workload):
     Params = CopyParams
     PHASES = PHASES
     summary = "whole-chunk uploads and downloads by staggered workers (the MIT Lustre vs S3 study)"
+    report = Report(
+        columns=(Figure("MiB/s", "MiB/s", caption="aggregate, staggered starts included", value=lambda r: r.bandwidth),
+                 Figure("per worker MiB/s", "MiB/s", value=lambda r: r.per_client_MiBps),
+                 Figure("CPU s/GB", "CPU s/GB", direction="cost", value=lambda r: r.cpu_seconds_per_GB,
+                        higher_is_better=False)),
+        how_measured=("MiB/s: aggregate = bytes of all workers / (last end − first start), staggered starts included; "
+                      "per worker: each worker's bytes over its own copy time, mean over workers; CPU: client CPU "
+                      "seconds per GB moved."),
+        read=Best(lambda r: r.bandwidth, ("download",)),
+        write=Best(lambda r: r.bandwidth, ("upload",)),
+        rate=Best(lambda r: r.ops_per_s, (), unit="ops/s"),
+        scaling=Scaling(peak=True))  # workers to peak: where adding workers stops paying (the copy study's figure)
     p: CopyParams
+
+    @classmethod
+    def describe_settings(cls, params: dict, exclude: set[str]) -> str:
+        from ..units import format_size_compact
+
+        p = {k: v for k, v in params.items() if k not in exclude}
+        parts = [({"chunk_size"}, f"{format_size_compact(p.get('chunk_size', 0))} per worker"),
+                 ({"transfer_size"}, f"in {format_size_compact(p.get('transfer_size', 0))} pieces"),
+                 ({"stagger"}, f"worker k starts k × {p.get('stagger', 0):g} s late")]
+        return ", ".join(text for keys, text in parts if text and not keys & exclude)
 
     def phases(self) -> list[str]:
         return list(PHASES) if self.p.direction == "both" else [self.p.direction]

@@ -160,6 +160,23 @@ class Metadata(Workload):
     kind = "metadata"
     Params = MetadataParams
     PHASES = PHASES
+    # -- what the reports show (workloads/base.py: Report): mdtest's SUMMARY, max/min/mean/std dev of the rate --
+    from .base import Best, Chart, Figure, Report, Scaling
+    report = Report(
+        columns=(Figure("max ops/s", "ops/s", value=lambda r: r.ops_per_s, stat="max"),
+                 Figure("min ops/s", "ops/s", value=lambda r: r.ops_per_s, stat="min"),
+                 Figure("mean ops/s", "ops/s", value=lambda r: r.ops_per_s, stat="mean"),
+                 Figure("std dev", "ops/s", value=lambda r: r.ops_per_s, stat="stddev")),
+        how_measured=("ops/s: operations of all clients / (exit of the closing barrier − first client start), mdtest's "
+                      "rate; max/min/mean/std dev over iterations and repetitions, as mdtest's SUMMARY. Latency: per "
+                      "operation."),
+        rate=Best(lambda r: r.ops_per_s, ("dir-create", "file-create", "file-stat", "file-remove"), unit="ops/s",
+                  each_phase=True),  # the other phases are in the phase table
+        scaling=Scaling("ops_per_s", "ops/s", lambda ph: ph.ops_per_s, lambda ph: ph.client_ops_per_s[0]),
+        charts=(Chart("ops/s per phase, by target, mode and clients", Figure("ops/s", "ops/s", value=lambda r: r.ops_per_s),
+                      by="phase", y="ops/s", group=("mode",)),),  # seed 000 fig. 7
+        section="Metadata")
+    del Best, Chart, Figure, Report, Scaling
     summary = "create, stat, list, read and remove directories and files in a tree (mdtest)"
     rate_includes_barrier = True  # mdtest's rate: ops / (last barrier exit - first start)
     p: MetadataParams
@@ -426,6 +443,24 @@ class Metadata(Workload):
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         """After a failure: remove every name of storeval's metadata patterns under the cell directory."""
         remove_tree_of_patterns(driver, cell_dir, ("t.", "d.", "f."))
+
+    @classmethod
+    def describe_settings(cls, params: dict, exclude: set[str]) -> str:
+        from ..units import format_size_compact
+
+        mp = MetadataParams.model_validate(params)
+        parts = [({"items", "items_per_dir", "depth", "branching", "leaf_only"}, f"{mp.items_per_client:,} items per client"),
+                 ({"mode"}, f"{mp.mode} mode"),
+                 ({"depth", "branching", "leaf_only"}, f"tree of depth {mp.depth} × branching {mp.branching} "
+                  f"({mp.tree_dirs:,} dirs{', items in the leaves' if mp.leaf_only else ''})"),
+                 ({"file_size"}, f"{format_size_compact(mp.file_size)} written and read per file" if mp.file_size else ""),
+                 ({"stat_stride"}, f"stat/list/read/remove the items of rank+{mp.stat_stride}" if mp.stat_stride else ""),
+                 ({"iterations"}, f"{mp.iterations} iterations" if mp.iterations > 1 else ""),
+                 ({"deadline"}, f"create phases stonewalled at {mp.deadline:g} s (then every client makes as many as "
+                                f"the busiest made by then; the item count is an upper bound)" if mp.deadline else ""),
+                 ({"repeat_for"}, f"stat/list/read passes repeated for {mp.repeat_for:g} s (warm after the first)"
+                                  if mp.repeat_for else "")]
+        return ", ".join(text for keys, text in parts if text and not keys & exclude)
 
 
 def remove_tree_of_patterns(driver: Driver, top: str, prefixes: tuple[str, ...]) -> None:

@@ -34,7 +34,7 @@ from ..core.oplog import OpLog, PhaseRecorder
 from ..fields import Duration, Size
 from ..probes.cache import fits_in_ram, process_read_bytes
 from ..units import format_size
-from .base import ClientContext, Need, Needs, Params, Workload
+from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Workload, summary_text
 from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
 
 MiB = float(1 << 20)
@@ -245,7 +245,53 @@ class Skim(Workload):
     Params = SkimParams
     PHASES = ("skim",)
     summary = "a ROOT physics skim through uproot: events/s, CPU efficiency, read amplification (seeds 000, 003)"
+    report = Report(
+        columns=(Figure("events/s", "events/s", direction="events", text=lambda r: _events_text(r)),
+                 Figure("MB/s", "MB/s", value=lambda r: r.extras.get("MBps")),
+                 Figure("MB/s per client", "MB/s", text=lambda r: _per_client_text(r)),
+                 Figure("CPU eff.", direction="share", value=lambda r: r.extras.get("cpu_efficiency")),
+                 Figure("needed MB", "MB", direction="read", value=lambda r: r.extras.get("bytes_needed"), scale=1e-6),
+                 Figure("ampl. req./moved", "×", direction="ratio",
+                        text=lambda r: f"{summary_text(r.extras.get('request_amplification'))} / "
+                                       f"{summary_text(r.extras.get('read_amplification'))}"),
+                 Figure("requests", direction="cost", value=lambda r: r.extras.get("requests")),
+                 Figure("I/O wait", direction="share", value=lambda r: r.extras.get("io_wait_fraction"), share=True),
+                 Figure("MB/s I/O-bound", "MB/s", value=lambda r: r.extras.get("io_bound_MBps"))),
+        how_measured=("events/s and MB/s (bytes requested / wall, 10^6 B) over all clients; per client: mean ± stderr "
+                      "of the clients' MB/s, as the seed studies report it; CPU eff. = client CPU seconds / wall "
+                      "seconds; amplification = bytes requested (req.) or moved by the client's storage stack (moved) / "
+                      "bytes the selected baskets need. client-bound: the clients were busy on CPU (share of their "
+                      "wall time) and may have set events/s. Storage-side figures, whatever the client: requests made, "
+                      "I/O wait = the clients' time inside driver reads / their wall time, MB/s I/O-bound = bytes "
+                      "requested / the clients' mean I/O wait."),
+        read=Best(lambda r: r.extras.get("MBps"), ("skim",), scale=1e6 / 2**20),  # bytes requested per second, in MiB/s
+        rate=Best(lambda r: r.extras.get("events_per_s"), ("skim",), unit="events/s"),
+        compare=(Figure("events_per_s", "events/s", direction="events"), Figure("MBps", "MB/s"),
+                 Figure("cpu_efficiency", "", direction="share"),
+                 Figure("read_amplification", "×", direction="ratio", higher_is_better=False),
+                 Figure("request_amplification", "×", direction="ratio", higher_is_better=False)),
+        charts=tuple(Chart(label, Figure(key), y=label) for key, label in (
+            ("events_per_s", "events/s"), ("MBps", "MB/s (requested)"), ("cpu_efficiency", "CPU efficiency"),
+            ("read_amplification", "read amplification (moved / needed)"),
+            ("request_amplification", "request amplification (requested / needed)"))),
+        section="Skim", section_table=True, amplification=False)
     p: SkimParams
+
+    @classmethod
+    def describe_settings(cls, params: dict, exclude: set[str]) -> str:
+        from ..units import format_size_compact
+
+        p = {k: v for k, v in params.items() if k not in exclude}
+        files = (f"{p['files_per_client']} file(s) per client, its own" if p.get("files_per_client")
+                 else f"{p.get('files') or 3} file(s) read by every client")
+        parts = [({"files", "files_per_client", "file_size"}, f"{files}, of {format_size_compact(p.get('file_size', 0))}"),
+                 ({"compression", "compression_level"}, f"{p.get('compression')} {p.get('compression_level')}"),
+                 ({"cluster_size"}, f"clusters of {format_size_compact(p.get('cluster_size', 0))}"),
+                 ({"fraction", "event_fraction"}, f"{p['event_fraction']:.0%} of the events" if p.get("event_fraction")
+                  else f"{p.get('fraction', 0.5):.0%} of each file's basket bytes"),
+                 ({"strategy"}, f"strategy {p.get('strategy')}"),
+                 ({"cpu_per_event"}, f"{p['cpu_per_event'] * 1e6:.0f} µs CPU per event" if p.get("cpu_per_event") else "")]
+        return ", ".join(text for keys, text in parts if text and not keys & exclude)
 
     # -- coordinator side --------------------------------------------------------------------------------
     def prepare_target(self, driver: Driver, *, regenerate: bool = False, log=lambda message: None,
@@ -298,7 +344,9 @@ class Skim(Workload):
         p, st = self.p, c.state
         log = rec.oplog(256)
         io = SkimIO(c.driver, log, p.strategy)
-        moved0 = process_read_bytes() if c.driver.scheme == "file" else None
+        # /proc/self/io counts what the kernel read for this process: the storage's bytes when reads go through
+        # this host's page cache (a file system), not a network library's
+        moved0 = process_read_bytes() if c.driver.caps.client_page_cache else None
         events = needed = 0
         order_names = []
         for index in st["order"]:
@@ -487,3 +535,23 @@ def _touch(arrays: dict[str, Any]) -> None:
 
 
 __all__ = ["Skim", "SkimParams", "SkimIO", "select_branches", "baskets", "shared_files"]
+
+
+def _per_client_text(r: Any) -> str:
+    """The seed's figure: the clients' mean MB/s ± the standard error over clients (averaged over repetitions)."""
+    mean, err = r.extras.get("MBps_per_client.mean"), r.extras.get("MBps_per_client.stderr")
+    if mean is None:
+        return "–"
+    from ..units import sig
+
+    return f"{sig(mean.mean)} ± {sig(err.mean, 2)}" if err is not None else sig(mean.mean)
+
+
+def _events_text(r: Any) -> str:
+    """The skim's events/s, and beside it whether the client's CPU set it: events/s of a client-bound skim
+    measure the client (how it is written, the host's CPUs) as much as the storage."""
+    text = summary_text(r.extras.get("events_per_s"))
+    if any(w["code"] == "client-bound" for w in r.warnings):
+        share = r.extras.get("client_cpu_share")
+        text += f" (client-bound, CPU {share.mean:.0%})" if share is not None else " (client-bound)"
+    return text

@@ -1,0 +1,245 @@
+"""Workloads and drivers as plug-ins (issue 14.2): a throw-away package adds a driver and a workload through
+entry points only — no change to storeval's files — and both run and are reported like storeval's own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from storeval.plugins import PluginError
+from storeval.workloads import register_workload
+from storeval.workloads.base import Params, Workload
+
+from .helpers import load_json, storeval
+
+# the driver: posix under a new scheme, dir:///path (docs/architecture.md, "Adding a driver", shows this file)
+DRIVER = '''
+from storeval.drivers.carrier import Carrier
+from storeval.drivers.posix import PosixDriver, url_path
+
+
+def as_file(url: str) -> str:
+    return "file://" + url.split("://", 1)[1]
+
+
+class DirDriver(PosixDriver):
+    """A local directory under its own scheme (dir:///path): posix underneath."""
+
+    scheme = "dir"
+
+    def __init__(self, url, options=None, *, client=-1):
+        super().__init__(as_file(url), options, client=client)
+        self.url = url
+
+    @classmethod
+    def parse(cls, url):
+        return PosixDriver.parse(as_file(url))
+
+    @classmethod
+    def check_url(cls, url, options):
+        PosixDriver.check_url(as_file(url), options)
+
+    @classmethod
+    def carrier(cls, url, options=None):
+        return Carrier(path=url_path(as_file(url)))
+'''
+
+# the workload: each client writes small files; its own figures in every report (docs: "Adding a workload")
+WORKLOAD = '''
+import time
+
+from storeval.drivers.base import join
+from storeval.workloads.base import Best, Figure, Params, Report, Workload
+
+
+class TouchParams(Params):
+    files: int = 20
+    size: int = 4096
+
+
+class Touch(Workload):
+    kind = "touch"
+    Params = TouchParams
+    PHASES = ("touch",)
+    summary = "every client writes small files"
+    report = Report(
+        columns=(Figure("files/s", "files/s", value=lambda r: r.ops_per_s),
+                 Figure("touched", "files", direction="write")),  # extras["touched"], from phase_extra
+        how_measured="files/s: files written by all clients / (last end − first start).",
+        rate=Best(lambda r: r.ops_per_s, ("touch",), unit="files/s"),
+        compare=(Figure("touched", "files"),))
+
+    def _name(self, c, i):
+        return join(c.cell_dir, f"touch-{c.rank}-{i}")
+
+    def run_phase(self, c, phase, rec):
+        log, data = rec.oplog(256), bytes(self.p.size)
+        for i in range(self.p.files):
+            t0 = time.perf_counter_ns()
+            h = c.driver.open(self._name(c, i), "w")
+            c.driver.pwrite(h, data, 0)
+            c.driver.close(h)
+            log.add(t0, time.perf_counter_ns(), self.p.size)
+        log.flush()
+        rec.extra["touched"] = self.p.files
+
+    @staticmethod
+    def client_extra(extra, seconds, cpu_seconds):
+        return {"touched": extra.get("touched", 0)}
+
+    @staticmethod
+    def phase_extra(clients, seconds, moved):
+        return {"touched": sum(c["touched"] for c in clients)}
+
+    def cleanup(self, c):
+        for i in range(self.p.files):
+            c.driver.remove_quietly(self._name(c, i))
+'''
+
+ENTRY_POINTS = '''
+[storeval.drivers]
+dir = touchplug.driver:DirDriver
+
+[storeval.workloads]
+touch = touchplug.workload:Touch
+'''
+
+
+def make_package(root: Path, workload: str = WORKLOAD, entry_points: str = ENTRY_POINTS) -> Path:
+    """A package on a PYTHONPATH directory, registered only by its .dist-info/entry_points.txt."""
+    pkg = root / "touchplug"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "driver.py").write_text(textwrap.dedent(DRIVER))
+    (pkg / "workload.py").write_text(textwrap.dedent(workload))
+    info = root / "touchplug-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: touchplug\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    return root
+
+
+@pytest.fixture(scope="module")
+def plugin_runs(tmp_path_factory):
+    """Two runs of the plug-in workload on the plug-in driver, and their outputs."""
+    tmp = tmp_path_factory.mktemp("plugins")
+    env = {"PYTHONPATH": str(make_package(tmp / "site"))}
+    (tmp / "t").mkdir()
+    runs = []
+    for name in ("A", "B"):
+        r = storeval("run", "--target", f"dir://{tmp / 't'}", "--workload", "touch", "--clients", "1,2",
+                     "--repetitions", "2", "--results", name, "--json", f"{name}.json", cwd=tmp, env=env)
+        assert r.rc == 0, r.err
+        runs.append(r)
+    return tmp, env, runs
+
+
+def test_a_plugin_workload_is_listed(tmp_path):
+    env = {"PYTHONPATH": str(make_package(tmp_path / "site"))}
+    r = storeval("workloads", cwd=tmp_path, env=env)
+    assert r.rc == 0, r.err
+    assert "phases: touch" in r.out and "│ size      │ 4096" in r.out and "phases: write, rewrite" in r.out
+    assert r.err == ""
+
+
+def test_a_plugin_runs_and_is_reported_with_its_own_columns(plugin_runs):
+    tmp, env, runs = plugin_runs
+    out = runs[0].out
+    assert "touch — every client writes small files" in out
+    assert "files/s" in out and "touched" in out
+    assert "files/s: files written by all clients" in out
+    assert "stonewall" not in out  # never another workload's columns
+    doc = load_json(tmp / "A.json")
+    rows = [s for s in doc["summary"] if s["kind"] == "touch"]
+    assert rows and all(s["touched"]["mean"] == 20 * int(s["factors"]["clients"]) for s in rows)
+    assert doc["table"][0]["rate_unit"] == "files/s" and "touch" in doc["table"][0]["rates"]
+    assert [s["figure"] for s in doc["scaling"]] == ["MiBps"]
+    target, = doc["environment"]["targets"].values()
+    assert target["mount"] and target["path"]["medium"] != "network"  # its carrier: a local path, so its mount
+    html = next((tmp / "A").glob("*.html")).read_text()
+    assert "<th>files/s</th>" in html and "<th>touched</th>" in html and "<th>stonewall</th>" not in html
+
+
+def test_a_plugin_workload_is_compared_on_its_own_figures(plugin_runs):
+    tmp, env, _ = plugin_runs
+    r = storeval("compare", "A", "B", "--json", "cmp.json", cwd=tmp, env=env)
+    assert r.rc == 0, r.err
+    assert "touched (files)" in r.out
+    figures = {c["figure"] for c in load_json(tmp / "cmp.json")["changes"]}
+    assert {"touched", "ops_per_s"} <= figures
+
+
+def test_a_workload_that_declares_no_figures_is_refused_in_one_line(tmp_path):
+    class Silent(Workload):
+        kind = "silent"
+        Params = Params
+        PHASES = ("x",)
+
+        def run_phase(self, c, phase, rec):
+            pass
+
+    with pytest.raises(PluginError) as e:
+        register_workload(Silent, "mine")
+    assert str(e.value) == ("workload 'silent' of package mine declares no report figures, so none of its phases "
+                            "could be reported; it is left out (declare report = Report(columns=(Figure(...), ...)) "
+                            "in its class)")
+    # from an entry point: one warning line naming the package, the rest works, and using it says why
+    silent = WORKLOAD.replace("    report = Report(", "    unused = dict(")
+    env = {"PYTHONPATH": str(make_package(tmp_path / "site", silent))}
+    r = storeval("workloads", cwd=tmp_path, env=env)
+    assert r.rc == 0 and "bandwidth" in r.out and "touch" not in r.out
+    assert r.err_lines == ["warning: workload 'touch' of package touchplug declares no report figures, so none of "
+                           "its phases could be reported; it is left out (declare report = Report(columns=(Figure(...), "
+                           "...)) in its class)"]
+    r = storeval("run", "--target", str(tmp_path), "--workload", "touch", cwd=tmp_path, env=env)
+    assert r.rc == 2 and r.err_lines[-1].startswith("error: --workload touch: workload kind 'touch' cannot be used: ")
+
+
+def test_a_plugin_that_fails_to_import_is_one_warning_and_the_rest_works(tmp_path):
+    env = {"PYTHONPATH": str(make_package(tmp_path / "site", "import no_such_module_here\n"))}
+    r = storeval("workloads", cwd=tmp_path, env=env)
+    assert r.rc == 0 and "bandwidth" in r.out
+    assert r.err_lines == ["warning: workload 'touch' of package touchplug cannot load (ModuleNotFoundError: No module "
+                           "named 'no_such_module_here'); it is left out"]
+    r = storeval("run", "--target", "nosuch:///x", "--workload", "bandwidth", cwd=tmp_path, env=env)
+    assert r.rc == 2 and r.err_lines[-1].endswith("unknown scheme 'nosuch://' (known: dir://, file://, hdfs://, "
+                                                  "null://, root://, s3://)")
+
+
+@pytest.mark.parametrize("module, extra, url", [("obstore", "s3", "s3://bucket/x"), ("hdfs_native", "hdfs",
+                                                "hdfs://localhost:9000/x"), ("XRootD", "xrootd", "root://localhost//x")])
+def test_a_target_whose_extra_is_missing_fails_in_one_line(tmp_path, module, extra, url):
+    study = tmp_path / "study.yaml"
+    study.write_text(f"targets:\n  far: {{url: '{url}'}}\nworkloads:\n  bw: bandwidth\n")
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
+            "from storeval.cli import main\n"
+            f"main(['run', {str(study)!r}])\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [f"error: target far ({url}) needs the {extra} extra: pip install 'storeval[{extra}]'"]
+
+
+def test_the_mpi_engine_without_mpi4py_fails_in_one_line(tmp_path):
+    code = ("import sys; sys.modules['mpi4py'] = None\n"
+            "from storeval.cli import main\n"
+            "main(['run', '--target', 'null://', '--workload', 'bandwidth', '--no-html'])\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PMI_RANK": "0", "PMI_SIZE": "1"})
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["error: running under mpiexec (the MPI engine) needs the mpi extra: "
+                                     "pip install 'storeval[mpi]'"]
+
+
+def test_the_default_study_needs_no_extra(tmp_path):
+    """``pip install storeval`` (no extras) runs the default study: no client library of an extra is imported."""
+    code = ("import sys\n"
+            "for m in ('obstore', 'hdfs_native', 'XRootD', 'mpi4py'): sys.modules[m] = None\n"
+            "from storeval.cli import main\n"
+            "main(['run', '--target', 'null://', '--workload', 'bandwidth', '--workload', 'metadata', '--quiet', '--no-html'])\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
