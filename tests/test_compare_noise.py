@@ -69,10 +69,10 @@ def test_a_target_20_percent_slower_is_called_worse_with_an_interval_that_holds_
             c = rates[(phase, figure)]
             low, high = c["interval_percent"]
             assert c["verdict"] == "worse" and c["significant"]
-            # the paced target's repetitions agree to ~0.01 %, so the interval is a few hundredths of a point
-            # wide; what one run's fixed costs (barrier, last wake-up: well under a millisecond of 0.6 s) shift
-            # it by is allowed for, 0.1 point, and no more
-            assert low - 0.1 <= -20 <= high + 0.1 and high - low < 2, (phase, figure, low, high)
+            # idle, the paced target's repetitions agree to ~0.01 % and the interval is hundredths of a point
+            # wide; a starved repetition widens it (4 points beside two CPU burners and a compiler) but never
+            # moves it off the change made: -20 stays inside, give or take one run's fixed costs (0.1 point)
+            assert low - 0.1 <= -20 <= high + 0.1, (phase, figure, low, high)
             assert c["percent"] == pytest.approx(-20, abs=1.5)
         assert rates[(phase, "latency_p50_us")]["verdict"] == "worse"  # each transfer waits 25 % longer
     # the rate is a target option: said above the table, in the JSON and in the HTML

@@ -390,7 +390,9 @@ class MpiEngine:
         _settle(w)
 
     def abort_job(self, code: int) -> None:
-        """End every rank now (a rank hung): MPI_Abort, after rank 0 stored and cleaned up."""
+        """End every rank now (a rank hung): MPI_Abort, after rank 0 stored and cleaned up — and after the
+        launcher has read what this rank wrote (its last line says why the job ends)."""
+        _forwarded()
         world().Abort(code)
 
     def serve(self) -> int:
@@ -409,6 +411,37 @@ class MpiEngine:
                 msgs = participate(job, ranks, leaders)
                 if msgs is not None:
                     w.send(msgs, dest=0, tag=TAG_RESULT)
+
+
+def _forwarded(patience: float = 10.0) -> None:
+    """Flush stdout and stderr and wait while the launcher has not read them: MPI_Abort tears the launcher's
+    forwarding down, and what is still in the pipe then never reaches the user. Waits only while a pipe holds
+    unread bytes and its reader keeps taking them (at most ``patience`` seconds without progress)."""
+    import fcntl
+    import stat
+    import struct
+    import sys
+    import termios
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    for fd in (1, 2):
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                continue
+            left, since = -1, time.monotonic()
+            while time.monotonic() - since < patience:
+                n = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+                if n == 0:
+                    break
+                if n != left:
+                    left, since = n, time.monotonic()
+                time.sleep(0.005)
+        except OSError:
+            continue
 
 
 def _settle(w: Any) -> None:
