@@ -15,6 +15,10 @@ Equal settings: same transfer size, bytes per client and number of clients; page
 of the file dropped before a read (storeval's clearing, fio's invalidate=1) except on tmpfs, where there is
 no device to read from; a read reads a file laid out just before, untimed. Random reads touch every block
 once in both tools. Runs alternate between the tools after a warm-up of each; medians of ``--reps``.
+
+CPU: storeval counts its client process (every thread, the kernel's io_uring workers included); fio counts
+its job thread (RUSAGE_THREAD). Where io_uring hands reads to kernel workers (buffered reads on tmpfs), the
+copy's CPU lands in storeval's figure and not in fio's: compare io_uring CPU figures with that in mind.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..errors import DirectIOUnsupported, StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
-from .kernel import NEVER, DataJob, ShortTransfer, choose_engine, measure, run_parallel
+from .kernel import Engine, NEVER, DataJob, ShortTransfer, choose_engine, measure, run_parallel
 from .payload import Payload, aligned_buffer
 
 PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
@@ -46,7 +46,7 @@ class BandwidthParams(Params):
     deadline: Duration | None = None  # stonewall (IOR -D): at it clients agree on the most work done, all finish to it
     random_seed: int = 0
     verify: bool = False
-    engine: Literal["auto", "python", "psync", "io_uring"] = "auto"  # auto: native where the driver allows
+    engine: Engine = "auto"  # python, or native psync/io_uring where the driver allows (docs/kernel.md)
 
     @model_validator(mode="after")
     def _consistent(self) -> BandwidthParams:

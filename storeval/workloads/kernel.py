@@ -26,7 +26,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 NEVER = 1 << 62
 _NO_ARG = object()
-ENGINES = ("auto", "python", "psync", "io_uring")
+Engine = Literal["auto", "python", "psync", "io_uring"]  # the workloads' engine option (auto: native where possible)
 # What the native batch returns besides the count done (codes shared with native/src/lib.rs).
 OK, DEADLINE, ERRNO, SHORT, VERIFY = range(5)
 

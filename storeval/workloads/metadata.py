@@ -32,7 +32,7 @@ from ..core.oplog import OpLog, PhaseRecorder
 from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
-from .kernel import _NO_ARG, NEVER, MetaJob, ShortTransfer, choose_engine, measure
+from .kernel import Engine, _NO_ARG, NEVER, MetaJob, ShortTransfer, choose_engine, measure
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
           "file-create", "file-stat", "file-read", "file-remove", "tree-remove")
@@ -75,7 +75,7 @@ class MetadataParams(Params):
     deadline: Duration | None = None  # stonewall of the create phases (mdtest -W): agree on the most, finish to it
     repeat_for: Duration | None = None  # stat, list and read phases repeat whole passes until this long (time_based)
     phases: list[Phase] = DEFAULT_PHASES
-    engine: Literal["auto", "python", "psync", "io_uring"] = "auto"  # auto: native system calls where possible
+    engine: Engine = "auto"  # python, or native psync/io_uring where the driver allows (docs/kernel.md)
 
     @model_validator(mode="after")
     def _consistent(self) -> MetadataParams:
