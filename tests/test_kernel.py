@@ -324,3 +324,27 @@ def test_without_the_native_module_everything_runs_python(monkeypatch, tmp_path)
     seen, _ = _bandwidth(tmp_path / "t", "auto", file_size=64 * KiB, transfer_size=4 * KiB, phases=["write", "read"],
                          iodepth=2)
     assert seen[0, "read"] == (64 * KiB, 16, "python", None)
+
+
+@native
+def test_the_output_says_which_engine_ran_the_timed_loop(tmp_path):
+    """The phase JSON carries the engine each phase ran on, and the table's caption says it in words."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "t").mkdir()
+    out = {}
+    for engine in ("python", "auto"):
+        r = subprocess.run([sys.executable, "-m", "storeval", "run", "--target", f"file://{tmp_path / 't'}",
+                            "--workload", "bandwidth", "--clients", "1", "--repetitions", "1", "--set",
+                            "file_size=1MiB", "--set", "transfer_size=64KiB", "--set", f"engine={engine}",
+                            "--json", f"{engine}.json", "--no-html", "--results", engine], cwd=tmp_path,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads((tmp_path / f"{engine}.json").read_text())
+        out[engine] = ([p["io_engines"] for c in doc["cells"] for p in c["phases"]], " ".join(r.stdout.split()))
+    assert out["python"][0] == [["python"], ["python"]]
+    assert out["auto"][0] == [["psync"], ["psync"]]
+    assert "timed loop run by: " in out["python"][1] and " — the Python loop (one operation at a time" in out["python"][1]
+    assert " — native pread/pwrite, one operation at a time." in out["auto"][1]

@@ -79,6 +79,7 @@ class PhaseFigures:
     stonewall_rule: str | None = None  # "first-finisher" or "deadline"
     host_load: dict[str, float] = field(default_factory=dict)  # host → share of its CPU other processes used
     clock: dict[str, Any] | None = None  # MPI: each rank's clock offset from rank 0's and the worst skew (clocks.py)
+    io_engines: list[str] = field(default_factory=list)  # what ran the timed loop (workloads/kernel.py), when said
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +98,7 @@ class PhaseFigures:
             "write_amplification": self.write_amplification, "flags": self.flags, "stalls": self.stalls,
             "errors": self.errors, "warnings": self.warnings, "host_load": self.host_load,
             **({"clock": self.clock} if self.clock else {}),
+            **({"io_engines": self.io_engines} if self.io_engines else {}),
             "client_stats": [c.as_dict() for c in self.client_stats],
             **self.extra,
         }
@@ -132,6 +134,7 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
         for w in r.extra.get("warnings", []):
             if w not in fig.warnings:
                 fig.warnings.append(w)
+    fig.io_engines = sorted({e for r in records if (e := r.extra.get("io_engine"))})
     if status != "ok" or not records:
         fig.bytes = sum(r.bytes for r in records)
         fig.ops = sum(r.ops for r in records)
@@ -234,6 +237,7 @@ class ConfigSummary:
     seen: dict[str, int] = field(default_factory=dict)  # flag or warning code → how many runs of the phase had it
     amplification: Summary | None = None  # bytes the target moved / bytes asked for (read or write phases)
     moved_sources: list[str] = field(default_factory=list)  # where those moved bytes were counted (sanity.py)
+    io_engines: list[str] = field(default_factory=list)  # what ran the timed loops of its phases (kernel.py)
 
     def as_dict(self) -> dict[str, Any]:
         def s(x: Summary | None) -> dict | None:
@@ -248,7 +252,8 @@ class ConfigSummary:
                 **({"reason": self.reason} if self.reason else {}),
                 "warnings": self.warnings, "flags": self.flags, "errors": self.errors, "outliers": self.outliers,
                 "outlier_rule": OUTLIER_RULE, "outliers_excluded": self.outliers_excluded,
-                "amplification": s(self.amplification), "moved_sources": self.moved_sources}
+                "amplification": s(self.amplification), "moved_sources": self.moved_sources,
+                **({"io_engines": self.io_engines} if self.io_engines else {})}
 
 
 OUTLIER_MADS = 3.0
@@ -318,7 +323,8 @@ def summarize_run(cells: list[CellFigures], exclude_outliers: bool = False) -> l
                        "value": key_figure(ph)} for c, ph in flagged],
             outliers_excluded=exclude_outliers and bool(flagged), flags=flags, seen=seen,
             amplification=summarize([a for ph in ok if (a := _amplification(ph)) is not None]),
-            moved_sources=list(dict.fromkeys(src for ph in ok if (src := (ph.probes or {}).get("moved_source"))))))
+            moved_sources=list(dict.fromkeys(src for ph in ok if (src := (ph.probes or {}).get("moved_source")))),
+            io_engines=sorted({e for _, ph in items for e in ph.io_engines})))
     return out
 
 

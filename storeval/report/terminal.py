@@ -21,6 +21,13 @@ from ..workloads import WORKLOADS, workload_class
 from ..workloads.base import Report, summary_text
 from .console import safe
 
+# How each engine of the measured-operation kernel (workloads/kernel.py) keeps its operations in flight.
+ENGINE_WORDS = {"python": "the Python loop (one operation at a time per thread)",
+                "psync": "native pread/pwrite, one operation at a time",
+                "threads": "native pread/pwrite, iodepth threads",
+                "io_uring": "native io_uring, iodepth operations in flight",
+                "null": "native loop without system calls (null target)"}
+
 def fmt_summary(s: Summary | None, scale: float = 1.0) -> str:
     return summary_text(s, scale)
 
@@ -163,6 +170,14 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
             caption.append(("moved × = bytes the target moved / bytes the phase asked for; " if report.amplification else "")
                            + "bytes moved counted at: " + "; ".join(
                                f"{', '.join(targets)} — {src}" for src, targets in sources.items()) + ".")
+        engines: dict[str, list[str]] = {}  # what ran the timed loop → the targets it ran on
+        for r in rows:
+            for engine in r.io_engines:
+                if r.target not in engines.setdefault(engine, []):
+                    engines[engine].append(r.target)
+        if engines:
+            caption.append("timed loop run by: " + "; ".join(
+                f"{', '.join(targets)} — {ENGINE_WORDS.get(e, e)}" for e, targets in engines.items()) + ".")
         rate_columns = [(f.name, f.cell) for f in report.columns]
         if report.amplification and any(r.amplification is not None for r in rows):
             rate_columns = [*rate_columns, ("moved ×", lambda r: fmt_summary(r.amplification))]
