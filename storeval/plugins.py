@@ -71,8 +71,11 @@ class Plugin:
 
 
 def warn(line: str) -> None:
-    """A one-line warning on stderr, once per process."""
-    if line not in _warned:
+    """A one-line warning on stderr, once per process (under mpiexec, rank 0's: every rank meets the same)."""
+    import os
+
+    rank = next((os.environ[k] for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK") if k in os.environ), "0")
+    if line not in _warned and rank.strip() in ("0", ""):
         _warned.add(line)
         print(f"warning: {line}", file=sys.stderr, flush=True)
 
