@@ -23,7 +23,7 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..errors import DirectIOUnsupported, StorevalError, error_kind, one_line
 from ..units import format_size
-from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
+from .base import Best, ClientContext, Duration, Figure, Need, Needs, Params, Report, Size, Workload
 from .kernel import Engine, NEVER, DataJob, ShortTransfer, choose_engine, measure, run_parallel
 from .payload import Payload, aligned_buffer
 
@@ -133,7 +133,6 @@ class Bandwidth(Workload):
     Params = BandwidthParams
     PHASES = PHASES
     # -- what the reports show (workloads/base.py: Report); the terminal, HTML, Table 1 and compare read it --
-    from .base import Best, Figure, Report
     report = Report(
         columns=(Figure("MiB/s", "MiB/s", caption="aggregate: bytes of all clients / (last end − first start)",
                         value=lambda r: r.bandwidth),
@@ -147,7 +146,6 @@ class Bandwidth(Workload):
         read=Best(lambda r: r.bandwidth, ("read", "reread", "randread")),
         write=Best(lambda r: r.bandwidth, ("write", "rewrite", "randwrite")),
         rate=Best(lambda r: r.ops_per_s, None, unit="ops/s"))
-    del Best, Figure, Report
     summary = "sequential and random reads and writes of large files (IOZone, IOR)"
     p: BandwidthParams
 

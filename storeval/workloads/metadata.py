@@ -31,7 +31,7 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
 from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
-from .base import ClientContext, Duration, Need, Needs, Params, Size, Workload
+from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Params, Report, Scaling, Size, Workload
 from .kernel import Engine, _NO_ARG, NEVER, MetaJob, ShortTransfer, choose_engine, measure
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
@@ -161,7 +161,6 @@ class Metadata(Workload):
     Params = MetadataParams
     PHASES = PHASES
     # -- what the reports show (workloads/base.py: Report): mdtest's SUMMARY, max/min/mean/std dev of the rate --
-    from .base import Best, Chart, Figure, Report, Scaling
     report = Report(
         columns=(Figure("max ops/s", "ops/s", value=lambda r: r.ops_per_s, stat="max"),
                  Figure("min ops/s", "ops/s", value=lambda r: r.ops_per_s, stat="min"),
@@ -176,7 +175,6 @@ class Metadata(Workload):
         charts=(Chart("ops/s per phase, by target, mode and clients", Figure("ops/s", "ops/s", value=lambda r: r.ops_per_s),
                       by="phase", y="ops/s", group=("mode",)),),  # seed 000 fig. 7
         section="Metadata")
-    del Best, Chart, Figure, Report, Scaling
     summary = "create, stat, list, read and remove directories and files in a tree (mdtest)"
     rate_includes_barrier = True  # mdtest's rate: ops / (last barrier exit - first start)
     p: MetadataParams
