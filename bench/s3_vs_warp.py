@@ -5,7 +5,8 @@ storeval N clients, each doing one whole-object PUT or GET at a time: the metada
 and file-read phases with ``file_size`` = the object size), the same server, warp's credentials passed in
 its environment (never on its command line). warp runs for ``--duration``; storeval moves ``--objects``
 objects per client, and reads them ``--iterations`` times (warp, too, reads its objects over and over).
-Figures are MiB/s over the whole operation stream.
+Figures are MiB/s over the whole operation stream, with each tool's client CPU seconds per GiB (storeval:
+its clients' timed phases; warp: its whole process, set-up included, over what it moved in ``--duration``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import tempfile
 from pathlib import Path
@@ -22,6 +24,7 @@ from common import Case, Sample, storeval_phase
 
 from storeval.testbed.gobuild import install_warp
 from storeval.testbed.minio import MinioServer
+from storeval.units import parse_duration
 
 
 def warp_run(warp: str, server: MinioServer, op: str, size: str, concurrency: int, duration: str, workdir: str) -> Sample:
@@ -32,11 +35,16 @@ def warp_run(warp: str, server: MinioServer, op: str, size: str, concurrency: in
            "--duration", duration, "--no-color"]
     if op == "get":
         cmd += ["--objects", str(max(16, 4 * concurrency))]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=workdir)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = re.search(r"Average:\s*([\d.]+)\s*MiB/s", proc.stdout)
     if proc.returncode or not m:
         raise SystemExit(f"warp {op} failed: {proc.stdout[-500:]} {proc.stderr[-500:]}")
-    return Sample(float(m.group(1)))
+    rate = float(m.group(1))
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)  # warp's whole process, set-up included
+    moved_gib = rate * parse_duration(duration) / 1024
+    return Sample(rate, cpu_per_gib=cpu / moved_gib if moved_gib else None)
 
 
 def main() -> None:
@@ -67,7 +75,9 @@ def main() -> None:
                         "--workload", "metadata", "--clients", str(n), "--set", f"items={a.objects}",
                         "--set", f"file_size={a.size}", "--set", "files_only=true", "--set", f"phases={phase}",
                         "--set", f"iterations={passes}"], study_file=True, all_iterations=True)
-                    return Sample(sum(p["bytes"] for p in phs) / 2**20 / sum(p["seconds"] for p in phs))
+                    nbytes = sum(p["bytes"] for p in phs)
+                    return Sample(nbytes / 2**20 / sum(p["seconds"] for p in phs),
+                                  cpu_per_gib=sum(p["cpu_seconds"] for p in phs) / (nbytes / 2**30) if nbytes else None)
 
                 def ref(n=n, op=op) -> Sample:
                     return warp_run(warp, server, op, a.size, n, a.duration, str(work))
