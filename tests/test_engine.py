@@ -112,3 +112,22 @@ def test_ctrl_c_stops_clients_removes_files_and_marks_the_cell_interrupted(tmp_p
     assert con.execute("SELECT status FROM cells").fetchall() == [("interrupted",)]
     assert con.execute("SELECT status FROM studies").fetchall() == [("interrupted",)]
     assert not (tmp_path / "out.json").exists() or load_json(tmp_path / "out.json")["status"] == "interrupted"
+
+
+def test_clients_import_the_installed_storeval_not_a_tree_in_the_working_directory(tmp_path):
+    """``pip install . && storeval run`` in a source checkout: the fork server preloads the client code while
+    the working directory could be first on its module path; the clients must still run the storeval the
+    coordinator runs (here a decoy package in the directory would fail every client)."""
+    decoy = tmp_path / "storeval"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text('import os, sys\nsys.stderr.write("decoy imported\\n")\nos._exit(3)\n')
+    (decoy / "engine").mkdir()
+    (decoy / "engine" / "__init__.py").write_text("")
+    script = Path(sys.executable).parent / "storeval"  # the console script: its own directory leads its path
+    r = subprocess.run([str(script), "run", "--target", "null://", "--workload", "bandwidth", "--clients", "2",
+                        "--repetitions", "1", "--set", "file_size=4MiB", "--set", "transfer_size=64KiB",
+                        "--json", "o.json", "--no-html", "--quiet"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0 and "decoy" not in r.stderr, r.stderr
+    doc = load_json(tmp_path / "o.json")
+    assert [c["status"] for c in doc["cells"]] == ["ok"]
+    assert all(p["bytes"] == 2 * 4 << 20 for p in doc["cells"][0]["phases"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 from typing import Any
 
@@ -18,13 +19,25 @@ def client_context() -> Any:
 def start_fork_server() -> None:
     """Start the fork server (once) with the stop signals blocked: it and every process it forks inherit
     that mask, so a terminal's Ctrl-C reaches only the coordinator. Signals that arrive meanwhile wait in
-    this process and are delivered, not lost, when the mask is restored."""
+    this process and are delivered, not lost, when the mask is restored.
+
+    The server runs ``python -c …`` in this directory, which puts the directory first on its module path
+    while it preloads the client code: run from a source checkout (``pip install . && storeval run``),
+    the clients would import that tree instead of the installed storeval — without its native module, or
+    another version altogether. ``PYTHONSAFEPATH`` keeps the directory off the path (the clients then get
+    this process's path)."""
     from multiprocessing import forkserver, resource_tracker
 
     old = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SHIELD)
+    safe = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
     try:
         resource_tracker.ensure_running()  # it ignores SIGINT and SIGTERM, not SIGHUP; it unblocks those two here
         signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SHIELD)
         forkserver.ensure_running()
     finally:
+        if safe is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = safe
         signal.pthread_sigmask(signal.SIG_SETMASK, old)

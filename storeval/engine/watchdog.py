@@ -64,7 +64,8 @@ def start(state_path: str | Path) -> subprocess.Popen | None:
     me = psutil.Process()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
+        # -P: the working directory stays off its module path (a source checkout there is not the storeval running)
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "storeval.engine.watchdog", str(state_path), str(me.pid),
                                  repr(me.create_time())], start_new_session=True, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE)
     except OSError:
