@@ -81,6 +81,11 @@ class LocalComm:
         self._barrier.abort()
 
 
+def _ignore_stops() -> None:
+    for sig in (ENGINE_STOP, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _client_entry(job: Job, rank: int, size: int, barrier: Any, shared: Any, out: Any, progress: Any) -> None:
     """Entry point of a client process (born with the stop signals blocked, see the module's docstring)."""
     stopped_by: list[int] = []
@@ -110,8 +115,10 @@ def _client_entry(job: Job, rank: int, size: int, barrier: Any, shared: Any, out
     except ClientStopped:  # stopped before the client loop could say so itself
         send(("stopped", rank, "start"))
     finally:
-        for sig in (ENGINE_STOP, signal.SIGTERM, signal.SIGHUP):  # reported: now only flush; SIGKILL if this hangs
-            signal.signal(sig, signal.SIG_IGN)
+        try:
+            _ignore_stops()  # reported: now only flush; SIGKILL if this hangs
+        except ClientStopped:  # the one stop (``stop`` raises once) arrived as this client was ending anyway
+            _ignore_stops()
         out.close()
         out.join_thread()
 
