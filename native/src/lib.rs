@@ -197,6 +197,7 @@ impl DataJob {
         let mut t0 = vec![0i64; depth];
         let mut item = vec![0usize; depth];
         let mut fresh: Vec<usize> = Vec::with_capacity(depth);
+        let mut reaped: Vec<(usize, i32)> = Vec::with_capacity(depth); // completions of one wake, reused
         let (mut next, mut done, mut inflight) = (0usize, 0usize, 0usize);
         let mut outcome: Option<(i32, i64, usize)> = None;
         loop {
@@ -245,9 +246,9 @@ impl DataJob {
                 }
             }
             let t1 = now();
-            let completed: Vec<(usize, i32)> =
-                ring.completion().map(|cqe| (cqe.user_data() as usize, cqe.result())).collect();
-            for (slot, res) in completed {
+            reaped.clear();
+            reaped.extend(ring.completion().map(|cqe| (cqe.user_data() as usize, cqe.result())));
+            for &(slot, res) in reaped.iter() {
                 inflight -= 1;
                 free.push(slot);
                 if matches!(outcome, Some((code, _, _)) if code != DEADLINE) {
