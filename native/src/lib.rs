@@ -191,18 +191,20 @@ impl DataJob {
     }
 
     /// As many operations in flight as there are buffers, on one io_uring; the batch drains before it returns.
+    /// Each operation is submitted as soon as it is prepared (one `io_uring_enter` each, as fio does with its
+    /// default `iodepth_batch_submit=1`): where the kernel hands reads to its io-wq workers (buffered tmpfs),
+    /// a worker starts on the first while the rest are prepared — measured on /dev/shm at QD32, 594 k vs
+    /// 513 k IOPS for one submit per wake (medians of 5, fio 572 k).
     fn run_uring(&self, ring: &mut IoUring, lo: usize, count: usize, out: &Out, deadline: i64) -> Outcome {
         let depth = self.bufs.len();
         let mut free: Vec<usize> = (0..depth).rev().collect();
         let mut t0 = vec![0i64; depth];
         let mut item = vec![0usize; depth];
-        let mut fresh: Vec<usize> = Vec::with_capacity(depth);
         let mut reaped: Vec<(usize, i32)> = Vec::with_capacity(depth); // completions of one wake, reused
         let (mut next, mut done, mut inflight) = (0usize, 0usize, 0usize);
         let mut outcome: Option<(i32, i64, usize)> = None;
         loop {
             if outcome.is_none() {
-                fresh.clear();
                 while next < count && !free.is_empty() {
                     let slot = free.pop().unwrap();
                     let i = lo + next;
@@ -222,17 +224,19 @@ impl DataJob {
                         ring.submission().push(&sqe.user_data(slot as u64)).expect("ring sized to the queue depth");
                     }
                     item[slot] = i;
-                    fresh.push(slot);
+                    t0[slot] = now();
+                    // a failed submit leaves the entry queued: submit_and_wait below submits it or says why
+                    let _ = ring.submit();
                     next += 1;
                     inflight += 1;
-                }
-                let t = now();
-                for &slot in &fresh {
-                    t0[slot] = t;
                 }
             }
             if inflight == 0 {
                 break;
+            }
+            let spin_until = now() + SPIN_NS;
+            while ring.completion().is_empty() && !ring.submission().taskrun() && now() < spin_until {
+                std::hint::spin_loop();
             }
             loop {
                 match ring.submit_and_wait(1) {
@@ -452,6 +456,13 @@ impl MetaJob {
 
 /// A ring whose completions are run by the submitting thread when it asks for them (as fio sets it up):
 /// no interrupt of the loop per completion. Older kernels refuse those flags: then a plain ring.
+/// How long a wake for completions spins (on the completion queue and the kernel's "task work pending" flag)
+/// before it sleeps in `io_uring_enter`: a completion that arrives within it costs no sleep and wake-up (on a
+/// virtual machine, a halt and an interrupt each). Measured on /dev/shm at QD32 (medians of 5, fio 605 k):
+/// no spin 577 k IOPS, 3 µs 624 k, 10 µs 652 k, 20 µs 520 k, 50 µs 269 k — a longer spin takes the CPU the
+/// kernel's worker needs.
+const SPIN_NS: i64 = 10_000;
+
 fn new_ring(entries: u32) -> io::Result<IoUring> {
     IoUring::builder()
         .setup_single_issuer()
