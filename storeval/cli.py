@@ -141,8 +141,10 @@ def run(
             _check_output(json_out, "--json", creating=results)
         if html_out and not no_html:
             _check_output(html_out, "--html", creating=results)
+        from .faults import check_plan
         from .preflight import preflight
 
+        check_plan(spec.faults, spec.testbed, progress_counted=engine is None)
         for line in preflight(spec, cells, results, engine=engine, force=force):
             _console(stderr=True).print(f"warning: {_safe(line)}", highlight=False)
         Store.check_location(results)

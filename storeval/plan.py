@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .core.cell import Cell
 from .spec import Study
+from .workloads import WORKLOADS
 
 
 def plan(study: Study) -> list[Cell]:
@@ -24,7 +25,10 @@ def plan(study: Study) -> list[Cell]:
     cells = []
     for rep in range(study.repetitions):
         for config, (target, wl, combo, factors, n) in enumerate(configs):
+            runs = set(combo.get("phases") or WORKLOADS[wl.kind].PHASES)
+            faults = tuple(f for f in study.faults if f.workload in (None, wl.name) and f.target in (None, target.name)
+                           and f.phase in runs)
             cells.append(Cell(index=len(cells), config=config, target=target, workload=wl.name, kind=wl.kind,
                               params=combo, factors=factors, clients=n, repetition=rep,
-                              phase_timeout=study.phase_timeout))
+                              phase_timeout=study.phase_timeout, faults=faults))
     return cells

@@ -34,6 +34,7 @@ from .engine import watchdog
 from .engine.local import LocalEngine
 from .environment import collect_environment
 from .errors import StorevalError, one_line
+from .faults import FaultRunner
 from .core.cell import Cell
 from .core.outcome import CellOutcome
 from .spec import Study
@@ -180,6 +181,8 @@ class Runner:
         skips: dict[str, str] = {}
         cell_dir = join(self.scratch, f"cell-{cell.index:04d}")
         driver: Driver | None = None
+        faults: FaultRunner | None = None
+        fault_events: list[dict[str, Any]] = []
         try:
             with interrupts.interruptible():
                 driver = self._driver(cell)
@@ -197,8 +200,11 @@ class Runner:
                                target=cell.target.name, cell_dir=cell_dir, steps=to_run, seed=cell.index,
                                keep_cache=self.study.keep_cache, probe_interval=self.study.probe_interval)
                 self.guard.cell(cell, cell_dir)
+                if cell.faults:
+                    faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients), self.study.testbed,
+                                         log=self.ui.log, deadline=getattr(wl.p, "deadline", None))
                 outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
-                                               on_clients=self.guard.clients)
+                                               on_clients=self.guard.clients, watcher=faults)
             else:
                 outcome = CellOutcome(status="ok")
         except KeyboardInterrupt as e:  # a stop signal while connecting or laying out data (or Python's own Ctrl-C)
@@ -208,6 +214,8 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - one cell's failure must not stop the others
             outcome = CellOutcome(status="failed", error=one_line(e))
         finally:
+            if faults is not None:  # before the clean-up: a stopped or killed server is back first
+                fault_events = faults.finish()
             if driver is not None:
                 self._clean_cell(wl, driver, cell, cell_dir)
             self.guard.cell(None, None)
@@ -223,7 +231,7 @@ class Runner:
             else:
                 phases.append((phase, iteration, "not-run", None))
         events = outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
-                                   if outcome.status == "failed" and not outcome.events else [])
+                                   if outcome.status == "failed" and not outcome.events else []) + fault_events
         self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,
                               phases=phases, records=outcome.records, events=events, samples=outcome.samples)
         self._note_host(outcome.records)

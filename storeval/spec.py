@@ -17,6 +17,7 @@ import json
 import math
 import os
 import typing
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from . import safeyaml
 from .core.cell import TargetSpec
+from .core.faultplan import Fault, parse_plan
 from .drivers import NeedsExtra, driver_class, normalize_url
 from .errors import InputError
 from .fields import Duration, Rate
@@ -35,7 +37,7 @@ from .workloads import WORKLOADS
 from .workloads.base import Params
 
 TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
-            "probe_interval", "placement", "clients_per_host")
+            "probe_interval", "placement", "clients_per_host", "faults", "testbed")
 TARGET_KEYS = ("url", "description", "limits")
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
@@ -100,6 +102,8 @@ class Study:
     probe_interval: float = DEFAULT_PROBE_INTERVAL
     placement: str = "spread"  # MPI: which ranks a cell of k clients uses (spread across hosts, or pack)
     clients_per_host: int | None = None  # MPI: at most this many clients per host
+    faults: list[Fault] = dataclasses.field(default_factory=list)  # the fault plan (core/faultplan.py)
+    testbed: str | None = None  # the testbed directory whose fault handles the plan names
 
     def resolved(self) -> dict[str, Any]:
         """The fully resolved study, JSON-able (stored with every run, hashed for identity)."""
@@ -115,6 +119,8 @@ class Study:
             "placement": self.placement,
             **({"clients_per_host": self.clients_per_host} if self.clients_per_host else {}),
             **({"description": self.description} if self.description else {}),
+            **({"faults": [f.state() for f in self.faults]} if self.faults else {}),
+            **({"testbed": self.testbed} if self.testbed else {}),
         }
 
     def hash(self) -> str:
@@ -267,6 +273,8 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
     kinds = ", ".join(sorted(WORKLOADS))
     if isinstance(entry, str):
         entry = {entry: {}}
+    if isinstance(entry, dict) and "faults" in entry:  # the workload's own fault plan, read by _fault_plan
+        entry = {k: v for k, v in entry.items() if k != "faults"}
     if not isinstance(entry, dict) or len(entry) != 1:
         raise InputError(f"{where}: {_show(entry)} is not a workload (write {name}: {{KIND: {{parameters}}}} with KIND one of {kinds})")
     kind, params = next(iter(entry.items()))
@@ -280,6 +288,34 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
     if not isinstance(params, dict):
         raise InputError(f"{where}.{kind}: {_show(params)} is not a mapping of parameters")
     return kind, dict(params)
+
+
+def _fault_plan(raw: dict[str, Any], raw_workloads: dict[str, Any], specs: dict[str, WorkloadSpec],
+                targets: dict[str, TargetSpec]) -> list[Fault]:
+    """The study's fault plan (top-level ``faults``, and each workload's own), checked against the phases the
+    selected workloads run and the deadlines that end them."""
+    phases: dict[str, tuple[str, ...]] = {}
+    bounds: dict[str, dict[str, float]] = {}
+    for name, spec in specs.items():
+        cls = WORKLOADS[spec.kind]
+        runs: list[str] = []
+        for combo in spec.combos:
+            chosen = set(combo.get("phases") or cls.PHASES)
+            runs += [ph for ph in cls.PHASES if ph in chosen and ph not in runs]
+            deadline = combo.get("deadline")
+            if isinstance(deadline, (int, float)) and deadline > 0:
+                for ph in cls.PHASES:
+                    bounds.setdefault(name, {})[ph] = min(bounds.get(name, {}).get(ph, math.inf), float(deadline))
+        phases[name] = tuple(runs)
+    plan = parse_plan(raw.get("faults"), "faults", phases, bounds)
+    for name, entry in raw_workloads.items():
+        if name in specs and isinstance(entry, dict) and "faults" in entry:
+            plan += parse_plan(entry["faults"], f"workloads.{visible(str(name))}.faults", phases, bounds, str(name))
+    for fault in plan:
+        if fault.target is not None and fault.target not in targets:
+            raise InputError(f"{fault.where}.target: {_show(fault.target)} is not a selected target (one of "
+                             f"{', '.join(sorted(targets))})")
+    return plan
 
 
 # -- targets --------------------------------------------------------------------------------------
@@ -547,8 +583,13 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     if cells > MAX_CELLS:
         raise InputError(f"the study has {cells:,} cells (targets × parameter combinations × client counts × "
                          f"repetitions; at most {MAX_CELLS:,}): sweep fewer values or repeat less")
+    faults = _fault_plan(raw, raw_workloads, specs, chosen_targets)
+    bed = raw.get("testbed")
+    if bed is not None and (not isinstance(bed, str) or not bed.strip()):
+        raise InputError(f"testbed: {_show(bed)} is not a directory (the one `storeval testbed up --dir` used)")
     description = raw.get("description")
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,
                  description=str(description) if description is not None else None, keep_cache=keep,
-                 probe_interval=interval, placement=place, clients_per_host=per_host)
+                 probe_interval=interval, placement=place, clients_per_host=per_host, faults=faults,
+                 testbed=bed.strip() if bed else None)

@@ -72,7 +72,7 @@ TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
                  ("lat_max", "BIGINT"), ("tl_bytes", "BIGINT[]"), ("tl_ops", "BIGINT[]"), ("extra", "JSON"),
                  ("complete", "BOOLEAN"), ("iteration", "INTEGER")], ""),
     "events": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("t", "TIMESTAMP"), ("kind", "VARCHAR"),
-                ("rank", "INTEGER"), ("phase", "VARCHAR"), ("message", "VARCHAR")], ""),
+                ("rank", "INTEGER"), ("phase", "VARCHAR"), ("message", "VARCHAR"), ("detail", "JSON")], ""),
     "environment": ([("run_id", "VARCHAR"), ("key", "VARCHAR"), ("value", "JSON")], ""),
     "samples": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("t_ns", "BIGINT"), ("probe", "VARCHAR"),
                  ("device", "VARCHAR"), ("metric", "VARCHAR"), ("value", "DOUBLE")], ""),
@@ -183,7 +183,7 @@ def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
 # to them passes through storeval.redact, so no credential is ever stored (JSON ones value by value).
 REDACTED = {("studies", "command_line"): "text", ("studies", "study"): "json", ("studies", "source"): "text",
             ("cells", "target_url"): "text", ("cells", "error"): "text", ("phases", "reason"): "text",
-            ("events", "message"): "text", ("environment", "value"): "json"}
+            ("events", "message"): "text", ("events", "detail"): "json", ("environment", "value"): "json"}
 
 
 def _redacted(table: str, name: str, value: Any) -> Any:
@@ -719,8 +719,10 @@ class Store:
 
     @staticmethod
     def _event(run_id: str, cell_id: int | None, ev: dict[str, Any]) -> dict[str, Any]:
+        detail = ev.get("detail")
         return {"run_id": run_id, "cell_id": cell_id, "t": ev.get("t", now()), "kind": ev["kind"],
-                "rank": ev.get("rank"), "phase": ev.get("phase"), "message": ev["message"]}
+                "rank": ev.get("rank"), "phase": ev.get("phase"), "message": ev["message"],
+                "detail": json.dumps(detail) if detail is not None else None}
 
     def add_events(self, run_id: str, events: list[dict[str, Any]]) -> None:
         self._write({"unit": "events", "run_id": run_id,
@@ -802,9 +804,10 @@ class Store:
                     tl_bytes=list(r[18] or []), tl_ops=list(r[19] or []), extra=json.loads(r[20])))
             env = {k: redact(json.loads(v)) for k, v in con.execute(
                 "SELECT key, value FROM environment WHERE run_id = ?", [run_id]).fetchall()}
-            events = [{"cell": e[0], "t": e[1], "kind": e[2], "rank": e[3], "phase": e[4], "message": redact(e[5])}
-                      for e in con.execute("SELECT cell_id, t, kind, rank, phase, message FROM events WHERE run_id = ? "
-                                           "ORDER BY t", [run_id]).fetchall()]
+            events = [{"cell": e[0], "t": e[1], "kind": e[2], "rank": e[3], "phase": e[4], "message": redact(e[5]),
+                       **({"detail": redact(json.loads(e[6]))} if e[6] is not None else {})}
+                      for e in con.execute("SELECT cell_id, t, kind, rank, phase, message, detail FROM events "
+                                           "WHERE run_id = ? ORDER BY t", [run_id]).fetchall()]
         return RunData(run_id=row[0], started=row[1], finished=row[2], status=row[3], storeval_version=row[4],
                        command_line=redact(row[5]), study=redact(json.loads(row[6])), study_hash=row[7], engine=row[8],
                        cells=list(cells.values()), environment=env, events=events)

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"analysis"},
     {"engine"},
     {"spec", "preflight", "testbed"},
-    {"plan", "report"},
+    {"plan", "report", "faults"},
     {"runner"},
     {"cli", "__main__"},
 ]

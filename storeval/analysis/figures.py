@@ -23,6 +23,7 @@ from ..histogram import Histogram
 from ..store import CellRow, RunData
 from .fairness import fairness
 from .sanity import check, moved
+from .timeline import phase_timeline
 from ..stats import Summary, mean_stderr, summarize
 
 MiB = float(1 << 20)
@@ -80,6 +81,7 @@ class PhaseFigures:
     host_load: dict[str, float] = field(default_factory=dict)  # host → share of its CPU other processes used
     clock: dict[str, Any] | None = None  # MPI: each rank's clock offset from rank 0's and the worst skew (clocks.py)
     io_engines: list[str] = field(default_factory=list)  # what ran the timed loop (workloads/kernel.py), when said
+    timeline: dict[str, Any] | None = None  # all clients' work per second, with the faults (analysis/timeline.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +101,7 @@ class PhaseFigures:
             "errors": self.errors, "warnings": self.warnings, "host_load": self.host_load,
             **({"clock": self.clock} if self.clock else {}),
             **({"io_engines": self.io_engines} if self.io_engines else {}),
+            "timeline": self.timeline,
             "client_stats": [c.as_dict() for c in self.client_stats],
             **self.extra,
         }
@@ -193,7 +196,9 @@ class CellFigures:
     phases: list[PhaseFigures]
 
 
-def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dict[str, float] | None = None) -> CellFigures:
+def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dict[str, float] | None = None,
+                 events: list[dict[str, Any]] | None = None) -> CellFigures:
+    """The figures of each phase of ``cell``; ``events`` are the cell's (its faults go on the timelines)."""
     from ..workloads import WORKLOADS
 
     workload = WORKLOADS.get(cell.kind)
@@ -204,6 +209,10 @@ def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dic
     phases = [phase_figures(ph, status, reason, by_step.get((ph, it), []), cell.clients, include_barrier, it, workload,
                             where, limits, cell.params)
               for ph, it, status, reason in cell.phases]
+    for fig in phases:
+        struck = [e for e in events or () if e.get("phase") == fig.phase
+                  and (e.get("detail") or {}).get("iteration", 0) == fig.iteration]
+        fig.timeline = phase_timeline(by_step.get((fig.phase, fig.iteration), []), struck)
     return CellFigures(cell=cell, phases=phases)
 
 
@@ -354,5 +363,9 @@ def _extra_summaries(phases: list[PhaseFigures]) -> dict[str, Summary]:
 def analyze(run: RunData, exclude_outliers: bool = False) -> tuple[list[CellFigures], list[ConfigSummary]]:
     where = run.environment.get("targets", {})
     limits = {name: t.get("limits", {}) for name, t in run.study.get("targets", {}).items()}
-    cells = [cell_figures(c, where.get(c.target, {}).get("path", {}), limits.get(c.target, {})) for c in run.cells]
+    events: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in run.events:
+        events[e.get("cell")].append(e)
+    cells = [cell_figures(c, where.get(c.target, {}).get("path", {}), limits.get(c.target, {}), events[c.cell_id])
+             for c in run.cells]
     return cells, summarize_run(cells, exclude_outliers)

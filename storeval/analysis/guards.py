@@ -43,6 +43,7 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def check_host(fig: Any, records: list[PhaseRecord], direction: str | None) -> None:
     """Add the host and duration flags and warnings of one ``ok`` phase to ``fig``."""
     short_phase(fig, records)
+    degraded(fig, records)
     for host, probes, cpu in _hosts(records):
         busy_host(fig, host, probes, cpu, fig.seconds)
         memory(fig, host, probes, fig.seconds)
@@ -118,6 +119,22 @@ def short_phase(fig: Any, records: list[PhaseRecord]) -> None:
         f"the timed phase lasted {fig.seconds * 1e3:.1f} ms, under the {MIN_PHASE_SECONDS:g} s minimum{barrier}: "
         "the timer, the barriers and the phase's start-up are a share of it, and CPU and timeline accounting "
         "cannot resolve it — use more data (file_size, items) or a deadline")})
+
+
+def degraded(fig: Any, records: list[PhaseRecord]) -> None:
+    """Flag a phase that went on through failed operations (``on_error`` retry or continue)."""
+    counts = [r.extra["degraded"] for r in records if isinstance(r.extra.get("degraded"), dict)]
+    if not counts:
+        return
+    retried, lost = sum(c.get("retried", 0) for c in counts), sum(c.get("lost", 0) for c in counts)
+    failed = sum(fig.errors.values())
+    if not failed:
+        return
+    kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(fig.errors.items(), key=lambda kv: -kv[1]))
+    fig.flags.append({"code": "degraded", "message": (
+        f"{failed:,} operation{'s' if failed != 1 else ''} failed during the phase ({kinds}): {retried:,} tries "
+        f"again, {lost:,} operation{'s' if lost != 1 else ''} lost — the figure counts the operations that "
+        "succeeded, over a time that includes the failures and the pauses between tries")})
 
 
 def fits_in_ram(fig: Any, records: list[PhaseRecord]) -> None:

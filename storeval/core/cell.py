@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .faultplan import Fault
+
 
 @dataclass(frozen=True)
 class TargetSpec:
@@ -31,6 +33,7 @@ class Cell:
     repetition: int
     phase_timeout: float = 3600.0
     extra: dict[str, Any] = field(default_factory=dict)
+    faults: tuple[Fault, ...] = ()  # the study's fault plan, as it applies to this cell
 
     @property
     def label(self) -> str:
@@ -42,10 +45,11 @@ class Cell:
         return {"index": self.index, "config": self.config, "target": self.target.name, "url": self.target.url,
                 "options": self.target.options, "workload": self.workload, "kind": self.kind, "params": self.params,
                 "factors": self.factors, "nclients": self.clients, "repetition": self.repetition,
-                "cell_dir": cell_dir}
+                "cell_dir": cell_dir, "faults": [f.state() for f in self.faults]}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Cell:
         return cls(index=d["index"], config=d["config"], target=TargetSpec(d["target"], d["url"], d.get("options", {})),
                    workload=d["workload"], kind=d["kind"], params=d["params"], factors=d["factors"],
-                   clients=d["nclients"], repetition=d["repetition"])
+                   clients=d["nclients"], repetition=d["repetition"],
+                   faults=tuple(Fault.from_state(f) for f in d.get("faults", ())))

@@ -132,6 +132,13 @@ class PhaseRecorder:
         self.end_ns = 0
         self._ru0: Any = None
 
+    def clear_progress(self) -> None:
+        """Zero this client's work in the progress slot (before the phase's barriers: once client 0 says the
+        phase has begun, no slot still counts the previous phase)."""
+        if self.progress is not None:
+            slot = PROGRESS_SLOTS * self.rank
+            self.progress[slot + P_BYTES] = self.progress[slot + P_OPS] = 0
+
     def begin(self) -> None:
         if self.progress is not None:
             slot = PROGRESS_SLOTS * self.rank

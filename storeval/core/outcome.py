@@ -37,12 +37,24 @@ class CellOutcome:
             self.stop_requested = True
 
 
+class PhaseWatcher(Protocol):
+    """Told by an engine's watch loop, on the coordinator, where the cell's phases are and how far their work
+    has come (the fault runner acts on it). Times are the coordinator's ``time.perf_counter_ns()``."""
+
+    def phase_started(self, phase: str, iteration: int, t_ns: int) -> None: ...
+
+    def progress(self, phase: str, iteration: int, done_bytes: int, done_ops: int) -> None: ...
+
+    def phase_ended(self, phase: str, iteration: int, t_ns: int) -> None: ...
+
+
 class Engine(Protocol):
     """Runs one cell's clients (local processes, MPI ranks) and reports what they did."""
 
     name: str
 
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress: ProgressFn | None = None,
-                 on_clients: Callable[[list[dict[str, Any]]], None] | None = None) -> CellOutcome: ...
+                 on_clients: Callable[[list[dict[str, Any]]], None] | None = None,
+                 watcher: PhaseWatcher | None = None) -> CellOutcome: ...
 
     def processes(self) -> list[dict[str, Any]]: ...

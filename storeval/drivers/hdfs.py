@@ -14,7 +14,7 @@ after it fail at once.
 from __future__ import annotations
 
 import errno
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from hdfs_native import Client, WriteOptions
 from pydantic import Field, StringConstraints
@@ -32,6 +32,9 @@ class HdfsOptions(DriverOptions):
     # the datanodes' HTTP addresses (HOST:PORT): their JMX BytesRead/BytesWritten say what they moved
     jmx: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")]] = []
     jmx_period: Duration = 10.0  # their metrics period (*.period): JMX values are refreshed that often
+    # what the client does when a datanode of a write pipeline fails: "continue" with the ones left (what the
+    # Java client does for a file being written), "replace" it first (fails when the cluster has no spare)
+    on_datanode_failure: Literal["continue", "replace"] = "continue"
 
 
 class HdfsHandle(Handle):
@@ -81,8 +84,21 @@ def _read_into(client: Client, path: str, buf: Any) -> int:
         r.close()
 
 
-def _connect(namenode: str, root: str) -> tuple[Client, Any]:
-    client = Client(namenode)
+def client_config(options: HdfsOptions) -> dict[str, str]:
+    """hdfs-native's settings. Its pipeline recovery treats any block with data as an append, so under the
+    DEFAULT replace-datanode policy it always asks the namenode for a new datanode after a failure — which a
+    cluster with as many datanodes as replicas does not have, and the write fails ("Block writer is closed",
+    after the real cause). The Java client goes on with the datanodes left for a file being written; so does
+    this one with policy NEVER (or best effort)."""
+    if options.on_datanode_failure == "continue":
+        return {"dfs.client.block.write.replace-datanode-on-failure.policy": "NEVER",
+                "dfs.client.block.write.replace-datanode-on-failure.best-effort": "true"}
+    return {"dfs.client.block.write.replace-datanode-on-failure.policy": "DEFAULT",
+            "dfs.client.block.write.replace-datanode-on-failure.best-effort": "false"}
+
+
+def _connect(namenode: str, root: str, config: dict[str, str]) -> tuple[Client, Any]:
+    client = Client(namenode, config=config)
     return client, client.get_file_info(root)
 
 
@@ -138,7 +154,8 @@ class HdfsDriver(Driver):
 
     def connect(self) -> None:
         try:
-            self.client, info = self._call("stat", self.root, _connect, self.namenode, self.root)
+            self.client, info = self._call("stat", self.root, _connect, self.namenode, self.root,
+                                           client_config(self.options))
         except FileNotFoundError:
             raise StorevalError(f"HDFS directory {self.root} does not exist on {self.namenode} (create it first)") \
                 from None

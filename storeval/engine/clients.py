@@ -99,6 +99,7 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
             rec = PhaseRecorder(rank, phase, progress, iteration)
             ctx.server_cache = None
             wl.before_phase(ctx, phase)
+            rec.clear_progress()
             # The phase's counters span its whole timed region on every host: the leader snapshots while every
             # client is held between two barriers, before the first starts and after the last has ended.
             comm.barrier()
@@ -106,6 +107,8 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
             snapped_ns = time.perf_counter_ns()
             comm.barrier()
             io0 = _own_io()
+            if rank == 0:  # the coordinator's fault plan counts from here (sent before the timing starts)
+                send(("start", rank, phase, iteration, time.perf_counter_ns()))
             rec.begin()
             try:
                 wl.run_phase(ctx, phase, rec)

@@ -28,7 +28,7 @@ from typing import Any
 from .. import interrupts
 from ..core.job import Job
 from ..core.oplog import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS
-from ..core.outcome import CellOutcome, ProgressFn
+from ..core.outcome import CellOutcome, PhaseWatcher, ProgressFn
 from ..core.process import set_process_name
 from ..core.stop import STOP, ClientStopped
 from ..errors import one_line
@@ -132,7 +132,8 @@ class LocalEngine:
         self.ctx = client_context()
 
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress: ProgressFn | None = None,
-                 on_clients: Callable[[list[dict[str, Any]]], None] | None = None) -> CellOutcome:
+                 on_clients: Callable[[list[dict[str, Any]]], None] | None = None,
+                 watcher: PhaseWatcher | None = None) -> CellOutcome:
         """Run one cell. Called inside ``interrupts.deferred()`` (the runner's): a stop signal is acted on
         between two polls of the clients, never while a client is being started or stopped."""
         ctx = self.ctx
@@ -143,7 +144,7 @@ class LocalEngine:
         out = ctx.Queue()
         procs = [ctx.Process(target=_client_entry, args=(job, r, nclients, barrier, shared, out, progress),
                              name=f"storeval-client-{r}", daemon=True) for r in range(nclients)]
-        watch = Watch(procs, [tuple(st) for st in job.steps], nclients, progress, timeout)
+        watch = Watch(procs, [tuple(st) for st in job.steps], nclients, progress, timeout, watcher)
         sampler: Sampler | None = None
         try:
             try:

@@ -27,6 +27,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import interrupts
@@ -36,7 +37,7 @@ from .forkserver import client_context, start_fork_server
 from .watch import GRACE_SECONDS, HangClock, Watch
 from ..core.job import Job
 from ..core.oplog import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS
-from ..core.outcome import CellOutcome
+from ..core.outcome import CellOutcome, PhaseWatcher
 from ..core.process import set_process_name
 from ..core.stop import STOP, ClientStopped
 
@@ -262,8 +263,10 @@ def _shift(msgs: list[tuple], start: dict[str, int] | None, end: dict[str, int] 
     return out
 
 
-def participate(job: Job, ranks: list[int], leaders: set[int]) -> list[tuple] | None:
-    """Every world rank calls this for every cell: participants run the client loop; returns their messages."""
+def participate(job: Job, ranks: list[int], leaders: set[int],
+                on_start: Callable[[tuple], None] | None = None) -> list[tuple] | None:
+    """Every world rank calls this for every cell: participants run the client loop; returns their messages.
+    ``on_start`` (rank 0, in the coordinator's process) is told at once when a phase's timed region begins."""
     import array
 
     w = world()
@@ -285,6 +288,10 @@ def participate(job: Job, ranks: list[int], leaders: set[int]) -> list[tuple] | 
     msgs: list[tuple] = []
 
     def send(msg: tuple) -> None:
+        if msg[0] == "start":
+            if on_start is not None:
+                on_start(msg)
+            return
         sig = interrupts.received()
         if msg[0] == "stopped" and me != 0 and sig is not None:  # this rank was stopped from outside storeval
             msg = (*msg[:3], interrupts.signal_name(sig))
@@ -331,7 +338,8 @@ class MpiEngine:
     def capacity(self) -> int:
         return len(self.order)
 
-    def run_cell(self, job: Job, nclients: int, timeout: float, on_progress=None, on_clients=None) -> CellOutcome:
+    def run_cell(self, job: Job, nclients: int, timeout: float, on_progress=None, on_clients=None,
+                 watcher: PhaseWatcher | None = None) -> CellOutcome:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
         w = world()
         ranks = self.order[:nclients]
@@ -343,11 +351,11 @@ class MpiEngine:
         steps = [tuple(s) for s in job.steps]
         here = self.procs[0][2]  # rank 0's host: the side process samples it, with its clients' /proc/<pid>/io
         local = {r: self.procs[r][0] if self.procs[r][2] == here else None for r in ranks}
-        watch = _MpiWatch(steps, ranks, self.hosts, timeout, job.seed, local)
+        watch = _MpiWatch(steps, ranks, self.hosts, timeout, job.seed, local, watcher)
         result: dict[str, Any] = {}
 
         def client0() -> None:
-            result["msgs"] = participate(job, ranks, leaders)
+            result["msgs"] = participate(job, ranks, leaders, watch.client0_started)
 
         sampler = start_sampler(self._context(), {f"client{i}": pid for i, pid in enumerate(local.values()) if pid},
                                 job.probe_interval)
@@ -463,8 +471,8 @@ class _MpiWatch(Watch):
     """The local engine's bookkeeping of records and failures, fed by MPI messages instead of a queue."""
 
     def __init__(self, steps: list[tuple[str, int]], ranks: list[int], hosts: list[str], timeout: float,
-                 cell: int, local_pids: dict[int, int | None]) -> None:
-        super().__init__([], steps, len(ranks), None, timeout)
+                 cell: int, local_pids: dict[int, int | None], watcher: PhaseWatcher | None = None) -> None:
+        super().__init__([], steps, len(ranks), None, timeout, watcher)
         self.ranks, self.hosts, self.cell = ranks, hosts, cell
         self.done_steps = {r: 0 for r in ranks}
         self.beats = {r: (0, 0) for r in ranks}  # rank -> (last progress stamp, state: 0 working, 1 waiting, 2 finished)
@@ -512,6 +520,8 @@ class _MpiWatch(Watch):
                 stopping_since = time.monotonic()
             current = min(self.done_steps.values())
             if current != last:
+                for ended in self.steps[max(last, 0):current]:  # every participant has finished these
+                    self.step_ended(ended, time.perf_counter_ns())
                 last = current
                 if on_progress is not None and current < len(self.steps):
                     on_progress(self.label(self.steps[current]), 0, 0)
@@ -530,6 +540,10 @@ class _MpiWatch(Watch):
                     raise RankHung(f"{who} hung in {self.label(step)} (no progress for the phase timeout of "
                                    f"{self.timeout:g} s)", hung, step)
             time.sleep(0.05)
+
+    def client0_started(self, msg: tuple) -> None:
+        """Rank 0 (a thread of this process, on this clock) began a phase's timed region."""
+        self.step_started((msg[2], msg[3]), msg[4])
 
     def stop_participants(self) -> None:
         """Stop rank 0's own client (STOP) and tell every other participant to stop (ABORT)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import interrupts
 from ..core.oplog import P_BEAT, P_BYTES, P_DONE, P_OPS, P_WAIT, PROGRESS_SLOTS
-from ..core.outcome import CellOutcome, ProgressFn
+from ..core.outcome import CellOutcome, PhaseWatcher, ProgressFn
 from ..core.records import PhaseRecord
 from ..probes.sampler import Sampler
 
@@ -90,8 +90,11 @@ class HangClock:
 class Watch:
     """The coordinator's view of one running cell."""
 
-    def __init__(self, procs: list, steps: list[tuple[str, int]], n: int, progress: Any, timeout: float) -> None:
+    def __init__(self, procs: list, steps: list[tuple[str, int]], n: int, progress: Any, timeout: float,
+                 watcher: PhaseWatcher | None = None) -> None:
         self.procs, self.steps, self.n, self.progress, self.timeout = procs, steps, n, progress, timeout
+        self.watcher = watcher
+        self.started: set[tuple[str, int]] = set()  # steps the watcher was told had started
         self.iterated = any(it for _, it in steps)
         self.records: dict[tuple[str, int], dict[int, PhaseRecord]] = {st: {} for st in steps}
         self.partials: list[PhaseRecord] = []
@@ -123,7 +126,12 @@ class Watch:
             rec = PhaseRecord.from_wire(msg[2])
             self.records[rec.step][rank] = rec
             while self.current < len(self.steps) and len(self.records[self.steps[self.current]]) == self.n:
+                self.step_ended(self.steps[self.current], time.perf_counter_ns())
                 self.current += 1
+        elif kind == "start":  # client 0 began a phase's timed region (its clock is this host's)
+            step = (msg[2], msg[3])
+            if step == self.current_step():
+                self.step_started(step, msg[4])
         elif kind == "partial":
             self.partials.append(PhaseRecord.from_wire(msg[2]))
         elif kind == "error":
@@ -140,6 +148,15 @@ class Watch:
         elif kind == "done":
             self.reported.add(rank)
             self.finished.add(rank)
+
+    def step_started(self, step: tuple[str, int], t_ns: int) -> None:
+        if self.watcher is not None and step not in self.started:
+            self.started.add(step)
+            self.watcher.phase_started(step[0], step[1], t_ns)
+
+    def step_ended(self, step: tuple[str, int], t_ns: int) -> None:
+        if self.watcher is not None and step in self.started:
+            self.watcher.phase_ended(step[0], step[1], t_ns)
 
     def stopped_from_outside(self, rank: int, signame: str) -> None:
         """A client got a stop signal that storeval did not send (a batch scheduler stopping the job): the
@@ -174,10 +191,14 @@ class Watch:
             if sampler is not None:
                 sampler.drain()
             step = self.current_step()
-            if on_progress is not None and step is not None:
+            if step is not None and (on_progress is not None or step in self.started):
                 slots = range(0, PROGRESS_SLOTS * self.n, PROGRESS_SLOTS)
-                on_progress(self.label(step), sum(self.progress[s + P_BYTES] for s in slots),
-                            sum(self.progress[s + P_OPS] for s in slots))
+                done_bytes = sum(self.progress[s + P_BYTES] for s in slots)
+                done_ops = sum(self.progress[s + P_OPS] for s in slots)
+                if on_progress is not None:
+                    on_progress(self.label(step), done_bytes, done_ops)
+                if self.watcher is not None and step in self.started:
+                    self.watcher.progress(step[0], step[1], done_bytes, done_ops)
             self._check_exits(out)
             if self.status == "ok":
                 self._check_hung()

@@ -23,7 +23,8 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..errors import DirectIOUnsupported, StorevalError, error_kind, one_line
 from ..units import format_size
-from .base import Best, ClientContext, Duration, Figure, Need, Needs, Params, Report, Size, Workload
+from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload
+from .degraded import Degraded, DegradedParams, PhaseErrors
 from .kernel import Engine, NEVER, DataJob, ShortTransfer, choose_engine, measure, run_parallel
 from .payload import Payload, aligned_buffer
 
@@ -34,7 +35,7 @@ RANDOM = frozenset({"randread", "randwrite"})
 Phase = Literal["write", "rewrite", "read", "reread", "randread", "randwrite"]
 
 
-class BandwidthParams(Params):
+class BandwidthParams(DegradedParams):
     file_size: Size = 256 << 20
     transfer_size: Size = 1 << 20
     phases: list[Phase] = ["write", "read"]
@@ -85,20 +86,21 @@ def _prefill_chunk(ts: int, file_size: int) -> int:
 
 
 def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None, deadline_ns: int = NEVER, *,
-            lo: int = 0, hi: int | None = None, native=None) -> int:
+            lo: int = 0, hi: int | None = None, native=None, recover=None) -> int:
     """One ``io(bufs, offset)`` per offset of ``offsets[lo:hi]``, timed into ``log`` by the kernel (see
     :func:`storeval.workloads.kernel.measure`); ``check`` is a payload checker of ``bufs[0]``. With a
     ``deadline_ns`` it stops after the first operation that ends past it (the stonewall). Returns the count."""
     op = functools.partial(io, bufs) if native is None else None
     return measure(log, size, offsets, op, lo=lo, hi=hi, expect=size, stamp=stamp,
                    check=None if check is None else functools.partial(check.verify, bufs[0]),
-                   deadline_ns=deadline_ns, native=native, fail=IOFailure)
+                   deadline_ns=deadline_ns, native=native, fail=IOFailure, recover=recover)
 
 
-def _run_stream(io, bufs, offsets, log: OpLog, size: int, stamp, check, job, lo: int, hi: int,
+def _run_stream(io, bufs, offsets, log: OpLog, size: int, stamp, check, job, recover, lo: int, hi: int,
                 deadline_ns: int = NEVER) -> int:
     """One stream of a phase: offsets ``lo`` … ``hi`` (a thread's share, or io_uring's whole queue)."""
-    return run_ops(io, bufs, offsets, log, size, stamp, check, deadline_ns, lo=lo, hi=hi, native=job)
+    return run_ops(io, bufs, offsets, log, size, stamp, check, deadline_ns, lo=lo, hi=hi, native=job,
+                   recover=recover)
 
 
 def make_durable(c: ClientContext, h, fsync: bool) -> str:
@@ -229,7 +231,8 @@ class Bandwidth(Workload):
         st["write_bufs"] = [mine.write_buffer() for _ in range(depth)]
         st["read_bufs"] = [aligned_buffer(ts) for _ in range(depth)]
         st["direct"] = p.direct
-        st["engine"], st["engine_note"] = choose_engine(p.engine, c.driver.native_io(), depth)
+        st["engine"], st["engine_note"] = choose_engine(p.engine, c.driver.native_io(), depth,
+                                                        degraded=p.on_error != "fail")
         chosen = self.phases()
         st["offsets"] = {ph: self._offsets(c, ph, self._owner(c, ph)) for ph in chosen}
         if p.verify:
@@ -305,9 +308,9 @@ class Bandwidth(Workload):
             c.warn(rec, "engine-fallback", st["engine_note"])
         if not write:
             rec.extra["cache"] = st.setdefault("cache", "not-cleared")  # before_phase sets it in a real run
-        h = self._open(c, path, "w" if write else "r", rec)
+        held = [self._open(c, path, "w" if write else "r", rec)]  # a read's handle may be reopened (degraded mode)
         try:
-            streams = self._streams(c, h, write, owner, offsets, logs)
+            streams = self._streams(c, held, write, owner, offsets, logs, rec, path)
             try:
                 if p.deadline is None:
                     run_parallel([functools.partial(run, 0, len(o)) for run, o in zip(streams, offsets)])
@@ -316,18 +319,23 @@ class Bandwidth(Workload):
             except IOFailure as e:
                 rec.error(e.kind)
                 raise StorevalError(f"{phase} of {path} {e}") from e
-            durable = make_durable(c, h, p.fsync) if write else None
+            durable = make_durable(c, held[0], p.fsync) if write else None
         finally:
-            c.driver.close(h)
+            c.driver.close(held[0])
         if write:
             warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
         self._warn_about_memory(c, phase, rec)
 
-    def _streams(self, c: ClientContext, h, write: bool, owner: int, offsets: list, logs: list[OpLog]) -> list:
+    def _streams(self, c: ClientContext, held: list, write: bool, owner: int, offsets: list, logs: list[OpLog],
+                 rec: PhaseRecorder, path: str) -> list:
         """One ``run(lo, hi, deadline_ns=NEVER)`` per stream of offsets, on the phase's engine: the kernel's
-        Python loop over the driver's reader/writer, or a native job on the driver's file descriptor."""
+        Python loop over the driver's reader/writer, or a native job on the driver's file descriptor. Under
+        ``on_error`` retry or continue each stream has its :class:`Degraded`; a read with one stream reopens
+        its handle before a retry (a write goes on with its handle: reopening would start the file anew)."""
         p, st = self.p, c.state
         engine, ts = st["engine"], p.transfer_size
+        h = held[0]
+        errors = PhaseErrors(rec) if p.on_error != "fail" else None
         native = c.driver.native_io(h) if engine != "python" else None
         io = None if native else (c.driver.writer(h) if write else c.driver.reader(h, into_buffer=p.verify))
         runs = []
@@ -341,8 +349,24 @@ class Bandwidth(Workload):
                 if engine == "io_uring":  # one stream: every buffer is a slot of the queue
                     bufs = [b for b, _ in st["write_bufs"]] if write else list(st["read_bufs"])
                 job = DataJob(engine, native.fd, write, bufs, ts, seq, stamp, checker)
-            runs.append(functools.partial(_run_stream, io, bufs, seq, logs[j], ts, stamp, checker, job))
+            recover = None
+            if errors is not None:
+                reopen = None
+                if not write and native is None and len(offsets) == 1:
+                    reopen = functools.partial(self._reopen, c, held, path, bufs, p.verify)
+                recover = Degraded(p.on_error, p.retry_for, errors, c.driver, reopen)
+            runs.append(functools.partial(_run_stream, io, bufs, seq, logs[j], ts, stamp, checker, job, recover))
         return runs
+
+    def _reopen(self, c: ClientContext, held: list, path: str, bufs: list, into_buffer: bool):
+        """A read stream's handle again, after a failure (the old one is closed as far as it still can be);
+        the operation to go on with."""
+        try:
+            c.driver.close(held[0])
+        except Exception:  # noqa: BLE001 - a handle on a server that went away may not close
+            pass
+        held[0] = self._open(c, path, "r", None)
+        return functools.partial(c.driver.reader(held[0], into_buffer=into_buffer), bufs)
 
     def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, streams: list, offsets: list,
                    logs: list[OpLog]) -> None:

@@ -21,6 +21,7 @@ driver has no raw file descriptor or local paths to give it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -55,12 +56,14 @@ class ShortTransfer(OSError):
 def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, *, lo: int = 0,
             hi: int | None = None, arg: Any = _NO_ARG, expect: int | None = None, stamp: tuple | None = None,
             check: Callable | None = None, deadline_ns: int = NEVER, native: Any = None,
-            fail: Callable[[Any, BaseException], BaseException]) -> int:
+            fail: Callable[[Any, BaseException], BaseException], recover: Callable | None = None) -> int:
     """Time ``op(item)`` (``op(item, arg)`` with ``arg``) for ``items[lo:hi]`` into ``log``, ``size`` bytes each;
-    return how many ran. A failure folds what was done and raises ``fail(item, exc)`` from the error."""
+    return how many ran. A failure folds what was done; then ``recover(item, exc)`` (degraded mode,
+    :mod:`.degraded`) says whether to try the item again (``(True, op)``, with a new ``op`` or None), to go on
+    without it (``(False, …)``), or — returning None, or without ``recover`` — raises ``fail(item, exc)``."""
     hi = len(items) if hi is None else hi
     if native is not None:
-        return _native_loop(log, size, items, native, lo, hi, deadline_ns, fail)
+        return _native_loop(log, size, items, native, lo, hi, deadline_ns, fail, recover)
     if lo or hi != len(items):
         items = items[lo:hi]
     clock = time.perf_counter_ns
@@ -69,41 +72,56 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
     bare = arg is _NO_ARG
     i = done = 0
     item = None
-    try:
-        for item in items:
-            if add is not None:
-                add(tags, item, out=view)
-            t0 = clock()
-            n = op(item) if bare else op(item, arg)
-            t1 = clock()
-            if expect is not None and n != expect:
-                raise ShortTransfer(n, expect)
-            if check is not None:
-                check(item)
-            ends[i] = t1
-            lats[i] = t1 - t0
-            i += 1
-            if i == cap:
-                fold(i, size)
-                done += i
-                i = 0
-            if t1 >= deadline_ns:
-                break
-    except ClientStopped:
-        raise
-    except Exception as e:
-        fold(i, size)
-        raise fail(item, e) from e
+    rest = iter(items)
+    again = False  # the first item to run is the one that just failed
+    while True:
+        try:
+            for item in (itertools.chain((item,), rest) if again else rest):
+                again = False
+                if add is not None:
+                    add(tags, item, out=view)
+                t0 = clock()
+                n = op(item) if bare else op(item, arg)
+                t1 = clock()
+                if expect is not None and n != expect:
+                    raise ShortTransfer(n, expect)
+                if check is not None:
+                    check(item)
+                ends[i] = t1
+                lats[i] = t1 - t0
+                i += 1
+                if i == cap:
+                    fold(i, size)
+                    done += i
+                    i = 0
+                if t1 >= deadline_ns:
+                    break
+            break
+        except ClientStopped:
+            raise
+        except Exception as e:
+            fold(i, size)
+            done += i
+            i = 0
+            decision = recover(item, e) if recover is not None else None
+            if decision is None:
+                raise fail(item, e) from e
+            again, new_op = decision
+            if new_op is not None:
+                op = new_op
     fold(i, size)
     return done + i
 
 
 def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: int, deadline_ns: int,
-                 fail: Callable) -> int:
-    """Batches of the native loop: each runs up to ``cap`` operations without the GIL, then folds here."""
+                 fail: Callable, recover: Callable | None = None) -> int:
+    """Batches of the native loop: each runs up to ``cap`` operations without the GIL, then folds here. Under
+    degraded mode (``recover``) the job is one that completes in order (psync: io_uring is not chosen), so a
+    failure at ``at`` means everything before it was done and counted."""
     ends, lats = log.ends.buffer_info()[0], log.lats.buffer_info()[0]
     cap, fold = log.cap, log.fold
     pos = lo
+    lost = 0
     while pos < hi:
         n, code, value, at = job.run(pos, min(cap, hi - pos), ends, lats, deadline_ns)
         pos += n
@@ -119,8 +137,14 @@ def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: 
                 exc = ShortTransfer(value, size)
             else:
                 exc = verify_failed(item + value)
-            raise fail(item, exc) from exc
-    return pos - lo
+            decision = recover(item, exc) if recover is not None else None
+            if decision is None:
+                raise fail(item, exc) from exc
+            again, _ = decision
+            if not again:
+                lost += 1
+            pos = at if again else at + 1
+    return pos - lo - lost
 
 
 def run_parallel(calls: list[Callable[[], Any]]) -> None:
@@ -167,9 +191,11 @@ def io_uring_available() -> bool:
     return _URING
 
 
-def choose_engine(wanted: str, native_io: Any, depth: int = 1) -> tuple[str, str | None]:
+def choose_engine(wanted: str, native_io: Any, depth: int = 1, degraded: bool = False) -> tuple[str, str | None]:
     """The engine a phase runs (``python``, ``psync``, ``threads``, ``io_uring`` or ``null``) and, when it is
-    not the one asked for, why. ``native_io`` is what the driver offers (:meth:`Driver.native_io`)."""
+    not the one asked for, why. ``native_io`` is what the driver offers (:meth:`Driver.native_io`). In degraded
+    mode (``on_error`` retry or continue) io_uring is not used: its operations complete out of order, and a
+    failed one could not be retried or skipped without counting others twice."""
     if wanted == "python":
         return "python", None
     why = None
@@ -183,6 +209,9 @@ def choose_engine(wanted: str, native_io: Any, depth: int = 1) -> tuple[str, str
         return "null", None
     if wanted == "psync" or (wanted == "auto" and depth == 1):
         return ("psync" if depth == 1 else "threads"), None
+    if degraded:
+        note = None if wanted == "auto" else "engine io_uring does not run under on_error retry or continue; ran threads"
+        return ("psync" if depth == 1 else "threads"), note
     if io_uring_available():
         return "io_uring", None
     note = None if wanted == "auto" else "engine io_uring is not available (kernel or seccomp refuses it); ran threads"

@@ -31,7 +31,8 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
 from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
-from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Params, Report, Scaling, Size, Workload
+from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Report, Scaling, Size, Workload
+from .degraded import Degraded, DegradedParams, PhaseErrors
 from .kernel import Engine, _NO_ARG, NEVER, MetaJob, ShortTransfer, choose_engine, measure
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
@@ -58,7 +59,7 @@ def tree_size(depth: int, branching: int) -> int:
     return sum(branching**k for k in range(depth + 1))
 
 
-class MetadataParams(Params):
+class MetadataParams(DegradedParams):
     items: Annotated[int, Field(ge=0)] | None = None
     items_per_dir: Annotated[int, Field(ge=0)] | None = None
     depth: Annotated[int, Field(ge=0, le=64)] = 0
@@ -136,12 +137,13 @@ def _fail(phase: str, path: str, exc: BaseException, rec: PhaseRecorder) -> Stor
 
 
 def timed_loop(fn, args, log: OpLog, nbytes: int, phase: str, rec: PhaseRecorder, deadline_ns: int = NEVER, *,
-               lo: int = 0, hi: int | None = None, arg=_NO_ARG, expect: int | None = None, native=None) -> int:
+               lo: int = 0, hi: int | None = None, arg=_NO_ARG, expect: int | None = None, native=None,
+               recover=None) -> int:
     """One ``fn(path)`` (``fn(path, arg)``) per path of ``args[lo:hi]``, timed into ``log`` by the kernel (see
     :func:`storeval.workloads.kernel.measure`) or its native ``job``; with ``deadline_ns``, stop after the
     first operation that ends past it. Returns the count."""
     return measure(log, nbytes, args, fn, lo=lo, hi=hi, arg=arg, expect=expect, deadline_ns=deadline_ns,
-                   native=native, fail=lambda path, exc: _fail(phase, str(path), exc, rec))
+                   native=native, fail=lambda path, exc: _fail(phase, str(path), exc, rec), recover=recover)
 
 
 class _Lister:
@@ -388,7 +390,9 @@ class Metadata(Workload):
             job = MetaJob(engine, "unlink" if name == "remove" else name, paths,
                           data=st["data"] if name == "create" else None,
                           buf=st["buf"] if name == "read" else None, expect=-1 if expect is None else expect)
-        run = functools.partial(timed_loop, fn, paths, log, nbytes, phase, rec, arg=arg, expect=expect, native=job)
+        recover = Degraded(p.on_error, p.retry_for, PhaseErrors(rec), c.driver) if p.on_error != "fail" else None
+        run = functools.partial(timed_loop, fn, paths, log, nbytes, phase, rec, arg=arg, expect=expect, native=job,
+                                recover=recover)
         if phase in ("dir-create", "file-create") and p.deadline is not None:
             self._stonewall(c, phase, rec, log, run, len(paths), nbytes, kind[0])
         elif phase in REPEATABLE:

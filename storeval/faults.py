@@ -1,0 +1,300 @@
+"""Running a cell's fault plan from the coordinator (issue 15): the planned actions at their moments, the undo
+after ``for``, and an event for each with its real wall-clock and monotonic times.
+
+:class:`FaultRunner` is the engine's :class:`~storeval.core.outcome.PhaseWatcher`: the watch loop tells it
+when a phase's timed region begins (client 0's clock, this host's ``perf_counter_ns``), how much work is done,
+and when the phase ends. A thread acts at the planned moment, so a slow action (an HDFS datanode shutting
+down, a user's command) never holds up the watch loop. Each fault acts once per cell, in the first iteration
+of its phase. Whatever is still to be undone when the cell ends is undone then (a stopped server is never
+left stopped), and a fault whose moment never came says so.
+
+:func:`check_plan` is the check before anything runs: every server a plan names must be a fault handle of
+the testbed (``storeval testbed faults``) that supports the action and its undo.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from .core.faultplan import UNDO, Fault, format_duration
+from .errors import InputError, StorevalError, one_line
+from .redact import redact_text
+
+DEFAULT_TESTBED = "storeval-testbed"  # as `storeval testbed up` names it
+OUTPUT_CHARS = 300  # of an exec command's output kept in its event
+
+
+def testbed_dir(study_testbed: str | None) -> str:
+    return os.path.abspath(study_testbed or DEFAULT_TESTBED)
+
+
+def check_plan(faults: list[Fault], study_testbed: str | None, *, progress_counted: bool = True) -> None:
+    """Refuse (one line) a plan whose servers are not fault handles of the testbed, or whose actions they do
+    not support; ``progress_counted`` False (MPI) refuses ``at`` given as a share of the work."""
+    servers = [f for f in faults if f.action != "exec"]
+    for f in faults:
+        if f.at_share is not None and not progress_counted:
+            raise InputError(f"{f.where}.at: {f.at_share:.0%} of the work cannot be timed under mpiexec (the "
+                             "coordinator sees no byte counts from other ranks; give a time such as 10s)")
+    if not servers:
+        return
+    from .testbed.faults import fault_handles
+
+    where = testbed_dir(study_testbed)
+    try:
+        handles = fault_handles(where)
+    except StorevalError as e:
+        raise InputError(f"{servers[0].where}.server: {servers[0].server}: {one_line(e)} (the plan's servers are "
+                         f"the testbed's in {where}; set testbed: DIR in the study if it is elsewhere)") from None
+    for f in servers:
+        handle = handles.get(f.server or "")
+        if handle is None:
+            known = ", ".join(sorted(handles)) or "none"
+            raise InputError(f"{f.where}.server: {f.server!r} is not a server of the testbed in {where} (its fault "
+                             f"handles: {known})")
+        needed = [f.action] + ([UNDO[f.action]] if f.for_s and f.action in UNDO else [])
+        for action in needed:
+            if action not in handle.actions:
+                raise InputError(f"{f.where}.action: {f.server} cannot {action} ({handle.description}: it can "
+                                 f"{', '.join(handle.actions)})")
+
+
+def _wall(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat()
+
+
+class _Planned:
+    """One fault's progress through the cell: armed → fired → undone."""
+
+    def __init__(self, fault: Fault) -> None:
+        self.fault = fault
+        self.phase_t0: int | None = None  # the start of the phase it counts from (perf_counter_ns)
+        self.iteration = 0
+        self.due_ns: int | None = None  # when to act (time-based, once its phase started)
+        self.share_reached = False
+        self.fired_ns: int | None = None
+        self.undo_due_ns: int | None = None
+        self.done = False  # nothing more to do (acted and undone, or failed, or missed)
+        self.acting = False  # the thread is acting on it now (outside the lock)
+        self.event: dict[str, Any] | None = None
+
+
+class FaultRunner:
+    """A cell's fault plan, run on the coordinator while the engine runs the cell."""
+
+    def __init__(self, faults: tuple[Fault, ...] | list[Fault], expected: Callable[[str], tuple[int, int]],
+                 study_testbed: str | None, log: Callable[[str], None] | None = None,
+                 deadline: float | None = None) -> None:
+        self.planned = [_Planned(f) for f in faults]
+        self.expected = expected  # phase → (bytes, ops) the clients will do in all
+        self.deadline = deadline  # a phase that a deadline ends: a share of the work is that share of its time
+        self.testbed = testbed_dir(study_testbed)
+        self.log = log
+        self.events: list[dict[str, Any]] = []
+        self.lock = threading.Condition()
+        self.closing = False
+        self.workers: list[threading.Thread] = []
+        self.thread = threading.Thread(target=self._run, name="storeval-faults", daemon=True)
+        self.thread.start()
+
+    # -- what the engine tells us (the watch loop's thread; MPI: also client 0's thread) ------------------
+    def phase_started(self, phase: str, iteration: int, t_ns: int) -> None:
+        with self.lock:
+            for p in self.planned:
+                if p.fault.phase == phase and p.phase_t0 is None:
+                    p.phase_t0, p.iteration = t_ns, iteration
+                    if p.fault.at_s is not None:
+                        p.due_ns = t_ns + int(p.fault.at_s * 1e9)
+                    elif self.deadline:
+                        p.due_ns = t_ns + int((p.fault.at_share or 0.0) * self.deadline * 1e9)
+            self.lock.notify_all()
+
+    def progress(self, phase: str, iteration: int, done_bytes: int, done_ops: int) -> None:
+        waiting = [p for p in self.planned if p.fault.phase == phase and p.fault.at_share is not None
+                   and p.due_ns is None and p.phase_t0 is not None and p.iteration == iteration and not p.share_reached]
+        if not waiting:
+            return
+        nbytes, nops = self.expected(phase)
+        share = done_bytes / nbytes if nbytes else (done_ops / nops if nops else 0.0)
+        with self.lock:
+            for p in waiting:
+                if share >= (p.fault.at_share or 0.0):
+                    p.share_reached = True
+                    p.due_ns = time.perf_counter_ns()
+            self.lock.notify_all()
+
+    def phase_ended(self, phase: str, iteration: int, t_ns: int) -> None:
+        with self.lock:
+            for p in self.planned:  # a moment that did not come within its phase will not come
+                if (p.fault.phase == phase and p.iteration == iteration and p.fired_ns is None and not p.done
+                        and not p.acting and p.phase_t0 is not None):
+                    if p.due_ns is None or p.due_ns > t_ns:
+                        p.done = True
+                        self._missed(p, t_ns)
+            self.lock.notify_all()
+
+    # -- the cell's end ------------------------------------------------------------------------------------
+    def finish(self) -> list[dict[str, Any]]:
+        """Undo what is still in force, say which faults never happened, stop the thread; the events."""
+        with self.lock:
+            self.closing = True
+            self.lock.notify_all()
+        self.thread.join()
+        for worker in self.workers:  # the actions under way end (an exec command within its timeout)
+            worker.join()
+        now = time.perf_counter_ns()
+        for p in self.planned:
+            if p.done:
+                continue
+            p.done = True
+            if p.fired_ns is None:
+                self._missed(p, now)
+            elif p.undo_due_ns is not None:
+                self._undo(p, early_ns=p.undo_due_ns - now)
+        return self.events
+
+    # -- the thread ----------------------------------------------------------------------------------------
+    def _next(self) -> tuple[_Planned | None, bool, float]:
+        """The next thing due: (fault, is_undo, seconds until it is due)."""
+        best: tuple[_Planned | None, bool, float] = (None, False, 3600.0)
+        now = time.perf_counter_ns()
+        for p in self.planned:
+            if p.done or p.acting:
+                continue
+            if p.fired_ns is None and p.due_ns is not None:
+                wait = (p.due_ns - now) / 1e9
+                if wait < best[2]:
+                    best = (p, False, wait)
+            elif p.fired_ns is not None and p.undo_due_ns is not None:
+                wait = (p.undo_due_ns - now) / 1e9
+                if wait < best[2]:
+                    best = (p, True, wait)
+        return best
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                while True:
+                    if self.closing:
+                        return
+                    p, is_undo, wait = self._next()
+                    if p is not None and wait <= 0:
+                        p.acting = True
+                        break
+                    self.lock.wait(timeout=min(max(wait, 0.001), 1.0))
+            # each action in its own thread: one fault's slow action never delays another's moment
+            worker = threading.Thread(target=self._do, args=(p, is_undo), name="storeval-fault", daemon=True)
+            self.workers.append(worker)
+            worker.start()
+
+    def _do(self, p: _Planned, is_undo: bool) -> None:
+        try:
+            if is_undo:
+                self._undo(p)
+            else:
+                self._fire(p)
+        except Exception as e:  # noqa: BLE001 - a fault that cannot act is recorded, the cell goes on
+            p.done = True
+            self._event(p, "fault-failed", f"{p.fault.label}: {one_line(e)}", {"error": one_line(e)})
+        finally:
+            with self.lock:
+                p.acting = False
+                self.lock.notify_all()
+
+    # -- acting --------------------------------------------------------------------------------------------
+    def _act(self, fault: Fault, action: str) -> str:
+        if fault.action == "exec":
+            command = fault.run if action == "exec" else fault.undo
+            return _exec(command or "", fault.timeout_s)
+        from .testbed.faults import act
+
+        return act(self.testbed, fault.server or "", action)
+
+    def _fire(self, p: _Planned) -> None:
+        f = p.fault
+        t_ns, wall = time.perf_counter_ns(), time.time()
+        try:
+            said = self._act(f, f.action)
+        except Exception as e:  # noqa: BLE001
+            p.done = True
+            self._event(p, "fault-failed", f"{f.label}: {one_line(e)}",
+                        {"error": one_line(e), "start_ns": t_ns, "wall_start": _wall(wall)})
+            return
+        p.fired_ns = t_ns
+        p.event = self._event(p, "fault", f"{f.label}: {said}",
+                              {"start_ns": t_ns, "wall_start": _wall(wall), "done": said, "end_ns": None,
+                               "wall_end": None})
+        undo = UNDO.get(f.action) or ("undo" if f.action == "exec" and f.undo else None)
+        if f.for_s and undo:
+            p.undo_due_ns = t_ns + int(f.for_s * 1e9)
+        else:
+            p.done = True
+
+    def _undo(self, p: _Planned, early_ns: int = 0) -> None:
+        f = p.fault
+        action = UNDO.get(f.action, "undo")
+        t_ns, wall = time.perf_counter_ns(), time.time()
+        p.undo_due_ns = None
+        p.done = True
+        try:
+            said = self._act(f, action)
+        except Exception as e:  # noqa: BLE001 - said in the event: the server may still be down
+            said, error = "", one_line(e)
+        else:
+            error = None
+        detail = p.event["detail"] if p.event else {}
+        detail.update(end_ns=t_ns, wall_end=_wall(wall), undone=said, t_end_s=self._rel(p, t_ns))
+        if early_ns > 0:
+            detail["undone_early_s"] = early_ns / 1e9
+        if p.event is not None:
+            p.event["message"] += f"; {action} after {format_duration(round((t_ns - (p.fired_ns or t_ns)) / 1e9, 3))}" \
+                + (f" (at the cell's end, {early_ns / 1e9:.1f} s before planned)" if early_ns > 0 else "") \
+                + (f": {said}" if said else "")
+        if error is not None:
+            self._event(p, "fault-failed", f"{action} after {f.label} failed: {error} (the server may still be "
+                                           f"{'stopped' if f.action == 'stop' else 'down'})", {"error": error})
+
+    def _missed(self, p: _Planned, t_ns: int) -> None:
+        f = p.fault
+        if p.phase_t0 is None:
+            why = f"the phase {f.phase} did not start"
+        else:
+            why = f"the phase {f.phase} ended after {(t_ns - p.phase_t0) / 1e9:.2f} s, before the fault's moment"
+        self._event(p, "fault-missed", f"{f.label} did not happen: {why}", {})
+
+    def _rel(self, p: _Planned, t_ns: int) -> float | None:
+        return None if p.phase_t0 is None else (t_ns - p.phase_t0) / 1e9
+
+    def _event(self, p: _Planned, kind: str, message: str, detail: dict[str, Any]) -> dict[str, Any]:
+        f = p.fault
+        base = {"where": f.where, "action": f.action, "server": f.server,
+                "run": redact_text(f.run) if f.run else None, "planned": f.when.replace(" of", "").replace(" into", ""),
+                "for_s": f.for_s, "phase_start_ns": p.phase_t0, "iteration": p.iteration}
+        if "start_ns" in detail and detail["start_ns"] is not None:
+            detail["t_start_s"] = self._rel(p, detail["start_ns"])
+        event = {"kind": kind, "t": datetime.now(timezone.utc).replace(tzinfo=None), "rank": None, "phase": f.phase,
+                 "message": redact_text(message), "detail": {**base, **detail}}
+        self.events.append(event)
+        if self.log is not None:
+            self.log(event["message"])
+        return event
+
+
+def _exec(command: str, timeout: float) -> str:
+    """Run a user's fault command (``/bin/sh -c``); its last output line, or raise with why it failed."""
+    try:
+        done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise StorevalError(f"the command did not end within {format_duration(timeout)}") from None
+    out = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    last = redact_text(out[-1][:OUTPUT_CHARS]) if out else ""
+    if done.returncode:
+        raise StorevalError(f"the command exited with {done.returncode}" + (f": {last}" if last else ""))
+    return f"ran {redact_text(command)!r}" + (f" ({last})" if last else "")
