@@ -198,7 +198,8 @@ class Runner:
                 driver.ensure_dir(cell_dir)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=wl.p,
                                target=cell.target.name, cell_dir=cell_dir, steps=to_run, seed=cell.index,
-                               keep_cache=self.study.keep_cache, probe_interval=self.study.probe_interval)
+                               keep_cache=self.study.keep_cache, probe_interval=self.study.probe_interval,
+                               faulted=tuple(sorted({f.phase for f in cell.faults})))
                 self.guard.cell(cell, cell_dir)
                 if cell.faults:
                     faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients), self.study.testbed,

@@ -125,3 +125,45 @@ def test_the_parameters_are_checked():
         BandwidthParams(on_error="ignore")
     with pytest.raises(ValueError, match="retry_for"):
         BandwidthParams(retry_for=0)
+
+
+# -- reading back what a faulted write acknowledged (Workload.check_after) -------------------------------
+def _written(tmp_path, **params):
+    """A 1 MiB write in 64 KiB blocks on a real file, as a cell whose write a fault struck would run it."""
+    from tests.test_kernel import _client, _phase
+    from storeval.workloads.bandwidth import Bandwidth
+
+    d = tmp_path / "t"
+    d.mkdir()
+    wl = Bandwidth(BandwidthParams(file_size=1 << 20, transfer_size=64 << 10, phases=["write"], **params))
+    c = _client(f"file://{d}")
+    c.faulted = frozenset({"write"})
+    wl.prepare(c)
+    _phase(wl, c, "write")
+    (f,) = list(d.iterdir())
+    return wl, c, f
+
+
+def test_what_came_back_intact_is_counted(tmp_path):
+    wl, c, _ = _written(tmp_path)
+    assert wl.check_after(c, "write") == {"bytes_checked": 1 << 20, "bytes_intact": 1 << 20, "bytes_lost": 0,
+                                          "bytes_corrupted": 0, "bytes_unreadable": 0, "bytes_not_acknowledged": 0}
+
+
+def test_a_corrupted_and_a_truncated_file_are_found(tmp_path):
+    wl, c, f = _written(tmp_path)
+    with open(f, "r+b") as fh:  # a sector of the second block overwritten, then the last 64 KiB gone
+        fh.seek((64 << 10) + 512)
+        fh.write(b"\0" * 512)
+        fh.truncate((1 << 20) - (64 << 10))
+    out = wl.check_after(c, "write")
+    assert out["bytes_checked"] == 1 << 20 and out["bytes_corrupted"] == 64 << 10 and out["bytes_lost"] == 64 << 10
+    assert out["bytes_intact"] == (1 << 20) - (128 << 10)
+    byte = int(out["first_problem"].removeprefix("byte ").removesuffix(" differs from what was written"))
+    assert (64 << 10) + 512 <= byte < (64 << 10) + 1024  # inside the zeroed sector (where its data was not 0)
+
+
+def test_nothing_is_checked_when_no_fault_struck_the_phase(tmp_path):
+    wl, c, _ = _written(tmp_path)
+    c.faulted = frozenset()
+    assert wl.check_after(c, "write") is None

@@ -82,6 +82,7 @@ class PhaseFigures:
     clock: dict[str, Any] | None = None  # MPI: each rank's clock offset from rank 0's and the worst skew (clocks.py)
     io_engines: list[str] = field(default_factory=list)  # what ran the timed loop (workloads/kernel.py), when said
     timeline: dict[str, Any] | None = None  # all clients' work per second, with the faults (analysis/timeline.py)
+    written_check: dict[str, Any] | None = None  # what was read back after a faulted write (analysis/guards.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class PhaseFigures:
             **({"clock": self.clock} if self.clock else {}),
             **({"io_engines": self.io_engines} if self.io_engines else {}),
             "timeline": self.timeline,
+            **({"written_check": self.written_check} if self.written_check else {}),
             "client_stats": [c.as_dict() for c in self.client_stats],
             **self.extra,
         }

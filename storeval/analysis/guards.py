@@ -44,6 +44,7 @@ def check_host(fig: Any, records: list[PhaseRecord], direction: str | None) -> N
     """Add the host and duration flags and warnings of one ``ok`` phase to ``fig``."""
     short_phase(fig, records)
     degraded(fig, records)
+    written_check(fig, records)
     for host, probes, cpu in _hosts(records):
         busy_host(fig, host, probes, cpu, fig.seconds)
         memory(fig, host, probes, fig.seconds)
@@ -135,6 +136,30 @@ def degraded(fig: Any, records: list[PhaseRecord]) -> None:
         f"{failed:,} operation{'s' if failed != 1 else ''} failed during the phase ({kinds}): {retried:,} tries "
         f"again, {lost:,} operation{'s' if lost != 1 else ''} lost — the figure counts the operations that "
         "succeeded, over a time that includes the failures and the pauses between tries")})
+
+
+def written_check(fig: Any, records: list[PhaseRecord]) -> None:
+    """Add up what the clients read back after a write phase a fault struck (Workload.check_after), and
+    flag ``data-lost`` when an acknowledged block did not come back as written."""
+    checks = [r.extra["written_check"] for r in records if isinstance(r.extra.get("written_check"), dict)]
+    if not checks:
+        return
+    total: dict[str, Any] = {}
+    for check in checks:
+        for key, value in check.items():
+            if isinstance(value, int):
+                total[key] = total.get(key, 0) + value
+            elif key == "first_problem" and "first_problem" not in total:
+                total[key] = value
+    total["clients"] = len(checks)
+    fig.written_check = total
+    bad = total.get("bytes_lost", 0) + total.get("bytes_corrupted", 0) + total.get("bytes_unreadable", 0)
+    if bad:
+        fig.flags.append({"code": "data-lost", "message": (
+            f"of {total.get('bytes_checked', 0):,} bytes the writes had acknowledged, {total.get('bytes_lost', 0):,} "
+            f"were missing, {total.get('bytes_corrupted', 0):,} corrupted and {total.get('bytes_unreadable', 0):,} "
+            f"unreadable when read back after the phase" + (f" (first: {total['first_problem']})"
+                                                            if total.get("first_problem") else ""))})
 
 
 def fits_in_ram(fig: Any, records: list[PhaseRecord]) -> None:

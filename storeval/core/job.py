@@ -26,3 +26,4 @@ class Job:
     target: str | None = None
     server: dict[str, Any] = field(default_factory=dict)
     server_pids: tuple[int, ...] = ()
+    faulted: tuple[str, ...] = ()  # phases a fault plan strikes: their writes are read back and checked after

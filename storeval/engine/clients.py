@@ -35,13 +35,14 @@ Send = Callable[[tuple], None]
 
 
 def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
-             seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None) -> Job:
+             seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None,
+             faulted: tuple[str, ...] = ()) -> Job:
     """The job every client of a cell receives, with where the target's server counters are found."""
     server = server_spec(options)
     return Job(url=url, options=options, kind=kind, params=params, cell_dir=cell_dir,
                steps=tuple((str(p), int(i)) for p, i in steps), seed=seed, keep_cache=keep_cache,
                probe_interval=probe_interval, target=target, server=server,
-               server_pids=tuple(server.get("pids", ())))
+               server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted))
 
 
 # How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the
@@ -90,7 +91,7 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
         leader = getattr(comm, "host_leader", rank == 0)
         ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job.cell_dir,
                             seed=job.seed, comm=comm, keep_cache=job.keep_cache, host_leader=leader,
-                            server_pids=list(job.server_pids))
+                            server_pids=list(job.server_pids), faulted=frozenset(job.faulted))
         host = HostProbe(job) if leader else None
         phase, iteration = "prepare", 0
         wl.prepare(ctx)
@@ -133,6 +134,9 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
                 rec.extra["host_ram_bytes"] = host0.get("mem", {}).get("mem", {}).get("total_bytes")
             comm.barrier()  # nobody's next untimed work (set-up, clean-up) may reach the leader's counters
             send(("record", rank, rec.record(exit_ns).to_wire()))
+            checked = wl.check_after(ctx, phase)
+            if checked is not None:
+                send(("checked", rank, phase, iteration, checked))
         phase, iteration = "cleanup", 0
         cleaned = True
         wl.cleanup(ctx)

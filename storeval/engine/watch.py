@@ -128,6 +128,10 @@ class Watch:
             while self.current < len(self.steps) and len(self.records[self.steps[self.current]]) == self.n:
                 self.step_ended(self.steps[self.current], time.perf_counter_ns())
                 self.current += 1
+        elif kind == "checked":  # what a client read back after the phase (Workload.check_after)
+            rec = self.records.get((msg[2], msg[3]), {}).get(rank)
+            if rec is not None:
+                rec.extra["written_check"] = msg[4]
         elif kind == "start":  # client 0 began a phase's timed region (its clock is this host's)
             step = (msg[2], msg[3])
             if step == self.current_step():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import time
 from array import array
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -309,8 +309,9 @@ class Bandwidth(Workload):
         if not write:
             rec.extra["cache"] = st.setdefault("cache", "not-cleared")  # before_phase sets it in a real run
         held = [self._open(c, path, "w" if write else "r", rec)]  # a read's handle may be reopened (degraded mode)
+        recovers: list[Degraded | None] = []
         try:
-            streams = self._streams(c, held, write, owner, offsets, logs, rec, path)
+            streams = self._streams(c, held, write, owner, offsets, logs, rec, path, recovers)
             try:
                 if p.deadline is None:
                     run_parallel([functools.partial(run, 0, len(o)) for run, o in zip(streams, offsets)])
@@ -321,13 +322,16 @@ class Bandwidth(Workload):
                 raise StorevalError(f"{phase} of {path} {e}") from e
             durable = make_durable(c, held[0], p.fsync) if write else None
         finally:
+            if write:  # what each stream had acknowledged, in its order, for check_after
+                st["written"] = (path, [(seq, log.ops + (len(r.lost) if r else 0), set(r.lost) if r else set())
+                                        for seq, log, r in zip(offsets, logs, recovers or [None] * len(logs))])
             c.driver.close(held[0])
         if write:
             warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
         self._warn_about_memory(c, phase, rec)
 
     def _streams(self, c: ClientContext, held: list, write: bool, owner: int, offsets: list, logs: list[OpLog],
-                 rec: PhaseRecorder, path: str) -> list:
+                 rec: PhaseRecorder, path: str, recovers: list) -> list:
         """One ``run(lo, hi, deadline_ns=NEVER)`` per stream of offsets, on the phase's engine: the kernel's
         Python loop over the driver's reader/writer, or a native job on the driver's file descriptor. Under
         ``on_error`` retry or continue each stream has its :class:`Degraded`; a read with one stream reopens
@@ -355,8 +359,61 @@ class Bandwidth(Workload):
                 if not write and native is None and len(offsets) == 1:
                     reopen = functools.partial(self._reopen, c, held, path, bufs, p.verify)
                 recover = Degraded(p.on_error, p.retry_for, errors, c.driver, reopen)
+            recovers.append(recover)
             runs.append(functools.partial(_run_stream, io, bufs, seq, logs[j], ts, stamp, checker, job, recover))
         return runs
+
+    def check_after(self, c: ClientContext, phase: str) -> dict[str, Any] | None:
+        """After a write phase that a fault struck (or that ran in degraded mode): read back every block the
+        client had acknowledged — its write returned — and compare it with its stamp (writer and offset per
+        sector). Untimed; O_DIRECT where the target allows it, so a local page cache cannot answer for the
+        disk. Blocks the phase already knew were lost (``on_error: continue``) are counted apart."""
+        p, st = self.p, c.state
+        written = st.pop("written", None)
+        if phase not in WRITES or written is None or (phase not in c.faulted and p.on_error == "fail"):
+            return None
+        path, streams = written
+        ts = p.transfer_size
+        checker = Payload(ts, c.rank, p.random_seed).checker()
+        buf = aligned_buffer(ts)
+        out = {"bytes_checked": 0, "bytes_intact": 0, "bytes_lost": 0, "bytes_corrupted": 0,
+               "bytes_unreadable": 0, "bytes_not_acknowledged": 0}
+        first: str | None = None
+        c.driver.retry_server()  # the server may be back since the phase ended
+        try:
+            h = self._open(c, path, "r", None) if st["direct"] else c.driver.open(path, "r")
+        except Exception as e:  # noqa: BLE001 - nothing acknowledged can be read back: all of it is unreadable
+            acked = sum((n - len(lost)) for _, n, lost in streams) * ts
+            return {**out, "bytes_checked": acked, "bytes_unreadable": acked, "first_problem": one_line(e)}
+        try:
+            read = c.driver.reader(h, into_buffer=True)
+            for seq, attempted, lost in streams:
+                for i in range(attempted):
+                    off = seq[i]
+                    if off in lost:
+                        out["bytes_not_acknowledged"] += ts
+                        continue
+                    out["bytes_checked"] += ts
+                    try:
+                        n = read([buf], off)
+                    except Exception as e:  # noqa: BLE001 - counted; a server that stays down fails the rest at once
+                        out["bytes_unreadable"] += ts
+                        first = first or f"offset {off}: {one_line(e)}"
+                        continue
+                    if n != ts:
+                        out["bytes_lost"] += ts - max(n, 0)
+                        first = first or f"offset {off}: {n} of {ts} bytes came back"
+                    elif (bad := checker(buf, off)) >= 0:
+                        out["bytes_corrupted"] += ts
+                        first = first or f"byte {off + bad} differs from what was written"
+                    else:
+                        out["bytes_intact"] += ts
+        finally:
+            try:
+                c.driver.close(h)
+            except Exception:  # noqa: BLE001
+                pass
+        return {**out, **({"first_problem": first} if first else {})}
 
     def _reopen(self, c: ClientContext, held: list, path: str, bufs: list, into_buffer: bool):
         """A read stream's handle again, after a failure (the old one is closed as far as it still can be);

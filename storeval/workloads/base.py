@@ -229,6 +229,7 @@ class ClientContext:
     state: dict[str, Any] = field(default_factory=dict)  # the workload's per-client state
     server_pids: list[int] = field(default_factory=list)  # the target's server processes on this host (testbed)
     server_cache: str | None = None  # what clear_cache did to the server's page cache this phase
+    faulted: frozenset[str] = frozenset()  # phases a fault plan strikes (what they wrote is checked after)
 
     def clear_cache(self, paths: list[str]) -> str:
         """Make the next read of ``paths`` come from the storage, not a page cache — this host's, and that of
@@ -341,6 +342,12 @@ class Workload(ABC):
     @abstractmethod
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         """Do this client's share of ``phase``, recording every operation into ``rec``."""
+
+    def check_after(self, c: ClientContext, phase: str) -> dict[str, Any] | None:
+        """Untimed, after ``phase``'s record was sent and outside every counter window: read back what the
+        phase's writes had acknowledged and say what came back intact (a fault's proof that nothing was
+        lost; :attr:`ClientContext.faulted`). None when there is nothing to check."""
+        return None
 
     def cleanup(self, c: ClientContext) -> None:
         """Remove what this client created; runs also after a failure."""

@@ -84,6 +84,7 @@ class Degraded:
         self.item: Any = None
         self.since = 0
         self.attempt = 0
+        self.lost: list[Any] = []  # the items given up under continue (never acknowledged)
 
     def __call__(self, item: Any, exc: BaseException) -> tuple[bool, Callable | None] | None:
         t = time.perf_counter_ns()
@@ -92,6 +93,7 @@ class Degraded:
             return None
         if self.policy == "continue":
             self.errors.note("lost")
+            self.lost.append(item)
             return False, None
         if self.attempt == 0 or item != self.item:  # this item's first failure opens its window
             self.item, self.since, self.attempt = item, t, 0
