@@ -291,9 +291,10 @@ def _print_all(summary, cells, console) -> None:
     """The phase tables per workload, the scaling lines, and the one-glance summary table last."""
     from .analysis.scaling import scaling
     from .analysis.table import summary_table
-    from .report.terminal import print_scaling, print_summary, print_table
+    from .report.terminal import print_faults, print_scaling, print_summary, print_table
 
     print_summary(summary, console)
+    print_faults(cells, console)
     print_scaling(scaling(cells), console)
     print_table(summary_table(summary), console)
 

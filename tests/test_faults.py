@@ -199,3 +199,12 @@ def test_the_figures_of_a_fault_from_its_timeline():
     assert f["stall_s"] == 2.0 and f["recovered"] is True and f["recovered_after_s"] == 1.0
     never = fault_figures(ev, per_second[:5] + [0, 0, 0, 0], 8.6)
     assert never["recovered"] is False and never["recovered_after_s"] is None
+
+
+def test_the_terminal_shows_each_fault_with_what_the_clients_saw(tmp_path):
+    path = study(tmp_path, "[{at: 0.5s, action: exec, run: 'true', undo: 'true', for: 0.5s}]")
+    r = storeval("run", path, "--results", str(tmp_path / "res"), "--no-html", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    assert "Faults — what the clients saw" in r.out
+    (row,) = [line for line in r.out.splitlines() if "exec @ 0.5s" in line]
+    assert "│ write │" in row and "│ ok " in row

@@ -13,8 +13,8 @@ The figures of a fault, from that timeline (1-second resolution — say so besid
 * ``stall_s``: the longest run of seconds without a completed operation from the fault's start on;
 * ``first_error_s``: from the fault's start to the second in which the first operation failed (degraded mode);
 * ``recovered_after_s``: seconds from the fault's undo (or its moment, when nothing undoes it) until the start
-  of the first whole second at ≥ 90 % of the baseline; ``None`` with ``recovered: false`` when the phase ended
-  first.
+  of the first whole second at ≥ 90 % of the baseline; ``recovered: false`` when no whole second after it
+  reached that, ``null`` when there was no whole second after it (or no baseline) to judge by.
 """
 
 from __future__ import annotations
@@ -101,8 +101,9 @@ def fault_figures(event: dict[str, Any], nbytes: list[int], seconds: float,
     back_from = end if end is not None else start
     out["recovered"] = None
     out["recovered_after_s"] = None
-    if base:
-        for s in range(math.ceil(back_from), math.floor(seconds)):  # whole seconds only
+    whole = range(math.ceil(back_from), math.floor(seconds))  # whole seconds after it, to judge by
+    if base and whole:
+        for s in whole:
             if nbytes[s] / MiB >= RECOVERED_SHARE * base:
                 out["recovered"], out["recovered_after_s"] = True, s - back_from
                 break

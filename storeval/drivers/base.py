@@ -45,6 +45,7 @@ class Capabilities:
     client_page_cache: bool = False  # reads go through this host's kernel page cache (POSIX file systems)
     close_commits: bool = False  # close returns once the target holds the whole object durably (an object
     # store's PUT or multipart-complete acknowledgment): nothing is left to flush after it
+    keeps_data: bool = True  # what is written can be read back (the null target discards it)
 
     def as_dict(self) -> dict[str, bool]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -76,7 +76,7 @@ class NullDriver(Driver):
     scheme = "null"
     Options = NullOptions
     caps = Capabilities(random_write=True, direct_io=True, vector_read=True, directories=True,
-                        append_only=False, fsync=True, shared_write=True)
+                        append_only=False, fsync=True, shared_write=True, keeps_data=False)
     url_parts = frozenset({"host", "path"})  # a label (null://a, null://b): nothing is read from it
 
     def __init__(self, url, options=None, *, client: int = -1) -> None:

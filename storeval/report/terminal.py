@@ -16,7 +16,7 @@ from ..analysis.figures import ConfigSummary
 from ..stats import Summary
 from ..analysis.table import rep_notes
 from ..spec import is_size_param
-from ..units import format_duration_ns, format_size_compact, sig
+from ..units import format_duration_ns, format_size, format_size_compact, sig
 from ..workloads import WORKLOADS, workload_class
 from ..workloads.base import Report, summary_text
 from .console import safe
@@ -221,3 +221,54 @@ def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12)
         console.print(safe(line), highlight=False, soft_wrap=True)
     if len(lines) > limit:
         console.print(f"… and {len(lines) - limit} more in the JSON document", highlight=False)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else sig(value, digits)
+
+
+def fault_rows(cells: list[Any]) -> list[list[str]]:
+    """One row per fault of a fault plan, with what the clients' throughput did around it and what the write
+    check read back (analysis/timeline.py, analysis/guards.py)."""
+    rows = []
+    for cf in cells:
+        for ph in cf.phases:
+            faults = (ph.timeline or {}).get("faults") or []
+            check = ph.written_check
+            checked = "–"
+            if check:
+                bad = check.get("bytes_lost", 0) + check.get("bytes_corrupted", 0) + check.get("bytes_unreadable", 0)
+                checked = (f"{format_size(check.get('bytes_intact', 0))} intact, "
+                           f"{format_size(bad)} lost" + (" ✗" if bad else ""))
+            for f in faults:
+                what = f"{f.get('action')} {f.get('server') or ''}".strip() + f" @ {f.get('planned')}"
+                if f["kind"] != "fault":
+                    rows.append([str(cf.cell.cell_id), f"{cf.cell.target} · {cf.cell.workload}", ph.phase, what,
+                                 f["kind"].removeprefix("fault-"), *["–"] * 6, checked])
+                    continue
+                recovered = ("no" if f.get("recovered") is False else _fmt(f.get("recovered_after_s")))
+                rows.append([str(cf.cell.cell_id), f"{cf.cell.target} · {cf.cell.workload}", ph.phase, what,
+                             f"{_fmt(f.get('start_s'))}" + (f"–{_fmt(f['end_s'])}" if f.get("end_s") is not None
+                                                            else "") + " s", _fmt(f.get("baseline_MiBps")),
+                             _fmt(f.get("during_MiBps")), _fmt(f.get("after_MiBps")), _fmt(f.get("stall_s")),
+                             recovered, f"{ph.status}", checked])
+    return rows
+
+
+def print_faults(cells: list[Any], console: Console) -> None:
+    """The faults of the run's fault plans and what each did, when there were any."""
+    rows = fault_rows(cells)
+    if not rows:
+        return
+    table = Table(title="Faults — what the clients saw", caption_justify="left", caption=(
+        "struck/undone: seconds after the phase's start (the coordinator's clock); MiB/s before, during and after "
+        "the fault from the clients' per-second timeline (1 s resolution); stall: longest run of seconds without a "
+        "completed operation; recovered: seconds after the undo until a whole second at ≥ 90 % of before; written: "
+        "what was read back after the phase against its stamps."))
+    for col in ("cell", "where", "phase", "fault", "struck–undone", "before", "during", "after", "stall s",
+                "recovered s", "phase", "written"):
+        table.add_column(col, justify="left" if col in ("where", "phase", "fault", "written") else "right",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*map(safe, row))
+    console.print(table)

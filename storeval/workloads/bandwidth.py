@@ -370,7 +370,8 @@ class Bandwidth(Workload):
         disk. Blocks the phase already knew were lost (``on_error: continue``) are counted apart."""
         p, st = self.p, c.state
         written = st.pop("written", None)
-        if phase not in WRITES or written is None or (phase not in c.faulted and p.on_error == "fail"):
+        if (phase not in WRITES or written is None or not c.driver.caps.keeps_data
+                or (phase not in c.faulted and p.on_error == "fail")):
             return None
         path, streams = written
         ts = p.transfer_size
