@@ -203,8 +203,13 @@ def test_the_figures_of_a_fault_from_its_timeline():
 
 def test_the_terminal_shows_each_fault_with_what_the_clients_saw(tmp_path):
     path = study(tmp_path, "[{at: 0.5s, action: exec, run: 'true', undo: 'true', for: 0.5s}]")
-    r = storeval("run", path, "--results", str(tmp_path / "res"), "--no-html", cwd=tmp_path)
+    r = storeval("run", path, "--results", str(tmp_path / "res"), "--html", str(tmp_path / "r.html"), cwd=tmp_path)
     assert r.rc == 0, r.err
     assert "Faults — what the clients saw" in r.out
     (row,) = [line for line in r.out.splitlines() if "exec @ 0.5s" in line]
     assert "│ write │" in row and "│ ok " in row
+    # the report: a Faults section with the table and a chart of the phase, the fault's interval shaded
+    html = (tmp_path / "r.html").read_text()
+    assert '<h2 id="faults">Faults</h2>' in html and "<td>exec @ 0.5s</td>" in html
+    assert "cell 0: t · bw · 1 clients · write — throughput and failures per second" in html
+    assert '"fillcolor": "#d62728"' in html or '"fillcolor":"#d62728"' in html

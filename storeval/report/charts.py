@@ -232,3 +232,45 @@ def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dic
         layout["margin"]["r"] = 70
         out.append((title, {"data": data, "layout": layout}))
     return out
+
+
+def fault_charts(cells: list[Any]) -> list[tuple[str, dict]]:
+    """For each phase a fault struck or that ran through failed operations: all clients' MiB/s per second and
+    the failed operations per second, each fault's interval shaded (red: in force; grey: a fault that did not
+    happen or could not act), from the phase's aggregate timeline (analysis/timeline.py)."""
+    out = []
+    for cf in cells:
+        for ph in cf.phases:
+            tl = ph.timeline or {}
+            if not tl.get("faults") and not tl.get("errors"):
+                continue
+            if len(out) >= MAX_TIMELINES:
+                return out
+            xs = [s + 0.5 for s in range(len(tl["bytes"]))]  # each second's count at its middle
+            widths = [min(1.0, tl["seconds"] - s) for s in range(len(tl["bytes"]))]
+            data = [{"type": "scatter", "mode": "lines+markers", "name": "all clients MiB/s", "x": xs,
+                     "y": [b / MiB / w if w > 0 else 0 for b, w in zip(tl["bytes"], widths)]}]
+            for kind, per_second in sorted((tl.get("errors") or {}).items()):
+                data.append({"type": "bar", "name": f"failed {kind}/s", "yaxis": "y2", "opacity": 0.6,
+                             "x": xs[:len(per_second)], "y": per_second})
+            shapes, notes = [], []
+            for f in tl.get("faults") or []:
+                start = f.get("start_s")
+                if start is None:
+                    continue
+                end = f.get("end_s") if f.get("end_s") is not None else start
+                struck = f["kind"] == "fault"
+                shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": start, "x1": max(end, start + 0.02),
+                               "y0": 0, "y1": 1, "fillcolor": "#d62728" if struck else "#7f7f7f", "opacity": 0.15,
+                               "line": {"color": "#d62728" if struck else "#7f7f7f", "width": 1}})
+                notes.append({"x": start, "y": 1.02, "xref": "x", "yref": "paper", "showarrow": False,
+                              "xanchor": "left", "text": f"{f.get('action')} {f.get('server') or ''}".strip(),
+                              "hovertext": f.get("message") or "", "font": {"size": 10, "color": "#d62728"}})
+            c = cf.cell
+            title = (f"cell {c.cell_id}: {c.target} · {c.workload} · {c.clients} clients · {ph.phase}"
+                     + (f" #{ph.iteration + 1}" if ph.iteration else "") + " — throughput and failures per second")
+            layout = _layout(title, "seconds since the phase's start", "MiB/s", shapes=shapes, annotations=notes,
+                             yaxis2={"title": {"text": "failed operations/s"}, "overlaying": "y", "side": "right",
+                                     "rangemode": "tozero"})
+            out.append((title, {"data": data, "layout": layout}))
+    return out

@@ -21,7 +21,7 @@ from ..analysis.table import summary_table
 from ..store import RunData
 from . import charts
 from ..workloads import WORKLOADS
-from .terminal import TABLE_CAPTION, TABLE_COLUMNS, phase_tables, table_rows
+from .terminal import TABLE_CAPTION, TABLE_COLUMNS, fault_rows, phase_tables, table_rows
 
 
 @lru_cache(maxsize=1)
@@ -90,6 +90,7 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
         **{kind: charts.workload_charts(kind, summary) for kind in kinds},  # each workload's own section
         "latency": charts.latency_charts(summary, cells),
         "timeline": charts.timeline_charts(run.cells, samples, run.events),
+        "faults": charts.fault_charts(cells),
     }
     groups = {k: [(t, _clean(f)) for t, f in v] for k, v in groups.items()}
     ids, figures_json = _figures_json(groups)
@@ -99,7 +100,7 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
     sections = [("summary", "Summary"), ("phases", "Phases")] + [
         (anchor, name) for anchor, name, key in (("scaling", "Scaling", "scaling"), ("fairness", "Fairness", "fairness"))
         if ids[key]] + [(w["anchor"], w["name"]) for w in workload_sections] + [
-        (anchor, name) for anchor, name, key in (("latency", "Latency", "latency"),
+        (anchor, name) for anchor, name, key in (("latency", "Latency", "latency"), ("faults", "Faults", "faults"),
                                                  ("timelines", "Probe timelines", "timeline")) if ids[key]] + [
         ("messages", "Flags and warnings"), ("environment", "Environment"), ("study", "Study")]
     saturation_rows = [[s["target"], s["workload"], s["phase"], s["saturation_clients"], s["workers_to_peak"]]
@@ -113,7 +114,8 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
         phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
         saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
         fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,
-        latency_charts=ids["latency"], timeline_charts=ids["timeline"],
+        latency_charts=ids["latency"], timeline_charts=ids["timeline"], fault_charts=ids["faults"],
+        fault_rows=fault_rows(cells),
         probe_interval=run.study.get("probe_interval", 1.0), messages=_messages(summary), events=events,
         environment=json.dumps(run.environment, indent=2, default=str),
         study=yaml.safe_dump(run.study, sort_keys=False, allow_unicode=True),
