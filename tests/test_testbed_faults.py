@@ -133,7 +133,7 @@ def test_handles_of_the_session_testbed(testbed):
         "minio": FaultHandle("minio", "minio", ACTIONS, f"MinIO server, one process (API port {api})"),
         "xrootd": FaultHandle("xrootd", "xrootd", ACTIONS, f"XRootD server (port {xport})"),
         "hdfs": FaultHandle("hdfs", "hdfs", ("stop", "cont", "kill"),
-                            f"HDFS MiniDFSCluster JVM: NameNode and all 1 datanodes (RPC port {rpc})"),
+                            f"HDFS MiniDFSCluster JVM: NameNode and 1 datanode (RPC port {rpc})"),
         "hdfs.datanode1": FaultHandle("hdfs.datanode1", "hdfs", ("kill", "start", "restart"),
                                       f"HDFS datanode 1 of 1 (transfer port {dn}), shut down and started inside the JVM"),
     }
@@ -299,6 +299,15 @@ def test_cli_lists_handles_and_acts(ec_bed):
     new = ec_bed.load()["minio-ec"].state.procs[3]
     assert r.rc == 0 and r.out.strip() == (f"SIGKILL to minio-ec node 4 (pid {old.pid}); started minio-ec node 4 "
                                            f"again (pid {new.pid}) on the same port {ports[3]} with its data"), r.err
+    r = storeval("testbed", "fault", "minio-ec.node4", "stop", "--dir", d)
+    try:
+        assert r.rc == 0 and r.out.strip() == f"SIGSTOP to minio-ec node 4 (pid {new.pid})", r.err
+        status = storeval("testbed", "status", "--dir", d)
+        assert status.rc == 0 and status.out.startswith("minio-ec: FROZEN — ") and \
+            f"minio node4 pid {new.pid} stopped (SIGSTOP)" in status.out
+    finally:
+        r = storeval("testbed", "fault", "minio-ec.node4", "cont", "--dir", d)
+    assert r.rc == 0 and r.out.strip() == f"SIGCONT to minio-ec node 4 (pid {new.pid})", r.err
     r = storeval("testbed", "fault", "minio-ec.node5", "kill", "--dir", d)
     assert r.rc == 1 and " ".join(r.err.split()) == (
         f"error: no fault handle 'minio-ec.node5' in the testbed at {d} (known: minio-ec, minio-ec.node1, "

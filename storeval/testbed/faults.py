@@ -103,8 +103,8 @@ def _targets(servers: dict[str, Server]) -> dict[str, _Target]:
         elif kind == "hdfs":
             dns = [int(p) for p in state.info.get("datanode_ports", [])]
             rpc = int(state.ports.get("rpc", 0))
-            add(_Target(FaultHandle(kind, kind, SIGNAL_ACTIONS, f"HDFS MiniDFSCluster JVM: NameNode and all {len(dns)} "
-                                    f"datanodes (RPC port {rpc})"), server, "the HDFS JVM", everything,
+            add(_Target(FaultHandle(kind, kind, SIGNAL_ACTIONS, f"HDFS MiniDFSCluster JVM: NameNode and {len(dns)} "
+                                    f"datanode{'s' if len(dns) != 1 else ''} (RPC port {rpc})"), server, "the HDFS JVM", everything,
                         [int(p) for p in state.ports.values()],
                         why_not={"start": _HDFS_NO_START, "restart": _HDFS_NO_START}))
             for i, port in enumerate(dns, start=1):
