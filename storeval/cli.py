@@ -650,6 +650,34 @@ def testbed_datanode(
         raise InputError(f"testbed datanode {action}: choose stop, start or list")
 
 
+@testbed_app.command("faults")
+def testbed_faults(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
+    """List the fault handles of the running testbed servers (whole servers and their nodes) and their actions."""
+    from .testbed.faults import fault_handles
+
+    handles = fault_handles(directory)
+    if not handles:
+        print("no testbed server runs here: no fault handles")
+        return
+    width = max(len(h.name) for h in handles.values())
+    actions = max(len(",".join(h.actions)) for h in handles.values())
+    for h in handles.values():
+        print(f"{h.name:<{width}}  {','.join(h.actions):<{actions}}  {h.description}")
+
+
+@testbed_app.command("fault")
+def testbed_fault(
+    name: str = typer.Argument(..., help="Fault handle (see `storeval testbed faults`): minio-ec.node2, hdfs.datanode1, xrootd …"),
+    action: str = typer.Argument(..., help="stop (SIGSTOP), cont (SIGCONT), kill, start (a killed one, same ports and "
+                                           "data) or restart."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
+    """Make one testbed server or node hang (stop), resume (cont), crash (kill), come back (start) or restart, now."""
+    from .testbed.faults import act
+
+    print(act(directory, name, action))
+
+
 def _mpi_rank() -> int:
     for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         if key in os.environ:

@@ -299,6 +299,11 @@ class Server(ABC):
             return "stopped", f"`storeval testbed down {self.kind}` removes what storeval left of it"
         conditions = [p.condition() for p in self.state.procs]
         if "exited" in conditions:
+            names = self.fault_names([i for i, c in enumerate(conditions) if c == "exited"])
+            if names:  # a fault killed it: `testbed fault NAME start` brings it back as it was
+                return "DOWN", (f"`storeval testbed fault NAME start` starts it again with its data (NAME: "
+                                f"{' '.join(names)}), `storeval testbed up {self.kind}` starts it afresh, "
+                                f"`storeval testbed down {self.kind}` removes its data")
             return "DOWN", (f"`storeval testbed up {self.kind}` starts it again, "
                             f"`storeval testbed down {self.kind}` removes its data")
         if "stopped" in conditions:
@@ -308,6 +313,11 @@ class Server(ABC):
         if closed:
             return "NOT ANSWERING", f"port {', '.join(closed)} accepts no connection"
         return "running", ""
+
+    def fault_names(self, exited: list[int]) -> list[str]:
+        """The fault handles (:mod:`.faults`) that start the exited processes ``exited`` (indices of
+        ``state.procs``) again on their ports with their data; empty where no such start exists."""
+        return []
 
     def status(self) -> str:
         """One line that says what is true now: each process (up, stopped, DOWN), the ports, what to do."""

@@ -245,7 +245,20 @@ class HdfsServer(Server):
                 "jmx_period": JMX_PERIOD}
 
     def status(self) -> str:
-        return f"{super().status()}; datanodes {self.n_datanodes}, replication {self.replication}"
+        """The JVM's line, plus the datanodes a fault stopped inside the running JVM: DOWN, though its process is up."""
+        line = f"{super().status()}; datanodes {self.n_datanodes}, replication {self.replication}"
+        if not line.startswith(f"{self.kind}: running"):
+            return line  # frozen, exited or stopped: the control port cannot (or need not) be asked
+        try:
+            down = [(i, d["port"]) for i, d in enumerate(self.datanodes(timeout=5.0), start=1) if not d["alive"]]
+        except (TestbedError, ValueError):
+            return f"{line}; the control port did not list the datanodes"
+        if not down:
+            return line
+        what = ", ".join(f"datanode{i} (transfer port {port})" for i, port in down)
+        names = " ".join(f"hdfs.datanode{i}" for i, _ in down)
+        return (f"{self.kind}: DOWN{line[len(self.kind) + len(': running'):]}; {what} DOWN (stopped inside the JVM): "
+                f"`storeval testbed fault NAME start` starts it again (NAME: {names})")
 
     # -- control port ------------------------------------------------------------------------------------
     def control(self, command: str, timeout: float = 120.0) -> str:
@@ -270,9 +283,9 @@ class HdfsServer(Server):
             raise TestbedError(f"hdfs: '{command}' failed: {reply or 'no reply'}")
         return reply
 
-    def datanodes(self) -> list[dict[str, Any]]:
+    def datanodes(self, timeout: float = 120.0) -> list[dict[str, Any]]:
         """The datanodes in start order: ``[{"index": 0, "port": <transfer port>, "alive": True}, ...]``."""
-        lines = self.control("datanodes").splitlines()[1:]
+        lines = self.control("datanodes", timeout=timeout).splitlines()[1:]
         out = []
         for i, line in enumerate(lines):
             port, state = line.split()

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..drivers.sigv4 import authorization, signing_key
-from .base import LOCALHOST, Server, TestbedError, wait_until
+from .base import LOCALHOST, Proc, Server, TestbedError, wait_until
 from .gobuild import MINIO_VERSION, WARP_VERSION, install_minio, install_warp
 
 BUCKET = "storeval"
@@ -299,6 +299,55 @@ class MinioServer(Server):
         return {self.target_name: {"url": f"s3://{BUCKET}/testbed", "endpoint": self.endpoint, "region": REGION,
                                    "credentials_file": str(self.credentials_file), **self.server_counters()}}
 
+    def respawn(self, indices: list[int], timeout: float = 120.0) -> list[Proc]:
+        """Start the exited processes ``indices`` (of ``state.procs``) again after a fault killed them: the same
+        command, ports, drives and credentials, each recorded in its old slot. Returns when each answers (and,
+        see :meth:`_after_respawn`, takes writes); a port still held by the dying server's connections is
+        retried until ``timeout``. Running processes are left alone."""
+        deadline = time.monotonic() + timeout
+        started: list[Proc] = []
+        for idx in indices:
+            if self.state.procs[idx].alive():
+                continue
+            cmd, name, log = self._commands(self.state.ports)[idx], self._names()[idx], self._logs()[idx]
+            port = self._listen_ports()[idx]
+            while True:
+                offset = log.stat().st_size if log.exists() else 0
+                proc = self._spawn(cmd, name=name, log=log, env=self._proc_env(idx), slot=idx)
+                if self._respawned(proc, port, log, offset, deadline):
+                    break
+                if time.monotonic() >= deadline:
+                    proc.stop(grace=5)
+                    raise TestbedError(f"{self.kind}: {name} did not start again on port {port} within "
+                                       f"{timeout:g} s; see {log}")
+                time.sleep(0.5)  # the port was still in use: try again
+            started.append(proc)
+        self._after_respawn(max(10.0, deadline - time.monotonic()))
+        return started
+
+    def _respawned(self, proc: Proc, port: int, log: Path, offset: int, deadline: float) -> bool:
+        """Wait until a respawned process answers on ``port``: True; False if it died because the port was still
+        in use; TestbedError if it died otherwise or did not answer in time."""
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                with open(log, "rb") as f:
+                    f.seek(offset)
+                    text = f.read().decode(errors="replace").lower()
+                if "already in use" in text or "address in use" in text:
+                    return False
+                raise TestbedError(f"{self.kind}: {proc.name} exited while starting again; see {log}")
+            if _http_status(port, "/minio/health/live", 1.0) == 200:
+                return True
+            time.sleep(0.1)
+        proc.stop(grace=5)
+        raise TestbedError(f"{self.kind}: {proc.name} did not answer on port {port} after starting again; see {log}")
+
+    def fault_names(self, exited: list[int]) -> list[str]:
+        return [self.kind] if exited else []
+
+    def _after_respawn(self, timeout: float) -> None:
+        """Hook: what must hold after a respawn before the server is usable again (one process: answering is)."""
+
     def server_counters(self) -> dict[str, Any]:
         """Its processes, and each node's Prometheus metrics (v3: v2 is served from a cache; read with a token
         signed by the target's keys, so nothing here is public)."""
@@ -392,7 +441,8 @@ class MinioECServer(MinioServer):
 
     def wait_writable(self, timeout: float = 120.0) -> None:
         """Wait until every node running now accepts writes; one that dies meanwhile is an error."""
-        ids = [i for i in self._node_ids() if self.node_alive(i)]
+        # a node frozen by SIGSTOP (a fault) answers nobody: only the nodes that run are asked
+        ids = [i for i in self._node_ids() if self.state.procs[self._node(i)["proc"]].condition() == "up"]
         if not ids:
             raise TestbedError(f"{self.kind}: no node is running")
 
@@ -441,6 +491,19 @@ class MinioECServer(MinioServer):
         start = time.monotonic()
         wait_until(up, timeout, f"{self.kind} node {i}", log=log)
         self.wait_writable(max(10.0, timeout - (time.monotonic() - start)))
+
+    def fault_names(self, exited: list[int]) -> list[str]:
+        if len(exited) == len(self.state.procs):
+            return [self.kind] if exited else []
+        return [f"{self.kind}.node{i + 1}" for i in exited]
+
+    def _after_respawn(self, timeout: float) -> None:
+        """Once enough nodes run for a write quorum (3 of 4), wait until every running node takes writes (a node
+        just started refuses them until it has reached its peers, see :meth:`writable`); with fewer nothing can
+        be written, so answering is all there is to wait for."""
+        running = [p for p in self.state.procs if p.condition() == "up"]
+        if len(running) >= self.nodes // 2 + 1:
+            self.wait_writable(timeout)
 
 
 __all__ = ["MINIO_VERSION", "WARP_VERSION", "BUCKET", "install_minio", "install_warp", "create_bucket",

@@ -287,6 +287,35 @@ class XrootdServer(Server):
         self.state.ports = {}
         raise TestbedError(f"xrootd did not start: {last or 'no message'}; see {log}")
 
+    def fault_names(self, exited: list[int]) -> list[str]:
+        return [self.kind] if exited else []
+
+    def respawn(self, timeout: float = 120.0) -> Proc:
+        """Start the server again after a fault killed it: the same port, configuration and data, recorded in its
+        old slot of ``state.procs``. A port still held by the killed server's connections is retried until
+        ``timeout``. Raises TestbedError if it is running."""
+        if self.state.procs and self.state.procs[0].alive():
+            raise TestbedError("xrootd: it is running; nothing to start")
+        if not shutil.which("xrootd") or not self.state.ports:
+            raise TestbedError("xrootd: cannot start it again (not installed, or never started here)")
+        user = self.state.info.get("user")
+        log = self.log_file
+        deadline = time.monotonic() + timeout
+        while True:
+            (self.home / "run" / "xrootd.pid").unlink(missing_ok=True)  # the killed server's, in its own directory
+            mark = log.stat().st_size if log.exists() else 0
+            if self.state.procs:
+                proc = self._spawn(self._command(user), name="xrootd", log=log, cwd=self.home, slot=0)
+            else:
+                proc = self._spawn(self._command(user), name="xrootd", log=log, cwd=self.home)
+            outcome, why = self._await_start(proc, log, mark)
+            if outcome == "ok":
+                return proc
+            proc.stop(grace=5)
+            if outcome != "port" or time.monotonic() >= deadline:
+                raise TestbedError(f"xrootd did not start again on port {self.port}: {why or 'no message'}; see {log}")
+            time.sleep(0.5)
+
     @staticmethod
     def _version(xrootd: str) -> str:
         try:
