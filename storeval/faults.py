@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -90,13 +91,15 @@ class FaultRunner:
 
     def __init__(self, faults: tuple[Fault, ...] | list[Fault], expected: Callable[[str], tuple[int, int]],
                  study_testbed: str | None, log: Callable[[str], None] | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, on_pending: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.planned = [_Planned(f) for f in faults]
         self.expected = expected  # phase → (bytes, ops) the clients will do in all
         self.deadline = deadline  # a phase that a deadline ends: a share of the work is that share of its time
         self.testbed = testbed_dir(study_testbed)
         self.log = log
         self.events: list[dict[str, Any]] = []
+        self.on_pending = on_pending  # told the undos in force (the run's watchdog runs them if we die)
+        self.pending: dict[int, dict[str, Any]] = {}
         self.lock = threading.Condition()
         self.closing = False
         self.workers: list[threading.Thread] = []
@@ -233,6 +236,7 @@ class FaultRunner:
         undo = UNDO.get(f.action) or ("undo" if f.action == "exec" and f.undo else None)
         if f.for_s and undo:
             p.undo_due_ns = t_ns + int(f.for_s * 1e9)
+            self._pending(p, True)
         else:
             p.done = True
 
@@ -244,6 +248,7 @@ class FaultRunner:
         p.done = True
         try:
             said = self._act(f, action)
+            self._pending(p, False)
         except Exception as e:  # noqa: BLE001 - said in the event: the server may still be down
             said, error = "", one_line(e)
         else:
@@ -259,6 +264,27 @@ class FaultRunner:
         if error is not None:
             self._event(p, "fault-failed", f"{action} after {f.label} failed: {error} (the server may still be "
                                            f"{'stopped' if f.action == 'stop' else 'down'})", {"error": error})
+
+    def _pending(self, p: _Planned, in_force: bool) -> None:
+        """Keep the watchdog's list of undos in force up to date (a command line each: it runs them)."""
+        f = p.fault
+        with self.lock:
+            if in_force:
+                if f.action == "exec":
+                    argv = ["/bin/sh", "-c", f.undo or "true"]
+                else:
+                    argv = [sys.executable, "-m", "storeval", "testbed", "fault", f.server or "", UNDO[f.action],
+                            "--dir", self.testbed]
+                self.pending[id(p)] = {"what": f"{UNDO.get(f.action, 'undo')} after {f.label}", "argv": argv,
+                                       "timeout": f.timeout_s}
+            else:
+                self.pending.pop(id(p), None)
+            pending = list(self.pending.values())
+        if self.on_pending is not None:
+            try:
+                self.on_pending(pending)
+            except Exception:  # noqa: BLE001 - the watchdog's copy is a safety net, not the fault itself
+                pass
 
     def _missed(self, p: _Planned, t_ns: int) -> None:
         f = p.fault

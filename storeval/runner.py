@@ -203,7 +203,8 @@ class Runner:
                 self.guard.cell(cell, cell_dir)
                 if cell.faults:
                     faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients), self.study.testbed,
-                                         log=self.ui.log, deadline=getattr(wl.p, "deadline", None))
+                                         log=self.ui.log, deadline=getattr(wl.p, "deadline", None),
+                                         on_pending=self.guard.undos)
                 outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
                                                on_clients=self.guard.clients, watcher=faults)
             else:
@@ -392,6 +393,12 @@ class _Guard:
     def cell(self, cell: Cell | None, cell_dir: str | None) -> None:
         self.state["phase"] = None
         self.state["cell"] = None if cell is None else {**cell.state(cell_dir), "clients": []}
+        self._save()
+
+    def undos(self, pending: list[dict[str, Any]]) -> None:
+        """The faults in force now and the command that undoes each: the watchdog runs them if this process
+        dies, so that a server storeval stopped is never left stopped."""
+        self.state["undo"] = pending
         self._save()
 
     def clients(self, clients: list[dict[str, Any]]) -> None:

@@ -213,3 +213,24 @@ def test_the_terminal_shows_each_fault_with_what_the_clients_saw(tmp_path):
     assert '<h2 id="faults">Faults</h2>' in html and "<td>exec @ 0.5s</td>" in html
     assert "cell 0: t · bw · 1 clients · write — throughput and failures per second" in html
     assert '"fillcolor": "#d62728"' in html or '"fillcolor":"#d62728"' in html
+
+
+def test_a_fault_in_force_when_storeval_is_killed_is_undone_by_its_watchdog(tmp_path):
+    """SIGKILL to the coordinator while a fault is in force (a server it stopped, say): the run's watchdog
+    runs the undo, so nothing storeval did to a server outlives it."""
+    import subprocess
+    import sys
+    import time
+
+    path = study(tmp_path, "[{at: 0.2s, action: exec, run: 'touch on', undo: 'touch off', for: 1h}]", size="256MiB")
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", path, "--results", "res", "--no-html"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300  # the fault acts 0.2 s into a 16 s write; start-up may be slow here
+    while not (tmp_path / "on").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "on").exists(), proc.communicate()
+    time.sleep(0.5)  # the runner has told its watchdog what to undo (it does so as the fault acts)
+    proc.kill()
+    _, err = proc.communicate(timeout=600)
+    assert (tmp_path / "off").exists()
+    assert "undid undo after exec touch on at 0.2s into write for 1h" in err

@@ -64,7 +64,9 @@ class Fault:
 
 
 def format_duration(seconds: float) -> str:
-    """``10`` → ``10s``, ``120`` → ``2m``, ``0.5`` → ``0.5s``: as a study would write it."""
+    """``10`` → ``10s``, ``120`` → ``2m``, ``3600`` → ``1h``, ``0.5`` → ``0.5s``: as a study would write it."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds / 60:g}m"
     return f"{seconds:g}s"

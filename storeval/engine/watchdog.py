@@ -225,6 +225,9 @@ def main(path: str, pid: int, created: float) -> int:
             except psutil.NoSuchProcess:
                 pass
     message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
+    undone = _undo(state)
+    if undone:
+        message += f"; {undone}"
     removed = _clean(state)
     _record(state, message)
     tail = "storeval removed its files" if removed else "some of storeval's files could not be removed"
@@ -313,6 +316,25 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
             f"{cell['workload']} · {cell['nclients']} clients)" if cell else " between cells"
     ended = "; mpiexec ended the job" if under_mpi else ""
     return f"{what}{where}{ended}"
+
+
+def _undo(state: dict[str, Any]) -> str:
+    """Undo the faults the dead run had in force (a server it stopped, a node it killed): their commands, as
+    the run's fault runner left them in the state (storeval/faults.py). What it said, in a few words."""
+    done, failed = [], []
+    for item in state.get("undo") or []:
+        try:
+            r = subprocess.run(item["argv"], capture_output=True, timeout=float(item.get("timeout") or 60),
+                               stdin=subprocess.DEVNULL)
+            (done if r.returncode == 0 else failed).append(item.get("what", "undo"))
+        except (OSError, subprocess.SubprocessError, KeyError, TypeError, ValueError):
+            failed.append(item.get("what", "undo") if isinstance(item, dict) else "undo")
+    words = []
+    if done:
+        words.append("undid " + ", ".join(done))
+    if failed:
+        words.append("could not undo " + ", ".join(failed))
+    return "; ".join(words)
 
 
 def _clean(state: dict[str, Any]) -> bool:
