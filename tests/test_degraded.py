@@ -80,7 +80,7 @@ def test_a_reopened_handle_is_the_operation_that_goes_on():
 
     def reopen():
         reopened.append(True)
-        return lambda off: fresh(None, off)
+        return (lambda off: fresh(None, off)), None
 
     done = kernel.measure(log, SIZE, range(0, 100, SIZE), lambda off: broken(None, off), expect=SIZE,
                           fail=IOFailure, recover=Degraded("retry", 120, PhaseErrors(rec), reopen=reopen))

@@ -128,14 +128,17 @@ def degraded(fig: Any, records: list[PhaseRecord]) -> None:
     if not counts:
         return
     retried, lost = sum(c.get("retried", 0) for c in counts), sum(c.get("lost", 0) for c in counts)
+    rewritten = sum(c.get("rewritten_bytes", 0) for c in counts)
     failed = sum(fig.errors.values())
     if not failed:
         return
     kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(fig.errors.items(), key=lambda kv: -kv[1]))
+    again = (f"; {rewritten:,} acknowledged bytes the reopened file had not kept were written again (and are "
+             "counted twice)") if rewritten else ""
     fig.flags.append({"code": "degraded", "message": (
         f"{failed:,} operation{'s' if failed != 1 else ''} failed during the phase ({kinds}): {retried:,} tries "
-        f"again, {lost:,} operation{'s' if lost != 1 else ''} lost — the figure counts the operations that "
-        "succeeded, over a time that includes the failures and the pauses between tries")})
+        f"again, {lost:,} operation{'s' if lost != 1 else ''} lost{again} — the figure counts the operations "
+        "that succeeded, over a time that includes the failures and the pauses between tries")})
 
 
 def written_check(fig: Any, records: list[PhaseRecord]) -> None:

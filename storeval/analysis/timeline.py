@@ -87,6 +87,9 @@ def fault_figures(event: dict[str, Any], nbytes: list[int], seconds: float,
     out.update(start_s=start, end_s=end)
     if event["kind"] != "fault" or start is None:
         return out
+    # the coordinator hears of a phase's end after its closing barriers: a fault due then strikes a phase whose
+    # last operation has already ended, and says so
+    out["inside_phase"] = start < seconds
     base = _rate(nbytes, 0.0, start, seconds)
     out["baseline_MiBps"] = base
     out["during_MiBps"] = _rate(nbytes, start, end if end is not None else seconds, seconds)

@@ -372,6 +372,12 @@ class Driver(ABC):
     def fsync(self, h: Handle) -> None:
         """Make written data durable (no-op where the target has no such notion)."""
 
+    def resume_write(self, h: Handle) -> int | None:
+        """Make a write handle whose write failed usable again (degraded mode's retry); return the offset the
+        file must be continued from when the storage kept less than was acknowledged, or None when the failed
+        write can simply be tried again (the default: a file at any offset, an object store's part)."""
+        return None
+
     def invalidate(self, path: str) -> bool:
         """Drop this client's cached pages of ``path`` (fio's ``invalidate``); False where there is no such cache."""
         return False

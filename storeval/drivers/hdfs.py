@@ -21,7 +21,8 @@ from pydantic import Field, StringConstraints
 
 from ..errors import CapabilityError, InputError, StorevalError
 from ..fields import Duration, Size
-from .base import Capabilities, Deadline, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult, network_failure
+from .base import (Capabilities, Deadline, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult, TargetError,
+                   network_failure)
 
 
 class HdfsOptions(DriverOptions):
@@ -204,6 +205,24 @@ class HdfsDriver(Driver):
             raise self._error(e, "write", h.path) from None
         h.pos += n
         return n
+
+    def resume_write(self, h: Handle) -> int | None:
+        """After a failed write the hdfs-native writer is dead (its next block allocation names a datanode
+        that is gone, and nothing excludes it): recover the file's lease, read how much the datanodes kept,
+        and reopen the file for appending there — what a client must do that cannot recover its pipeline. The
+        lease takes the namenode some seconds; until then this raises, and degraded mode tries again."""
+        try:
+            self.deadline.call(h.io.close)
+        except Exception:  # noqa: BLE001 - a dead writer does not close
+            pass
+        p = self._p(h.path)
+        if not self._call("lease recovery", h.path, self.client.recover_lease, p):
+            raise TargetError(f"{self.label}: lease recovery of {h.path} is not finished yet (the namenode is "
+                              "closing the file's last block)", "lease-recovery")
+        length = self._call("stat", h.path, self.client.get_file_info, p).length
+        h.io = self._call("append", h.path, self.client.append, p)
+        h.pos = length
+        return length
 
     def fsync(self, h: Handle) -> None:
         if h.mode != "r":

@@ -247,6 +247,8 @@ def fault_rows(cells: list[Any]) -> list[list[str]]:
                                  f["kind"].removeprefix("fault-"), *["–"] * 6, checked])
                     continue
                 recovered = ("no" if f.get("recovered") is False else _fmt(f.get("recovered_after_s")))
+                if f.get("inside_phase") is False:
+                    recovered = "after the phase ended"
                 rows.append([str(cf.cell.cell_id), f"{cf.cell.target} · {cf.cell.workload}", ph.phase, what,
                              f"{_fmt(f.get('start_s'))}" + (f"–{_fmt(f['end_s'])}" if f.get("end_s") is not None
                                                             else "") + " s", _fmt(f.get("baseline_MiBps")),

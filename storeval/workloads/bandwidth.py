@@ -355,10 +355,14 @@ class Bandwidth(Workload):
                 job = DataJob(engine, native.fd, write, bufs, ts, seq, stamp, checker)
             recover = None
             if errors is not None:
-                reopen = None
-                if not write and native is None and len(offsets) == 1:
-                    reopen = functools.partial(self._reopen, c, held, path, bufs, p.verify)
-                recover = Degraded(p.on_error, p.retry_for, errors, c.driver, reopen)
+                reopen = rewound = None
+                if native is None and len(offsets) == 1:
+                    if not write:
+                        reopen = functools.partial(self._reopen, c, held, path, bufs, p.verify)
+                    elif c.driver.caps.append_only:  # the file goes on from what the storage kept
+                        reopen = functools.partial(self._resume, c, held)
+                        rewound = functools.partial(self._rewound, errors, ts)
+                recover = Degraded(p.on_error, p.retry_for, errors, c.driver, reopen, rewound)
             recovers.append(recover)
             runs.append(functools.partial(_run_stream, io, bufs, seq, logs[j], ts, stamp, checker, job, recover))
         return runs
@@ -389,7 +393,7 @@ class Bandwidth(Workload):
         try:
             read = c.driver.reader(h, into_buffer=True)
             for seq, attempted, lost in streams:
-                for i in range(attempted):
+                for i in range(min(attempted, len(seq))):  # a rewound stream counted some writes twice
                     off = seq[i]
                     if off in lost:
                         out["bytes_not_acknowledged"] += ts
@@ -416,6 +420,16 @@ class Bandwidth(Workload):
                 pass
         return {**out, **({"first_problem": first} if first else {})}
 
+    def _resume(self, c: ClientContext, held: list):
+        """A write stream's handle again after a failure (degraded mode): the same writer where the target can
+        retry a write in place, else the offset the storage kept, to go on from there."""
+        return None, c.driver.resume_write(held[0])
+
+    @staticmethod
+    def _rewound(errors: PhaseErrors, ts: int, failed: int, restart: int) -> None:
+        """Count the acknowledged writes that a reopened file did not keep: they are written again."""
+        errors.note("rewritten_bytes", max(0, failed - restart))
+
     def _reopen(self, c: ClientContext, held: list, path: str, bufs: list, into_buffer: bool):
         """A read stream's handle again, after a failure (the old one is closed as far as it still can be);
         the operation to go on with."""
@@ -424,7 +438,7 @@ class Bandwidth(Workload):
         except Exception:  # noqa: BLE001 - a handle on a server that went away may not close
             pass
         held[0] = self._open(c, path, "r", None)
-        return functools.partial(c.driver.reader(held[0], into_buffer=into_buffer), bufs)
+        return functools.partial(c.driver.reader(held[0], into_buffer=into_buffer), bufs), None
 
     def _stonewall(self, c: ClientContext, phase: str, rec: PhaseRecorder, streams: list, offsets: list,
                    logs: list[OpLog]) -> None:

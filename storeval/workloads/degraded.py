@@ -63,30 +63,34 @@ class PhaseErrors:
             if kind not in self.samples:
                 self.samples[kind] = one_line(exc)[:SAMPLE_CHARS]
 
-    def note(self, what: str) -> None:
+    def note(self, what: str, count: int = 1) -> None:
         with self.lock:
-            self.counts[what] += 1
+            self.counts[what] = self.counts.get(what, 0) + count
 
 
 class Degraded:
     """The ``recover`` of one stream for the kernel (see :func:`storeval.workloads.kernel.measure`): called
-    with the item whose operation failed and the error; returns None to fail the phase, or ``(again, op)``:
-    ``again`` to try the item again (else it is lost and the stream goes on), ``op`` the operation to go on
-    with when the handle was reopened (None: the same)."""
+    with the item whose operation failed and the error; returns None to fail the phase, or ``(again, op,
+    restart)``: ``again`` to try the item again (else it is lost and the stream goes on), ``op`` the operation
+    to go on with when the handle was reopened (None: the same), ``restart`` the item to go on from when the
+    reopened handle holds less than was acknowledged (None: the failed one). ``reopen()`` returns that
+    ``(op, restart)`` pair; ``rewound(item, restart)`` counts what has to be done again."""
 
     def __init__(self, policy: str, retry_for: float, errors: PhaseErrors, driver: Any = None,
-                 reopen: Callable[[], Callable | None] | None = None) -> None:
+                 reopen: Callable[[], tuple[Callable | None, Any]] | None = None,
+                 rewound: Callable[[Any, Any], None] | None = None) -> None:
         self.policy = policy
         self.retry_for_ns = int(retry_for * NS)
         self.errors = errors
         self.driver = driver
         self.reopen = reopen
+        self.rewound = rewound
         self.item: Any = None
         self.since = 0
         self.attempt = 0
         self.lost: list[Any] = []  # the items given up under continue (never acknowledged)
 
-    def __call__(self, item: Any, exc: BaseException) -> tuple[bool, Callable | None] | None:
+    def __call__(self, item: Any, exc: BaseException) -> tuple[bool, Callable | None, Any] | None:
         t = time.perf_counter_ns()
         self.errors.count(exc, t)
         if self.policy == "fail":
@@ -94,7 +98,7 @@ class Degraded:
         if self.policy == "continue":
             self.errors.note("lost")
             self.lost.append(item)
-            return False, None
+            return False, None, None
         if self.attempt == 0 or item != self.item:  # this item's first failure opens its window
             self.item, self.since, self.attempt = item, t, 0
         if t - self.since >= self.retry_for_ns:
@@ -104,15 +108,17 @@ class Degraded:
         _pause(min(MAX_PAUSE, FIRST_PAUSE * 2 ** (self.attempt - 1)))
         if self.driver is not None:
             self.driver.retry_server()  # it may be back: do not fail at once with its last failure
-        op = None
+        op = restart = None
         if self.reopen is not None:
             try:
-                op = self.reopen()
+                op, restart = self.reopen()
             except ClientStopped:
                 raise
             except Exception as e:  # noqa: BLE001 - the reopen's failure is one more error; the window decides
                 self.errors.count(e, time.perf_counter_ns())
-        return True, op
+            if restart is not None and self.rewound is not None:
+                self.rewound(item, restart)
+        return True, op, restart
 
 
 def _pause(seconds: float) -> None:

@@ -21,7 +21,6 @@ driver has no raw file descriptor or local paths to give it.
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -59,8 +58,10 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
             fail: Callable[[Any, BaseException], BaseException], recover: Callable | None = None) -> int:
     """Time ``op(item)`` (``op(item, arg)`` with ``arg``) for ``items[lo:hi]`` into ``log``, ``size`` bytes each;
     return how many ran. A failure folds what was done; then ``recover(item, exc)`` (degraded mode,
-    :mod:`.degraded`) says whether to try the item again (``(True, op)``, with a new ``op`` or None), to go on
-    without it (``(False, …)``), or — returning None, or without ``recover`` — raises ``fail(item, exc)``."""
+    :mod:`.degraded`) says how to go on: ``(again, op, restart)`` — try the item again (``again``) or go on
+    without it, with a new ``op`` (or None: the same), from the item ``restart`` when the storage kept less
+    than was acknowledged (a reopened append-only file; None: from the failed item) — or, returning None (and
+    without ``recover``), raises ``fail(item, exc)``."""
     hi = len(items) if hi is None else hi
     if native is not None:
         return _native_loop(log, size, items, native, lo, hi, deadline_ns, fail, recover)
@@ -73,11 +74,10 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
     i = done = 0
     item = None
     rest = iter(items)
-    again = False  # the first item to run is the one that just failed
+    start = counted = 0  # where the current pass began: its index in items, and the operations done by then
     while True:
         try:
-            for item in (itertools.chain((item,), rest) if again else rest):
-                again = False
+            for item in rest:
                 if add is not None:
                     add(tags, item, out=view)
                 t0 = clock()
@@ -106,9 +106,13 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
             decision = recover(item, e) if recover is not None else None
             if decision is None:
                 raise fail(item, e) from e
-            again, new_op = decision
+            again, new_op, restart = decision
             if new_op is not None:
                 op = new_op
+            at = start + (done - counted)  # every item of this pass before the failed one went through
+            start = items.index(restart) if restart is not None else (at if again else at + 1)
+            counted = done
+            rest = iter(items[start:])
     fold(i, size)
     return done + i
 
@@ -140,10 +144,12 @@ def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: 
             decision = recover(item, exc) if recover is not None else None
             if decision is None:
                 raise fail(item, exc) from exc
-            again, _ = decision
-            if not again:
-                lost += 1
-            pos = at if again else at + 1
+            again, _, restart = decision
+            if restart is not None:  # the storage kept less: what follows it is done again
+                pos = lo + items[lo:hi].index(restart)
+            else:
+                lost += 0 if again else 1
+                pos = at if again else at + 1
     return pos - lo - lost
 
 
