@@ -303,6 +303,14 @@ class S3Driver(Driver):
         h.pos += n
         return n
 
+    def resume_write(self, h: Handle) -> int | None:
+        """A streaming upload whose part failed cannot go on (obstore's writer keeps its error): upload the object
+        again from its first byte. The failed upload's parts are aborted with the cell's directory."""
+        h.writer = None
+        fresh = self.open(h.path, "w")
+        h.writer, h.pos = fresh.writer, 0
+        return 0
+
     def preadv(self, h: Handle, ranges) -> list:
         if not ranges:
             return []

@@ -139,7 +139,14 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
                 send(("checked", rank, phase, iteration, checked))
         phase, iteration = "cleanup", 0
         cleaned = True
-        wl.cleanup(ctx)
+        try:
+            wl.cleanup(ctx)
+        except Exception as e:
+            if not job.faulted:
+                raise
+            # a server a fault stopped may not be back yet: the coordinator cleans up again once it is
+            send(("note", rank, "cleanup", f"client {rank} could not clean up while the fault plan was in force "
+                                           f"({one_line(e)}); storeval cleans up again after the faults are undone"))
         send(("done", rank))
     except (ClientStopped, threading.BrokenBarrierError):
         send(("stopped", rank, phase))

@@ -128,6 +128,8 @@ class Watch:
             while self.current < len(self.steps) and len(self.records[self.steps[self.current]]) == self.n:
                 self.step_ended(self.steps[self.current], time.perf_counter_ns())
                 self.current += 1
+        elif kind == "note":  # something the run should say, that fails nothing
+            self.events.append({"kind": "warning", "rank": rank, "phase": msg[2], "message": msg[3]})
         elif kind == "checked":  # what a client read back after the phase (Workload.check_after)
             rec = self.records.get((msg[2], msg[3]), {}).get(rank)
             if rec is not None:

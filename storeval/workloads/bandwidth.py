@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder, fold_cap
+from ..core.stop import ClientStopped
 from ..errors import DirectIOUnsupported, StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload
@@ -310,6 +311,7 @@ class Bandwidth(Workload):
             rec.extra["cache"] = st.setdefault("cache", "not-cleared")  # before_phase sets it in a real run
         held = [self._open(c, path, "w" if write else "r", rec)]  # a read's handle may be reopened (degraded mode)
         recovers: list[Degraded | None] = []
+        closed = False
         try:
             streams = self._streams(c, held, write, owner, offsets, logs, rec, path, recovers)
             try:
@@ -320,12 +322,20 @@ class Bandwidth(Workload):
             except IOFailure as e:
                 rec.error(e.kind)
                 raise StorevalError(f"{phase} of {path} {e}") from e
-            durable = make_durable(c, held[0], p.fsync) if write else None
+            durable = None
+            if write:
+                try:
+                    durable = self._finish_write(c, held, streams, offsets, recovers)
+                except IOFailure as e:
+                    rec.error(e.kind)
+                    raise StorevalError(f"{phase} of {path} {e}") from e
+                closed = True
         finally:
             if write:  # what each stream had acknowledged, in its order, for check_after
                 st["written"] = (path, [(seq, log.ops + (len(r.lost) if r else 0), set(r.lost) if r else set())
                                         for seq, log, r in zip(offsets, logs, recovers or [None] * len(logs))])
-            c.driver.close(held[0])
+            if not closed:
+                c.driver.close(held[0])
         if write:
             warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
         self._warn_about_memory(c, phase, rec)
@@ -419,6 +429,31 @@ class Bandwidth(Workload):
             except Exception:  # noqa: BLE001
                 pass
         return {**out, **({"first_problem": first} if first else {})}
+
+    def _finish_write(self, c: ClientContext, held: list, streams: list, offsets: list, recovers: list) -> str:
+        """Make the written file durable and close it (for an object store: complete the upload). Under
+        ``on_error: retry`` with one stream on an append-only target, a completion that fails resumes the file
+        where the storage kept it (:meth:`Driver.resume_write`), writes the rest again and tries again, within
+        the same retry window; anything else fails as before."""
+        p = self.p
+        while True:
+            try:
+                durable = make_durable(c, held[0], p.fsync)
+                c.driver.close(held[0])
+                return durable
+            except ClientStopped:
+                raise
+            except Exception as e:
+                recover = recovers[0] if len(recovers) == 1 else None
+                if recover is None or p.on_error != "retry" or not c.driver.caps.append_only or not len(offsets[0]):
+                    raise
+                seq = offsets[0]
+                decision = recover(seq[-1], e)
+                if decision is None:
+                    raise IOFailure(seq[-1], e) from e
+                restart = decision[2]
+                if restart is not None:
+                    streams[0](seq.index(restart), len(seq))
 
     def _resume(self, c: ClientContext, held: list):
         """A write stream's handle again after a failure (degraded mode): the same writer where the target can
