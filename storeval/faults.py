@@ -299,7 +299,7 @@ class FaultRunner:
 
     def _event(self, p: _Planned, kind: str, message: str, detail: dict[str, Any]) -> dict[str, Any]:
         f = p.fault
-        base = {"where": f.where, "action": f.action, "server": f.server,
+        base = {"where": f.where, "action": f.action, "server": f.server, "expect": f.expect,
                 "run": redact_text(f.run) if f.run else None, "planned": f.when.replace(" of", "").replace(" into", ""),
                 "for_s": f.for_s, "phase_start_ns": p.phase_t0, "iteration": p.iteration}
         if "start_ns" in detail and detail["start_ns"] is not None:

@@ -37,7 +37,7 @@ from .workloads import WORKLOADS
 from .workloads.base import Params
 
 TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
-            "probe_interval", "placement", "clients_per_host", "faults", "testbed")
+            "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from")
 TARGET_KEYS = ("url", "description", "limits")
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
@@ -290,6 +290,21 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
     return kind, dict(params)
 
 
+def _targets_from(source: Any) -> dict[str, Any]:
+    """The ``targets:`` of another study file (relative to the current directory, as `storeval testbed up`
+    writes its storeval-testbed.yaml there)."""
+    if not isinstance(source, str) or not source.strip():
+        raise InputError(f"targets_from: {_show(source)} is not a file name (e.g. storeval-testbed.yaml)")
+    if not os.path.exists(source):
+        raise InputError(f"targets_from: {source} does not exist (start the servers with `storeval testbed up` in "
+                         "this directory, or give the path of a file with targets:)")
+    other = read_yaml(source)
+    found = other.get("targets") if isinstance(other, dict) else None
+    if not isinstance(found, dict) or not found:
+        raise InputError(f"targets_from: {source} has no targets: mapping")
+    return found
+
+
 def _fault_plan(raw: dict[str, Any], raw_workloads: dict[str, Any], specs: dict[str, WorkloadSpec],
                 targets: dict[str, TargetSpec]) -> list[Fault]:
     """The study's fault plan (top-level ``faults``, and each workload's own), checked against the phases the
@@ -473,6 +488,8 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     raw_targets = raw.get("targets") or {}
     if not isinstance(raw_targets, dict):
         raise InputError(f"targets: {_show(raw_targets)} is not a mapping of target names to URLs")
+    if raw.get("targets_from") is not None:  # e.g. the storeval-testbed.yaml `storeval testbed up` wrote
+        raw_targets = {**_targets_from(raw["targets_from"]), **raw_targets}
     study_targets = {str(n): make_target(str(n), e, f"targets.{visible(str(n))}") for n, e in raw_targets.items()}
     chosen_targets: dict[str, TargetSpec] = {}
     for item in targets or []:

@@ -81,7 +81,7 @@ def fault_figures(event: dict[str, Any], nbytes: list[int], seconds: float,
     """Where the fault ``event`` falls on the timeline and what the clients' throughput did around it."""
     d = event.get("detail") or {}
     out: dict[str, Any] = {"kind": event["kind"], "action": d.get("action"), "server": d.get("server"),
-                           "planned": d.get("planned"), "message": event.get("message")}
+                           "planned": d.get("planned"), "expect": d.get("expect"), "message": event.get("message")}
     # the coordinator's phase start is client 0's, taken just before the timed region: within a few ms of t0
     start, end = d.get("t_start_s"), d.get("t_end_s")
     out.update(start_s=start, end_s=end)

@@ -156,6 +156,17 @@ class XrootdDriver(Driver):
         self._check(status, "open", path)
         return XrdHandle(path, mode, f, url)
 
+    def resume_write(self, h: Handle) -> int | None:
+        """A server that went away took the file's open handle with it: open the file again (UPDATE keeps
+        its data) and try the failed write again in place."""
+        try:
+            h.file.close(timeout=1)
+        except Exception:  # noqa: BLE001 - a handle on a server that is gone does not close
+            pass
+        fresh = self.open(h.path, h.mode)
+        h.file = fresh.file
+        return None
+
     def pread(self, h: Handle, buf, offset: int) -> int:
         status, data = h.file.read(offset, len(buf), timeout=self.timeout)
         self._check(status, "read", h.path)

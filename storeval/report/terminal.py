@@ -253,7 +253,8 @@ def fault_rows(cells: list[Any]) -> list[list[str]]:
                              f"{_fmt(f.get('start_s'))}" + (f"–{_fmt(f['end_s'])}" if f.get("end_s") is not None
                                                             else "") + " s", _fmt(f.get("baseline_MiBps")),
                              _fmt(f.get("during_MiBps")), _fmt(f.get("after_MiBps")), _fmt(f.get("stall_s")),
-                             recovered, f"{ph.status}", checked])
+                             recovered, f"{ph.status}" + (f" (expected {f['expect']})" if f.get("expect") else "")
+                             + (" ✗" if f.get("expect") and f["expect"] != ph.status else ""), checked])
     return rows
 
 

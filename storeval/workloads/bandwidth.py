@@ -369,8 +369,8 @@ class Bandwidth(Workload):
                 if native is None and len(offsets) == 1:
                     if not write:
                         reopen = functools.partial(self._reopen, c, held, path, bufs, p.verify)
-                    elif c.driver.caps.append_only:  # the file goes on from what the storage kept
-                        reopen = functools.partial(self._resume, c, held)
+                    else:  # the handle again; an append-only file goes on from what the storage kept
+                        reopen = functools.partial(self._resume, c, held, bufs)
                         rewound = functools.partial(self._rewound, errors, ts)
                 recover = Degraded(p.on_error, p.retry_for, errors, c.driver, reopen, rewound)
             recovers.append(recover)
@@ -445,7 +445,7 @@ class Bandwidth(Workload):
                 raise
             except Exception as e:
                 recover = recovers[0] if len(recovers) == 1 else None
-                if recover is None or p.on_error != "retry" or not c.driver.caps.append_only or not len(offsets[0]):
+                if recover is None or p.on_error != "retry" or not len(offsets[0]):
                     raise
                 seq = offsets[0]
                 decision = recover(seq[-1], e)
@@ -455,10 +455,11 @@ class Bandwidth(Workload):
                 if restart is not None:
                     streams[0](seq.index(restart), len(seq))
 
-    def _resume(self, c: ClientContext, held: list):
-        """A write stream's handle again after a failure (degraded mode): the same writer where the target can
-        retry a write in place, else the offset the storage kept, to go on from there."""
-        return None, c.driver.resume_write(held[0])
+    def _resume(self, c: ClientContext, held: list, bufs: list):
+        """A write stream's handle again after a failure (degraded mode, :meth:`Driver.resume_write`): the
+        operation to go on with, and the offset to go on from when the storage kept less than acknowledged."""
+        restart = c.driver.resume_write(held[0])
+        return functools.partial(c.driver.writer(held[0]), bufs), restart
 
     @staticmethod
     def _rewound(errors: PhaseErrors, ts: int, failed: int, restart: int) -> None:
