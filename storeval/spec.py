@@ -290,6 +290,22 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
     return kind, dict(params)
 
 
+def _like(name: str, entry: Any, targets: dict[Any, Any]) -> Any:
+    """A target written ``{like: OTHER, replication: 1}``: OTHER's URL and options, with these on top (the
+    same server under other settings, e.g. each replication of seed 003's matrix)."""
+    if not isinstance(entry, dict) or "like" not in entry:
+        return entry
+    other = entry["like"]
+    base = targets.get(other)
+    if not isinstance(other, str) or base is None or other == name:
+        known = ", ".join(sorted(str(n) for n in targets if n != name)) or "none"
+        raise InputError(f"targets.{visible(name)}.like: {_show(other)} is not another target (one of {known})")
+    if isinstance(base, dict) and "like" in base:
+        raise InputError(f"targets.{visible(name)}.like: {other} is itself like another target (name the first one)")
+    base = {"url": base} if isinstance(base, str) else dict(base)
+    return {**base, **{k: v for k, v in entry.items() if k != "like"}}
+
+
 def _targets_from(source: Any) -> dict[str, Any]:
     """The ``targets:`` of another study file (relative to the current directory, as `storeval testbed up`
     writes its storeval-testbed.yaml there)."""
@@ -489,7 +505,14 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     if not isinstance(raw_targets, dict):
         raise InputError(f"targets: {_show(raw_targets)} is not a mapping of target names to URLs")
     if raw.get("targets_from") is not None:  # e.g. the storeval-testbed.yaml `storeval testbed up` wrote
-        raw_targets = {**_targets_from(raw["targets_from"]), **raw_targets}
+        imported = _targets_from(raw["targets_from"])
+        # an imported target that the study's own targets are like is their template, not measured itself
+        templates = {e["like"] for e in raw_targets.values() if isinstance(e, dict) and "like" in e} - set(raw_targets)
+        raw_targets = {**imported, **raw_targets}
+        raw_targets = {n: _like(str(n), e, raw_targets) for n, e in raw_targets.items()}
+        raw_targets = {n: e for n, e in raw_targets.items() if n not in templates}
+    else:
+        raw_targets = {n: _like(str(n), e, raw_targets) for n, e in raw_targets.items()}
     study_targets = {str(n): make_target(str(n), e, f"targets.{visible(str(n))}") for n, e in raw_targets.items()}
     chosen_targets: dict[str, TargetSpec] = {}
     for item in targets or []:

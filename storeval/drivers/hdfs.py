@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal
 from hdfs_native import Client, WriteOptions
 from pydantic import Field, StringConstraints
 
-from ..errors import CapabilityError, InputError, StorevalError
+from ..errors import CapabilityError, InputError, StorevalError, error_kind
 from ..fields import Duration, Size
 from .base import (Capabilities, Deadline, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult, TargetError,
-                   network_failure)
+                   first_line, network_failure)
 
 
 class HdfsOptions(DriverOptions):
@@ -149,7 +149,14 @@ class HdfsDriver(Driver):
             return OSError(errno.ENOTEMPTY, "directory not empty", path)
         if "FileAlreadyExistsException" in str(exc):
             return FileExistsError(errno.EEXIST, "already exists", path)
-        if network_failure(exc) is not None:
+        if "All DataNodes failed" in str(exc):  # the namenode answered; no datanode with a replica did
+            return TargetError(self.scrub(f"{self.label}: {op} of {path} failed: no datanode holding a replica of "
+                                          "the data answered (they are down or unreachable)"), error_kind(exc))
+        kind = network_failure(exc)
+        if kind in ("refused", "reset") and op in ("read", "write"):  # a datanode went away; the namenode may be fine
+            return TargetError(self.scrub(f"{self.label}: {op} of {path} failed: a datanode of the file's pipeline "
+                                          f"or replicas broke off ({first_line(exc)})"), error_kind(exc))
+        if kind is not None:
             return self.failure(exc, op, path)
         return exc
 

@@ -250,8 +250,8 @@ def fault_rows(cells: list[Any]) -> list[list[str]]:
                 if f.get("inside_phase") is False:
                     recovered = "after the phase ended"
                 rows.append([str(cf.cell.cell_id), f"{cf.cell.target} · {cf.cell.workload}", ph.phase, what,
-                             f"{_fmt(f.get('start_s'))}" + (f"–{_fmt(f['end_s'])}" if f.get("end_s") is not None
-                                                            else "") + " s", _fmt(f.get("baseline_MiBps")),
+                             f"{f['start_s']:.2f}" + (f"–{f['end_s']:.2f}" if f.get("end_s") is not None
+                                                     else "") + " s", _fmt(f.get("baseline_MiBps")),
                              _fmt(f.get("during_MiBps")), _fmt(f.get("after_MiBps")), _fmt(f.get("stall_s")),
                              recovered, f"{ph.status}" + (f" (expected {f['expect']})" if f.get("expect") else "")
                              + (" ✗" if f.get("expect") and f["expect"] != ph.status else ""), checked])
