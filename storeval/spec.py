@@ -344,7 +344,7 @@ def _fault_plan(raw: dict[str, Any], raw_workloads: dict[str, Any], specs: dict[
             plan += parse_plan(entry["faults"], f"workloads.{visible(str(name))}.faults", phases, bounds, str(name))
     for fault in plan:
         if fault.target is not None and fault.target not in targets:
-            raise InputError(f"{fault.where}.target: {_show(fault.target)} is not a selected target (one of "
+            raise InputError(f"{fault.where}.target: {_show(fault.target)} is not a target of the study (one of "
                              f"{', '.join(sorted(targets))})")
     return plan
 
@@ -623,7 +623,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     if cells > MAX_CELLS:
         raise InputError(f"the study has {cells:,} cells (targets × parameter combinations × client counts × "
                          f"repetitions; at most {MAX_CELLS:,}): sweep fewer values or repeat less")
-    faults = _fault_plan(raw, raw_workloads, specs, chosen_targets)
+    faults = _fault_plan(raw, raw_workloads, specs, {**study_targets, **chosen_targets})  # --target narrows
     bed = raw.get("testbed")
     if bed is not None and (not isinstance(bed, str) or not bed.strip()):
         raise InputError(f"testbed: {_show(bed)} is not a directory (the one `storeval testbed up --dir` used)")

@@ -72,7 +72,7 @@ def refusal(tmp_path, faults: str, **kw) -> str:
     ("[{at: 1s, action: exec, run: 'true', expect: survive}]",
      "workloads.bw.faults[0].expect: 'survive' is not an outcome (one of ok, failed)"),
     ("[{at: 1s, action: exec, run: 'true', target: other}]",
-     "workloads.bw.faults[0].target: 'other' is not a selected target (one of t)"),
+     "workloads.bw.faults[0].target: 'other' is not a target of the study (one of t)"),
 ])
 def test_a_wrong_plan_is_refused_in_one_line_before_anything_runs(tmp_path, faults, message):
     assert refusal(tmp_path, faults) == f"error: {message}"

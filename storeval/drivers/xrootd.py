@@ -108,6 +108,9 @@ class XrootdDriver(Driver):
         xrd.EnvPutInt("ConnectionRetry", 1)
         xrd.EnvPutInt("RequestTimeout", self.timeout)
         xrd.EnvPutInt("StreamTimeout", self.timeout)
+        # a stream that failed is not tried again for StreamErrorWindow seconds (30 min by default): a server
+        # that came back could never be reached again by this process (on_error: retry reopens its files)
+        xrd.EnvPutInt("StreamErrorWindow", 1)
         self.fs = xrd.FileSystem(self.server)
         status, info = self.fs.stat(self.root, timeout=self.timeout)
         if not status.ok:
