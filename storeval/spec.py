@@ -506,11 +506,12 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         raise InputError(f"targets: {_show(raw_targets)} is not a mapping of target names to URLs")
     if raw.get("targets_from") is not None:  # e.g. the storeval-testbed.yaml `storeval testbed up` wrote
         imported = _targets_from(raw["targets_from"])
-        # an imported target that the study's own targets are like is their template, not measured itself
-        templates = {e["like"] for e in raw_targets.values() if isinstance(e, dict) and "like" in e} - set(raw_targets)
+        # the imported targets are the study's targets; when it names its own, they are what those can be like
+        own = set(raw_targets)
         raw_targets = {**imported, **raw_targets}
         raw_targets = {n: _like(str(n), e, raw_targets) for n, e in raw_targets.items()}
-        raw_targets = {n: e for n, e in raw_targets.items() if n not in templates}
+        if own:
+            raw_targets = {n: e for n, e in raw_targets.items() if n in own}
     else:
         raw_targets = {n: _like(str(n), e, raw_targets) for n, e in raw_targets.items()}
     study_targets = {str(n): make_target(str(n), e, f"targets.{visible(str(n))}") for n, e in raw_targets.items()}

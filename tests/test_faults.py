@@ -8,6 +8,8 @@ Testbed server actions (stop/kill a MinIO node, an HDFS datanode) are tested wit
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from storeval.analysis.timeline import fault_figures, phase_timeline
@@ -236,3 +238,34 @@ def test_a_fault_in_force_when_storeval_is_killed_is_undone_by_its_watchdog(tmp_
     _, err = proc.communicate(timeout=600)
     assert (tmp_path / "off").exists()
     assert "undid undo after exec touch on at 0.2s into write for 1h" in err
+
+
+def test_targets_from_another_file_and_targets_like_another(tmp_path):
+    """A fault study takes its targets from storeval-testbed.yaml; its own targets can be like one of them
+    under other settings (seed 003's replications), and then only its own are measured."""
+    from storeval.spec import load_study
+
+    (tmp_path / "storeval-testbed.yaml").write_text("targets:\n  t: {url: 'null://t', rate: 64MiB/s}\n"
+                                                    "  u: 'null://u'\n")
+    alone = tmp_path / "alone.yaml"
+    alone.write_text("targets_from: storeval-testbed.yaml\nworkloads: {bw: bandwidth}\n")
+    own = tmp_path / "own.yaml"
+    own.write_text("targets_from: storeval-testbed.yaml\ntargets:\n  slow: {like: t, rate: 1MiB/s}\n"
+                   "workloads: {bw: bandwidth}\n")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert sorted(load_study(str(alone)).targets) == ["t", "u"]
+        (slow,) = load_study(str(own)).targets.values()
+        assert slow.name == "slow" and slow.url == "null://t" and slow.options["rate"] == 1 << 20
+    finally:
+        os.chdir(cwd)
+    for text, message in (
+            ("targets_from: nothere.yaml\n", "targets_from: nothere.yaml does not exist (start the servers with "
+             "`storeval testbed up` in this directory, or give the path of a file with targets:)"),
+            ("targets_from: storeval-testbed.yaml\ntargets: {x: {like: v}}\n",
+             "targets.x.like: 'v' is not another target (one of t, u)")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text + "workloads: {bw: bandwidth}\n")
+        r = storeval("run", str(bad), "--results", str(tmp_path / "res"), cwd=tmp_path)
+        assert r.rc == 2 and r.err_lines == [f"error: {message}"]
