@@ -3,7 +3,6 @@ entry points only — no change to storeval's files — and both run and are rep
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap

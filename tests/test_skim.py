@@ -268,7 +268,7 @@ def test_hdfs_datasets_of_replication_1_and_2_are_apart_and_have_their_replicati
     assert "writing" not in r.out + r.err
 
 
-def _skim_record(rank: int, cpu: float, name: str) -> "PhaseRecord":
+def _skim_record(rank: int, cpu: float, name: str) -> "PhaseRecord":  # noqa: F821 - imported inside (the test module stays light)
     from storeval.core.records import NS, PhaseRecord
     from storeval.histogram import Histogram
 
