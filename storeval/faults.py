@@ -91,7 +91,8 @@ class FaultRunner:
 
     def __init__(self, faults: tuple[Fault, ...] | list[Fault], expected: Callable[[str], tuple[int, int]],
                  study_testbed: str | None, log: Callable[[str], None] | None = None,
-                 deadline: float | None = None, on_pending: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+                 deadline: float | None = None, on_pending: Callable[[list[dict[str, Any]]], None] | None = None,
+                 redundancy: Callable[[], dict[str, int] | None] | None = None) -> None:
         self.planned = [_Planned(f) for f in faults]
         self.expected = expected  # phase → (bytes, ops) the clients will do in all
         self.deadline = deadline  # a phase that a deadline ends: a share of the work is that share of its time
@@ -99,6 +100,9 @@ class FaultRunner:
         self.log = log
         self.events: list[dict[str, Any]] = []
         self.on_pending = on_pending  # told the undos in force (the run's watchdog runs them if we die)
+        self.redundancy = redundancy  # the target's own word on its redundancy (Driver.redundancy)
+        self.watchers: list[threading.Thread] = []
+        self.closed_at: float | None = None  # monotonic time the cell's phases were over
         self.pending: dict[int, dict[str, Any]] = {}
         self.lock = threading.Condition()
         self.closing = False
@@ -151,6 +155,9 @@ class FaultRunner:
         self.thread.join()
         for worker in self.workers:  # the actions under way end (an exec command within its timeout)
             worker.join()
+        self.closed_at = time.monotonic()
+        for watcher in self.watchers:  # re-replication is measured before anything is brought back
+            watcher.join()
         now = time.perf_counter_ns()
         for p in self.planned:
             if p.done:
@@ -233,6 +240,11 @@ class FaultRunner:
         p.event = self._event(p, "fault", f"{f.label}: {said}",
                               {"start_ns": t_ns, "wall_start": _wall(wall), "done": said, "end_ns": None,
                                "wall_end": None})
+        if self.redundancy is not None and f.action in ("kill", "stop"):
+            watcher = threading.Thread(target=self._watch_redundancy, args=(p,), name="storeval-redundancy",
+                                       daemon=True)
+            self.watchers.append(watcher)
+            watcher.start()
         undo = UNDO.get(f.action) or ("undo" if f.action == "exec" and f.undo else None)
         if f.for_s and undo:
             p.undo_due_ns = t_ns + int(f.for_s * 1e9)
@@ -264,6 +276,43 @@ class FaultRunner:
         if error is not None:
             self._event(p, "fault-failed", f"{action} after {f.label} failed: {error} (the server may still be "
                                            f"{'stopped' if f.action == 'stop' else 'down'})", {"error": error})
+
+    def _watch_redundancy(self, p: _Planned) -> None:
+        """Once a second after the fault: what the target says of its redundancy (HDFS: blocks short of
+        replicas), until it is whole again having been short — re-replication, seed 003 — or until
+        ``wait_recovery`` after the cell's phases. The figures go into the fault's event."""
+        f, t0 = p.fault, p.fired_ns or time.perf_counter_ns()
+        seen: dict[str, Any] = {"detected_after_s": None, "re_replicated_after_s": None, "max_under": 0,
+                                "max_missing": 0, "under_at_end": None}
+        while True:
+            state = self.redundancy() if self.redundancy is not None else None
+            now = time.perf_counter_ns()
+            if state is not None:
+                short = state.get("under", 0) + state.get("missing", 0)
+                seen["max_under"] = max(seen["max_under"], state.get("under", 0))
+                seen["max_missing"] = max(seen["max_missing"], state.get("missing", 0))
+                seen["under_at_end"] = short
+                if short and seen["detected_after_s"] is None:
+                    seen["detected_after_s"] = (now - t0) / 1e9
+                if not short and seen["detected_after_s"] is not None:
+                    seen["re_replicated_after_s"] = (now - t0) / 1e9
+                    break
+            if self.closed_at is not None and time.monotonic() - self.closed_at >= f.wait_recovery_s:
+                break
+            time.sleep(1.0)
+        if p.event is None:
+            return
+        p.event["detail"]["redundancy"] = seen
+        if seen["re_replicated_after_s"] is not None:
+            said = (f"the target reported {seen['max_under'] + seen['max_missing']:,} blocks short of replicas "
+                    f"{seen['detected_after_s']:.1f} s after the fault, whole again after "
+                    f"{seen['re_replicated_after_s']:.1f} s")
+        elif seen["detected_after_s"] is not None:
+            said = (f"the target reported blocks short of replicas {seen['detected_after_s']:.1f} s after the fault, "
+                    f"{seen['under_at_end']:,} still short when storeval stopped watching")
+        else:
+            said = "the target reported no block short of replicas while storeval watched"
+        p.event["message"] += f"; {said}"
 
     def _pending(self, p: _Planned, in_force: bool) -> None:
         """Keep the watchdog's list of undos in force up to date (a command line each: it runs them)."""

@@ -204,7 +204,7 @@ class Runner:
                 if cell.faults:
                     faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients), self.study.testbed,
                                          log=self.ui.log, deadline=getattr(wl.p, "deadline", None),
-                                         on_pending=self.guard.undos)
+                                         on_pending=self.guard.undos, redundancy=driver.redundancy)
                 outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
                                                on_clients=self.guard.clients, watcher=faults)
             else:

@@ -269,3 +269,27 @@ def test_targets_from_another_file_and_targets_like_another(tmp_path):
         bad.write_text(text + "workloads: {bw: bandwidth}\n")
         r = storeval("run", str(bad), "--results", str(tmp_path / "res"), cwd=tmp_path)
         assert r.rc == 2 and r.err_lines == [f"error: {message}"]
+
+
+def test_the_targets_redundancy_is_watched_after_a_kill_until_it_is_whole_again():
+    """What the target says of its redundancy (HDFS: the namenode's blocks short of replicas) is read once a
+    second after a kill: when it first fell short and when it was whole again (re-replication, seed 003)."""
+    import time as clock
+
+    from storeval.core.faultplan import Fault
+    from storeval.faults import FaultRunner
+
+    said = iter([{"under": 0, "missing": 0}, {"under": 5, "missing": 0}, {"under": 2, "missing": 1},
+                 {"under": 0, "missing": 0}])
+    runner = FaultRunner([Fault(where="faults[0]", action="kill", phase="write", at_s=0.0, server="x",
+                                wait_recovery_s=30.0)], lambda phase: (0, 0), None,
+                         redundancy=lambda: next(said, {"under": 0, "missing": 0}))
+    runner._act = lambda fault, action: "killed x"  # the testbed is not needed to follow the target's word
+    runner.phase_started("write", 0, clock.perf_counter_ns())
+    deadline = clock.monotonic() + 60
+    while not runner.watchers and clock.monotonic() < deadline:
+        clock.sleep(0.01)
+    (event,) = runner.finish()
+    r = event["detail"]["redundancy"]
+    assert r["max_under"] == 5 and r["max_missing"] == 1 and 0.9 < r["detected_after_s"] < r["re_replicated_after_s"]
+    assert "blocks short of replicas" in event["message"] and "whole again after" in event["message"]

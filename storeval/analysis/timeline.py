@@ -85,6 +85,8 @@ def fault_figures(event: dict[str, Any], nbytes: list[int], seconds: float,
     # the coordinator's phase start is client 0's, taken just before the timed region: within a few ms of t0
     start, end = d.get("t_start_s"), d.get("t_end_s")
     out.update(start_s=start, end_s=end)
+    if d.get("redundancy"):
+        out["redundancy"] = d["redundancy"]
     if event["kind"] != "fault" or start is None:
         return out
     # the coordinator hears of a phase's end after its closing barriers: a fault due then strikes a phase whose

@@ -21,7 +21,7 @@ from ..units import UnitError, parse_duration
 ACTIONS = ("stop", "cont", "kill", "start", "restart", "exec")
 UNDO = {"stop": "cont", "kill": "start"}  # what ``for`` undoes a server action with
 KEYS = ("at", "phase", "action", "server", "for", "restart_after", "run", "undo", "target", "workload", "timeout",
-        "expect")
+        "expect", "wait_recovery")
 EXPECT = ("ok", "failed")  # what the phase should do under the fault (seed 003's matrix states it)
 DEFAULT_EXEC_TIMEOUT = 60.0
 
@@ -43,6 +43,7 @@ class Fault:
     workload: str | None = None  # only in cells of this workload
     timeout_s: float = DEFAULT_EXEC_TIMEOUT  # exec: how long a command may take
     expect: str | None = None  # what the struck phase should do: ok or failed (shown beside what it did)
+    wait_recovery_s: float = 0.0  # after the cell's phases: how long to wait for the target's redundancy
 
     @property
     def when(self) -> str:
@@ -185,6 +186,9 @@ def parse_fault(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds
         timeout = _duration(raw["timeout"], f"{where}.timeout", "60s")
         if timeout <= 0:
             raise InputError(f"{where}.timeout: must be more than 0 s (e.g. 60s)")
+    wait = 0.0
+    if raw.get("wait_recovery") is not None:
+        wait = _duration(raw["wait_recovery"], f"{where}.wait_recovery", "5m")
     expect = raw.get("expect")
     if expect is not None and expect not in EXPECT:
         raise InputError(f"{where}.expect: {_show(expect)} is not an outcome (one of {', '.join(EXPECT)})")
@@ -194,7 +198,7 @@ def parse_fault(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds
     return Fault(where=where, action=action, phase=phase, at_s=at_s, at_share=at_share,
                  server=server.strip() if isinstance(server, str) else None, for_s=for_s,
                  run=run if action == "exec" else None, undo=undo if action == "exec" else None, target=target,
-                 workload=workload, timeout_s=timeout, expect=expect)
+                 workload=workload, timeout_s=timeout, expect=expect, wait_recovery_s=wait)
 
 
 def parse_plan(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds: dict[str, dict[str, float]],

@@ -372,6 +372,12 @@ class Driver(ABC):
     def fsync(self, h: Handle) -> None:
         """Make written data durable (no-op where the target has no such notion)."""
 
+    def redundancy(self) -> dict[str, int] | None:
+        """What the target says of its own redundancy now — the blocks short of replicas (``under``) and those
+        with none left (``missing``) — for the time a fault plan's re-replication takes (seed 003); None where
+        the target says nothing of it. Called on the coordinator, about once a second while a fault is watched."""
+        return None
+
     def resume_write(self, h: Handle) -> int | None:
         """Make a write handle whose write failed usable again (degraded mode's retry); return the offset the
         file must be continued from when the storage kept less than was acknowledged, or None when the failed

@@ -14,6 +14,8 @@ after it fail at once.
 from __future__ import annotations
 
 import errno
+import http.client
+import json
 from typing import Annotated, Any, Literal
 
 from hdfs_native import Client, WriteOptions
@@ -36,6 +38,9 @@ class HdfsOptions(DriverOptions):
     # what the client does when a datanode of a write pipeline fails: "continue" with the ones left (what the
     # Java client does for a file being written), "replace" it first (fails when the cluster has no spare)
     on_datanode_failure: Literal["continue", "replace"] = "continue"
+    # the namenode's HTTP address (HOST:PORT): its JMX says how many blocks lack replicas (a MiniDFSCluster
+    # serves the namenode's beans on every daemon's port, so the jmx addresses do when this is not given)
+    namenode_jmx: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")] | None = None
 
 
 class HdfsHandle(Handle):
@@ -83,6 +88,23 @@ def _read_into(client: Client, path: str, buf: Any) -> int:
         return max(n, 0)
     finally:
         r.close()
+
+
+def _namenode_bean(address: str, timeout: float) -> dict[str, Any] | None:
+    """The FSNamesystem bean from ``address``'s /jmx, or None (not a namenode's JVM, not answering)."""
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("GET", "/jmx?qry=Hadoop:service=NameNode,name=FSNamesystem")
+        response = conn.getresponse()
+        if response.status != 200:
+            return None
+        beans = json.loads(response.read()).get("beans") or []
+        return beans[0] if beans else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
 
 
 def client_config(options: HdfsOptions) -> dict[str, str]:
@@ -212,6 +234,15 @@ class HdfsDriver(Driver):
             raise self._error(e, "write", h.path) from None
         h.pos += n
         return n
+
+    def redundancy(self) -> dict[str, int] | None:
+        """The namenode's FSNamesystem bean: blocks under-replicated, missing, and pending replication."""
+        for address in ([self.options.namenode_jmx] if self.options.namenode_jmx else self.options.jmx):
+            bean = _namenode_bean(address, min(2.0, float(self.options.timeout)))
+            if bean is not None:
+                return {"under": int(bean.get("UnderReplicatedBlocks", 0)), "missing": int(bean.get("MissingBlocks", 0)),
+                        "pending": int(bean.get("PendingReplicationBlocks", 0))}
+        return None
 
     def resume_write(self, h: Handle) -> int | None:
         """After a failed write the hdfs-native writer is dead (its next block allocation names a datanode
