@@ -42,7 +42,8 @@ LEAVING = b"!"  # the coordinator's last word on the wake pipe when it exits on 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
     """Replace the state file atomically (the watchdog may read it at any moment)."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    # only this user may read it: it holds the targets' options and the fault plan's undo commands
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
         json.dump(state, f)
     os.replace(tmp, path)
 
