@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..drivers.sigv4 import authorization, signing_key
-from .base import LOCALHOST, Proc, Server, TestbedError, wait_until
+from .base import LOCALHOST, Proc, Server, TestbedError, port_open, wait_until
 from .gobuild import MINIO_VERSION, WARP_VERSION, install_minio, install_warp
 
 BUCKET = "storeval"
@@ -322,8 +322,18 @@ class MinioServer(Server):
                                        f"{timeout:g} s; see {log}")
                 time.sleep(0.5)  # the port was still in use: try again
             started.append(proc)
+        # `testbed status` looks at every port of the server: a console opens after its API — once the cluster
+        # has its quorum, so only after every node is up again, later still on a busy machine
+        for idx in indices:
+            wait_until(lambda idx=idx: all(port_open(p) for p in self._ports_of(idx)),
+                       max(10.0, deadline - time.monotonic()), f"{self._names()[idx]}'s ports",
+                       log=self._logs()[idx])
         self._after_respawn(max(10.0, deadline - time.monotonic()))
         return started
+
+    def _ports_of(self, idx: int) -> list[int]:
+        """Every port process ``idx`` listens on (its API and its console)."""
+        return list(self.state.ports.values())
 
     def _respawned(self, proc: Proc, port: int, log: Path, offset: int, deadline: float) -> bool:
         """Wait until a respawned process answers on ``port``: True; False if it died because the port was still
@@ -399,6 +409,10 @@ class MinioECServer(MinioServer):
 
     def _listen_ports(self) -> list[int]:
         return [n["port"] for n in self.state.info["nodes"]]
+
+    def _ports_of(self, idx: int) -> list[int]:
+        node = self.state.info["nodes"][idx]
+        return [node["port"], node["console_port"]]
 
     def _names(self) -> list[str]:
         return [f"minio node{i}" for i in self._node_ids()]
