@@ -344,8 +344,8 @@ class Bandwidth(Workload):
                  rec: PhaseRecorder, path: str, recovers: list) -> list:
         """One ``run(lo, hi, deadline_ns=NEVER)`` per stream of offsets, on the phase's engine: the kernel's
         Python loop over the driver's reader/writer, or a native job on the driver's file descriptor. Under
-        ``on_error`` retry or continue each stream has its :class:`Degraded`; a read with one stream reopens
-        its handle before a retry (a write goes on with its handle: reopening would start the file anew)."""
+        ``on_error`` retry or continue each stream has its :class:`Degraded`; with one stream, a read reopens
+        its handle before a retry and a write resumes its file (:meth:`Driver.resume_write`)."""
         p, st = self.p, c.state
         engine, ts = st["engine"], p.transfer_size
         h = held[0]
@@ -432,9 +432,9 @@ class Bandwidth(Workload):
 
     def _finish_write(self, c: ClientContext, held: list, streams: list, offsets: list, recovers: list) -> str:
         """Make the written file durable and close it (for an object store: complete the upload). Under
-        ``on_error: retry`` with one stream on an append-only target, a completion that fails resumes the file
-        where the storage kept it (:meth:`Driver.resume_write`), writes the rest again and tries again, within
-        the same retry window; anything else fails as before."""
+        ``on_error: retry`` with one stream, a completion that fails resumes the file where the storage kept
+        it (:meth:`Driver.resume_write`), writes the rest again and tries again, within one retry window;
+        anything else fails as before."""
         p = self.p
         while True:
             try:
@@ -448,9 +448,10 @@ class Bandwidth(Workload):
                 if recover is None or p.on_error != "retry" or not len(offsets[0]):
                     raise
                 seq = offsets[0]
-                decision = recover(seq[-1], e)
+                end = seq[-1] + self.p.transfer_size  # every write was acknowledged: the file's end failed
+                decision = recover(end, e)
                 if decision is None:
-                    raise IOFailure(seq[-1], e) from e
+                    raise IOFailure(end, e) from e
                 restart = decision[2]
                 if restart is not None:
                     streams[0](seq.index(restart), len(seq))
@@ -459,6 +460,9 @@ class Bandwidth(Workload):
         """A write stream's handle again after a failure (degraded mode, :meth:`Driver.resume_write`): the
         operation to go on with, and the offset to go on from when the storage kept less than acknowledged."""
         restart = c.driver.resume_write(held[0])
+        if restart is not None and restart % self.p.transfer_size:
+            raise StorevalError(f"the reopened file kept {restart:,} bytes, not a whole number of transfers of "
+                                f"{self.p.transfer_size:,}: it cannot be continued transfer by transfer")
         return functools.partial(c.driver.writer(held[0]), bufs), restart
 
     @staticmethod

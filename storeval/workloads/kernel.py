@@ -110,6 +110,8 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
             if new_op is not None:
                 op = new_op
             at = start + (done - counted)  # every item of this pass before the failed one went through
+            if restart is not None and restart not in items:  # not an item's start: nothing to go on from
+                raise fail(item, e) from e
             start = items.index(restart) if restart is not None else (at if again else at + 1)
             counted = done
             rest = iter(items[start:])
@@ -145,6 +147,8 @@ def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: 
             if decision is None:
                 raise fail(item, exc) from exc
             again, _, restart = decision
+            if restart is not None and restart not in items[lo:hi]:
+                raise fail(item, exc) from exc
             if restart is not None:  # the storage kept less: what follows it is done again
                 pos = lo + items[lo:hi].index(restart)
             else:
