@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from . import interrupts
 
@@ -588,19 +588,35 @@ def _testbed_log(message: str) -> None:
 
 @testbed_app.command("up")
 def testbed_up(
-    servers: Optional[list[str]] = typer.Argument(None, help="minio, minio-ec, xrootd, hdfs (default: minio xrootd hdfs)."),
-    hdfs_datanodes: int = typer.Option(1, "--hdfs-datanodes", min=1, max=16, help="Datanodes of the HDFS mini-cluster."),
+    servers: Optional[list[str]] = typer.Argument(
+        None, help="minio, minio-ec, xrootd, hdfs, glusterfs, ceph, nfs (default: minio xrootd hdfs)."),
+    count: Optional[int] = typer.Option(None, "--servers", min=1, max=16,
+                                        help="Storage servers of each system: bricks, OSDs, data servers, MinIO "
+                                             "nodes, datanodes (default: each system's own)."),
+    kind_of: Optional[str] = typer.Option(None, "--type", help="GlusterFS volume type: distribute, replicate, "
+                                                              "disperse."),
+    hdfs_datanodes: Optional[int] = typer.Option(None, "--hdfs-datanodes", min=1, max=16,
+                                                 help="Datanodes of the HDFS mini-cluster (as --servers)."),
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
 ) -> None:
     """Install (first time) and start testbed servers; write storeval-testbed.yaml with a target for each."""
-    from .testbed import SERVERS, Testbed
+    from .testbed import SERVERS, Testbed, server_class
 
     kinds = servers or ["minio", "xrootd", "hdfs"]
+    options: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         if kind not in SERVERS:
             raise InputError(f"testbed up {kind}: unknown server (choose from {', '.join(SERVERS)})")
+        given: dict[str, Any] = {}
+        if count is not None:
+            given["servers"] = count
+        if kind == "hdfs" and hdfs_datanodes is not None:
+            given["servers"] = hdfs_datanodes
+        if kind_of is not None:
+            given["type"] = kind_of
+        options[kind] = server_class(kind).check_options(given)
     bed = Testbed(directory)
-    bed.up(kinds, {"hdfs": {"datanodes": hdfs_datanodes}}, log=_testbed_log)
+    bed.up(kinds, options, log=_testbed_log)
     if bed.targets_record:
         print(f"targets written to {bed.targets_file}: storeval run {bed.targets_file.name} --workload bandwidth")
 

@@ -54,3 +54,28 @@ class InProcessComm:
 
     def abort(self) -> None:
         """No other client is waiting in a barrier to be released."""
+
+
+def listening_addresses(pids: list[int]) -> dict[int, list[tuple[str, int]]]:
+    """pid -> the (address, port) pairs it listens on in the host's network namespace (TCP and UDP, from
+    /proc/net via psutil), for the check that no testbed server listens beyond loopback."""
+    import psutil
+
+    pids = set(pids)
+    out: dict[int, list[tuple[str, int]]] = {}
+    for c in psutil.net_connections(kind="inet"):
+        if c.pid in pids and (c.status == psutil.CONN_LISTEN or c.type == 2):  # 2: SOCK_DGRAM
+            out.setdefault(c.pid, []).append((c.laddr.ip, c.laddr.port))
+    return out
+
+
+def exposed(pids: list[int]) -> list[str]:
+    """`pid address:port` for every socket of ``pids`` bound beyond loopback (empty when all are private)."""
+    import ipaddress
+
+    bad = []
+    for pid, addrs in listening_addresses(pids).items():
+        for ip, port in addrs:
+            if not ipaddress.ip_address(ip.split("%")[0]).is_loopback:
+                bad.append(f"{pid} {ip}:{port}")
+    return bad

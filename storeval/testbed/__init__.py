@@ -41,6 +41,9 @@ SERVERS: dict[str, str] = {
     "minio-ec": "storeval.testbed.minio:MinioECServer",
     "xrootd": "storeval.testbed.xrootd:XrootdServer",
     "hdfs": "storeval.testbed.hdfs:HdfsServer",
+    "glusterfs": "storeval.testbed.glusterfs:GlusterServer",
+    "ceph": "storeval.testbed.ceph:CephServer",
+    "nfs": "storeval.testbed.nfs:NfsServer",
 }
 DEFAULT_DIR = "storeval-testbed"
 TARGETS_FILE = "storeval-testbed.yaml"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -104,6 +105,16 @@ class Proc:
     def alive(self) -> bool:
         return self.condition() != "exited"
 
+    @classmethod
+    def adopt(cls, pid: int, name: str, log: str | Path) -> Proc:
+        """A process a server of the testbed started on our behalf (a brick glusterd spawned, a daemon that
+        forked itself away): recorded by PID and start time like one started here."""
+        try:
+            created = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            raise TestbedError(f"{name} (pid {pid}) exited before it could be recorded; see {log}") from None
+        return cls(pid=pid, create_time=created, name=name, log=str(log))
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM (and SIGCONT, so a frozen one hears it), wait up to ``grace`` seconds, then SIGKILL — this
         process and its children only. Raises TestbedError if it is still there afterwards."""
@@ -180,6 +191,38 @@ def apt_install(*packages: str) -> None:
 
 
 @dataclass
+class FaultNode:
+    """One part of a server that a fault plan can act on alone — a brick, an OSD, a data server. Its handle
+    is ``<kind>.<name>``; stop, cont and kill signal ``procs`` (indices of ``state.procs``); start and
+    restart call :meth:`Server.start_node`."""
+
+    name: str  # "brick2", "osd1", "ds2"
+    description: str  # one line: "GlusterFS brick 2 of 4 (port 49153, /…/brick2)"
+    procs: list[int]
+    ports: list[int] = field(default_factory=list)
+    actions: tuple[str, ...] = ("stop", "cont", "kill", "start", "restart")
+    why_not: dict[str, str] = field(default_factory=dict)  # action -> why it is not offered
+
+
+def mounted(path: str | Path) -> bool:
+    """Whether ``path`` is a mount point now (``/proc/self/mountinfo``, octal escapes decoded)."""
+    target = os.path.normpath(str(path))
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split(" ")
+                if len(fields) > 4 and _unescape(fields[4]) == target:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def _unescape(field_: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field_)
+
+
+@dataclass
 class ServerState:
     """What `testbed down` and `testbed status` need to know about a server (saved as JSON): its processes,
     ports, facts, and ``made``, the ledger of every directory and file it created."""
@@ -206,6 +249,19 @@ class Server(ABC):
 
     kind: ClassVar[str]
     summary: ClassVar[str] = ""
+    # the settings `testbed up` and a study's testbed target may give this kind: name -> one line of help
+    # (e.g. "servers": "bricks of the volume (1-8)"); check_options validates their values
+    options_help: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """The options, validated and completed with defaults; one-line TestbedError naming a setting this kind
+        does not take (and the ones it does) or a value out of range. Subclasses check values, then call this."""
+        unknown = sorted(set(options) - set(cls.options_help))
+        if unknown:
+            takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items()) or "none"
+            raise TestbedError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
+        return dict(options)
 
     def __init__(self, root: Path, options: dict[str, Any] | None = None, state: ServerState | None = None) -> None:
         self.root = Path(root)
@@ -314,6 +370,38 @@ class Server(ABC):
             return "NOT ANSWERING", f"port {', '.join(closed)} accepts no connection"
         return "running", ""
 
+    def fault_nodes(self) -> list[FaultNode]:
+        """The parts of this server a fault plan can act on alone (:mod:`.faults` adds ``<kind>.<name>``
+        handles for them); empty where only the whole server can be signalled."""
+        return []
+
+    def start_node(self, name: str, timeout: float) -> None:
+        """Start the dead processes of the fault node ``name`` again with their data (replacing their entries
+        of ``state.procs``, journalled), and return once it answers; raise TestbedError otherwise."""
+        raise TestbedError(f"{self.kind}: {name} cannot be started again here")
+
+    # -- mounts: recorded before they are made, so an interrupted `up` leaves nothing `down` cannot find ---------
+    def record_mount(self, mountpoint: Path) -> None:
+        """Remember ``mountpoint`` (a directory of the ledger) before mounting on it."""
+        mounts = self.state.info.setdefault("mounts", [])
+        if str(mountpoint) not in mounts:
+            mounts.append(str(mountpoint))
+            self._journal()
+
+    def unmount_all(self) -> None:
+        """Unmount every recorded mount point that is still mounted (a lazy unmount when the file system is
+        busy or its server is gone); raise TestbedError naming the one that stays."""
+        for mnt in list(self.state.info.get("mounts", [])):
+            if mounted(mnt):
+                for cmd in (["umount", mnt], ["umount", "-l", mnt]):
+                    if subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0 and not mounted(mnt):
+                        break
+                if mounted(mnt):
+                    raise TestbedError(f"{self.kind}: cannot unmount {mnt} (busy?): close what uses it, then "
+                                       f"`storeval testbed down {self.kind}` again")
+            self.state.info["mounts"].remove(mnt)
+            self._journal()
+
     def fault_names(self, exited: list[int]) -> list[str]:
         """The fault handles (:mod:`.faults`) that start the exited processes ``exited`` (indices of
         ``state.procs``) again on their ports with their data; empty where no such start exists."""
@@ -335,6 +423,7 @@ class Server(ABC):
         the server wrote where it was allowed to. Returns what was left (a user's files inside, with the
         directories holding them): it stays recorded, so a later stop finishes once they are moved away.
         If a process cannot be stopped, nothing is removed and TestbedError says which."""
+        self.unmount_all()
         failed = []
         for p in reversed(self.state.procs):
             try:

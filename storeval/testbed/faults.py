@@ -62,6 +62,7 @@ class _Target:
     procs: list[int] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     datanode: int | None = None  # 1-based
+    node: str | None = None  # a FaultNode of the server (start/restart through Server.start_node)
     why_not: dict[str, str] = field(default_factory=dict)  # action -> why it is not supported
 
 
@@ -117,6 +118,10 @@ def _targets(servers: dict[str, Server]) -> dict[str, _Target]:
             add(_Target(FaultHandle(kind, kind, whole, f"{kind} testbed server ({len(state.procs)} process"
                                     f"{'es' if len(state.procs) > 1 else ''})"), server, kind, everything,
                         [int(p) for p in state.ports.values()]))
+        for node in server.fault_nodes():  # the parts it lets a fault act on alone: bricks, OSDs, data servers
+            add(_Target(FaultHandle(f"{kind}.{node.name}", kind, node.actions, node.description), server,
+                        f"{kind} {node.name}", list(node.procs), list(node.ports), why_not=dict(node.why_not),
+                        node=node.name))
     return out
 
 
@@ -271,7 +276,9 @@ def _start(target: _Target, action: str) -> str:
     if not dead:
         raise TestbedError(f"{name}: {label} is running: nothing to start (`storeval testbed fault {name} restart` "
                            "kills it and starts it again)")
-    if server.kind == "xrootd":
+    if target.node is not None:
+        server.start_node(target.node, timeout=START_WAIT)
+    elif server.kind == "xrootd":
         server.respawn(timeout=START_WAIT)  # type: ignore[attr-defined]
     else:
         server.respawn(dead, timeout=START_WAIT)  # type: ignore[attr-defined]

@@ -83,10 +83,30 @@ class HdfsServer(Server):
     kind = "hdfs"
     summary = f"HDFS {HADOOP_VERSION} MiniDFSCluster (NameNode + N DataNodes in one JVM)"
 
+    options_help = {"servers": "datanodes, 1-16 (default 1)", "datanodes": "the same as servers",
+                    "replication": "block replicas, 1 to the datanodes (default: datanodes, at most 3)",
+                    "heap": "the JVM's -Xmx (default 1g)"}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        out = super().check_options(options)
+        n = out.pop("servers", None)
+        if n is not None:
+            out["datanodes"] = n
+        n = out.get("datanodes", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
+            raise TestbedError(f"testbed hdfs: servers (datanodes) must be a whole number from 1 to 16, not {n!r}")
+        r = out.get("replication")
+        if r is not None and (not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= n):
+            raise TestbedError(f"testbed hdfs: replication must be a whole number from 1 to the datanodes ({n}), "
+                               f"not {r!r}")
+        return out
+
     # -- options --------------------------------------------------------------------------------------
     @property
     def n_datanodes(self) -> int:
-        return int(self.state.info.get("datanodes") or self.options.get("datanodes", 1))
+        return int(self.state.info.get("datanodes") or self.options.get("datanodes")
+                   or self.options.get("servers", 1))
 
     @property
     def replication(self) -> int:
