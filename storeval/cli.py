@@ -144,7 +144,11 @@ def run(
         from .faults import check_plan
         from .preflight import preflight
 
-        check_plan(spec.faults, spec.testbed, progress_counted=engine is None)
+        # a fault on a testbed system the run brings up is checked against its handles once it runs
+        on_systems = {n for n, t in spec.targets.items() if t.system and t.system.get("testbed")}
+        check_plan([f for f in spec.faults if not (f.target in on_systems or (f.target is None and on_systems
+                                                                              and on_systems == set(spec.targets)))],
+                   spec.testbed, progress_counted=engine is None)
         for line in preflight(spec, cells, results, engine=engine, force=force):
             _console(stderr=True).print(f"warning: {_safe(line)}", highlight=False)
         Store.check_location(results)
@@ -194,7 +198,7 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
             unwritten = True
             json_out, html_out = (None, html_out) if option == "--json" else (json_out, None)
     if not quiet:
-        _print_all(summary, cell_figs, out)
+        _print_all(summary, cell_figs, out, data.study)
         failed = (f", {result.failed} failed" if result.failed else "") + \
             (f", {result.not_run} not run" if result.not_run else "")
         out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {_safe(store.dir)}"
@@ -238,7 +242,7 @@ def report(
     store = _open_results(results)
     data = store.load_run(store.resolve_run(run_id))
     cells, summary = analyze(data, exclude_outliers)
-    _print_all(summary, cells, _console())
+    _print_all(summary, cells, _console(), data.study)
     _print_run_state(data, _console())
     if json_out:
         _write_json(store, json_out, run_document(data, cells, summary), [data.run_id])
@@ -287,15 +291,15 @@ def _print_run_state(data, console) -> None:
                       highlight=False)
 
 
-def _print_all(summary, cells, console) -> None:
+def _print_all(summary, cells, console, study) -> None:
     """The phase tables per workload, the scaling lines, and the one-glance summary table last."""
-    from .analysis.scaling import scaling
+    from .analysis.scaling import along_settings, scaling
     from .analysis.table import summary_table
     from .report.terminal import print_faults, print_scaling, print_summary, print_table
 
     print_summary(summary, console)
     print_faults(cells, console)
-    print_scaling(scaling(cells), console)
+    print_scaling(scaling(cells) + along_settings(cells, study), console)
     print_table(summary_table(summary), console)
 
 
@@ -492,6 +496,10 @@ def clean(
 
     chosen, failed = [], False
     for t in _clean_targets(targets or [], study):
+        if not t.url:
+            print(f"{t.name}: a testbed system the run brings up and removes with its data: nothing to clean "
+                  "(`storeval testbed down --dir DIR` stops one a killed run left)")
+            continue
         driver = make_driver(t.url, t.options)
         try:
             driver.connect()

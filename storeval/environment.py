@@ -52,6 +52,9 @@ def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
 
     targets: dict[str, Any] = {}
     for name, t in study.targets.items():
+        if not t.url:  # a testbed system brought up during the run: what it was is recorded then (systems.py)
+            targets[name] = {"system": t.system}
+            continue
         driver = driver_class(t.url)  # what each target is, its driver says: no branch per scheme here
         info: dict[str, Any] = {**driver.describe_target(t.url, t.options), "path": target_path(t.url, t.options)}
         carrier = driver.carrier(t.url, t.options)

@@ -5,30 +5,57 @@ repetition. Repetitions are the outer loop, so the repetitions of one
 configuration are spread over the run instead of back to back: a slow drift of
 the system (cache warming, a neighbour's job) then shows as spread between
 repetitions instead of hiding inside one configuration.
+
+A target whose system storeval configures (core/system.py: a testbed size, a
+setup command) is the exception one level up: each combination of its settings
+is a block of cells of its own — brought up once, measured with repetitions as
+outer loop inside the block, then taken down — and targets that share one
+configured system (same testbed kind and settings) share the block.
 """
 
 from __future__ import annotations
 
-from .core.cell import Cell
+import dataclasses
+
+from .core.cell import Cell, TargetSpec
+from .core.system import combinations, identity
 from .spec import Study
 from .workloads import WORKLOADS
 
 
+def _variants(target: TargetSpec) -> list[tuple[TargetSpec, dict]]:
+    """The target once per combination of its system settings (``system["settings"]`` then holds one value
+    each), with the settings to add to the cells' factors."""
+    if not target.system:
+        return [(target, {})]
+    out = []
+    for combo in combinations(target.system["settings"]):
+        out.append((dataclasses.replace(target, system={**target.system, "settings": combo}), combo))
+    return out
+
+
 def plan(study: Study) -> list[Cell]:
-    configs = []
+    blocks: dict[tuple, list[tuple[TargetSpec, dict]]] = {}  # configured system -> its targets; () = plain ones
     for target in study.targets.values():
-        for wl in study.workloads.values():
-            for combo in wl.combos:
-                factors = {k: combo[k] for k in wl.sweeps}
-                for n in study.clients:
-                    configs.append((target, wl, combo, {**factors, "clients": n}, n))
-    cells = []
-    for rep in range(study.repetitions):
-        for config, (target, wl, combo, factors, n) in enumerate(configs):
-            runs = set(combo.get("phases") or WORKLOADS[wl.kind].PHASES)
-            faults = tuple(f for f in study.faults if f.workload in (None, wl.name) and f.target in (None, target.name)
-                           and f.phase in runs)
-            cells.append(Cell(index=len(cells), config=config, target=target, workload=wl.name, kind=wl.kind,
-                              params=combo, factors=factors, clients=n, repetition=rep,
-                              phase_timeout=study.phase_timeout, faults=faults))
+        for variant, settings in _variants(target):
+            blocks.setdefault(identity(variant.system), []).append((variant, settings))
+    cells: list[Cell] = []
+    config = 0
+    for targets in blocks.values():
+        configs = []
+        for target, settings in targets:
+            for wl in study.workloads.values():
+                for combo in wl.combos:
+                    factors = {**settings, **{k: combo[k] for k in wl.sweeps}}
+                    for n in study.clients:
+                        configs.append((config, target, wl, combo, {**factors, "clients": n}, n))
+                        config += 1
+        for rep in range(study.repetitions):
+            for number, target, wl, combo, factors, n in configs:
+                runs = set(combo.get("phases") or WORKLOADS[wl.kind].PHASES)
+                faults = tuple(f for f in study.faults if f.workload in (None, wl.name)
+                               and f.target in (None, target.name) and f.phase in runs)
+                cells.append(Cell(index=len(cells), config=number, target=target, workload=wl.name, kind=wl.kind,
+                                  params=combo, factors=factors, clients=n, repetition=rep,
+                                  phase_timeout=study.phase_timeout, faults=faults))
     return cells

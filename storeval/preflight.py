@@ -211,13 +211,15 @@ class Preflight:
         records = 0
         for cell in self.cells:
             wl = make_workload(cell.kind, cell.params)
-            needs = wl.needs(cell.clients, driver_class(cell.target.url).caps)
+            # a testbed system's target has its URL once it runs: its driver is known by the scheme it will have
+            url = cell.target.url or f"{(cell.target.system or {}).get('scheme', 'file')}://"
+            needs = wl.needs(cell.clients, driver_class(url).caps)
             records += cell.clients * len(wl.steps())
             for p in self._cell_problems(cell, needs):
                 key = (p.kind, p.hard)
                 if key not in worst or p.size > worst[key].size:
                     worst[key] = p
-            root = _local_path(cell.target.url)
+            root = _local_path(cell.target.url) if cell.target.url else None
             if root is not None:
                 self._on_disk(self._disk(disks, root), cell, needs, root)
         if results_disk is not None:

@@ -36,9 +36,11 @@ from .environment import collect_environment
 from .errors import StorevalError, one_line
 from .faults import FaultRunner
 from .core.cell import Cell
+from .core.system import identity
 from .core.outcome import CellOutcome
 from .spec import Study
 from .store import Store, now
+from .systems import Systems
 from .workloads import make_workload
 
 
@@ -73,6 +75,7 @@ class Runner:
         self.guard = _Guard(self)
         self.loads: dict[str, list[float]] = {}  # host -> share of its CPU other processes used, per phase
         self.skews: dict[str, int] = {}  # host -> worst residual clock skew of its MPI clients (ns)
+        self.systems = Systems(study.testbed, log=ui.log, on_pending=self.guard.teardown)
 
     # -- targets ---------------------------------------------------------------------------------------
     def _driver(self, cell: Cell) -> Driver:
@@ -155,10 +158,13 @@ class Runner:
             self.events.append({"kind": "warning", "message": message})
             print(f"warning: {message}", file=sys.stderr, flush=True)
 
-    def _release_targets(self) -> None:
-        """Remove the run's scratch directory from every target and close the sessions. Never raises: what
-        cannot be removed (a server that is gone) is recorded as left behind, and the run's results are written."""
-        for name, driver in self.drivers.items():
+    def _release_targets(self, names: list[str] | None = None) -> None:
+        """Remove the run's scratch directory from every target (or those named) and close the sessions. Never
+        raises: what cannot be removed (a server that is gone) is recorded as left behind, and the run's results
+        are written."""
+        for name, driver in list(self.drivers.items()):
+            if names is not None and name not in names:
+                continue
             try:
                 if not release_scratch(driver, self.scratch) and driver.exists(self.scratch):
                     self.events.append({"kind": "warning",
@@ -169,6 +175,19 @@ class Runner:
                 driver.shutdown()
             except Exception:  # noqa: BLE001
                 pass
+            if names is not None:  # the next cells of that name run on another configuration of its system
+                del self.drivers[name]
+        for name in names or []:
+            self.connect_errors.pop(name, None)
+            self.prepared = {p for p in self.prepared if p[0] != name}
+
+    def _configure(self, cell: Cell) -> Cell:
+        """The cell on its configured system (core/system.py): when the previous cell ran on another
+        configuration, that one's scratch is released and it is undone first."""
+        previous = self.systems.active
+        if previous is not None and previous.key != identity(cell.target.system):
+            self._release_targets(list(previous.resolved))
+        return self.systems.enter(cell)
 
     # -- one cell ----------------------------------------------------------------------------------------
     def run_cell(self, cell: Cell) -> CellOutcome:
@@ -185,6 +204,7 @@ class Runner:
         fault_events: list[dict[str, Any]] = []
         try:
             with interrupts.interruptible():
+                cell = self._configure(cell)
                 driver = self._driver(cell)
                 skips = wl.skipped(driver.caps)
                 to_run = [st for st in planned if st[0] not in skips]
@@ -202,7 +222,7 @@ class Runner:
                                faulted=tuple(sorted({f.phase for f in cell.faults})))
                 self.guard.cell(cell, cell_dir)
                 if cell.faults:
-                    faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients), self.study.testbed,
+                    faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients), self.systems.testbed_dir,
                                          log=self.ui.log, deadline=getattr(wl.p, "deadline", None),
                                          on_pending=self.guard.undos, redundancy=driver.redundancy)
                 outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
@@ -313,6 +333,10 @@ class Runner:
                 if begun:
                     self._store_not_run(self.cells[done:], "the job was aborted" if fatal else "the run was interrupted")
                     self._release_targets()
+                    self.systems.close()
+                    self.events += self.systems.events
+                    for key, value in self.systems.environment.items():
+                        self.store.add_environment(self.run_id, key, value)
                     if self.events:
                         self.store.add_events(self.run_id, self.events)
                     self._store_host_notes()
@@ -384,6 +408,12 @@ class _Guard:
         if self._owner is None:
             self._owner = owner_record(self.runner.run_id, self.proc.pid if self.proc is not None else None)
         return self._owner
+
+    def teardown(self, pending: list[dict[str, Any]]) -> None:
+        """The testbed systems this run started and has not stopped yet, as commands that stop them: the
+        watchdog runs them if this process dies."""
+        self.state["teardown"] = pending
+        self._save()
 
     def target(self, cell: Cell) -> None:
         self.state["targets"].append({"name": cell.target.name, "url": cell.target.url,

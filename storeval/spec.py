@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from . import safeyaml
 from .core.cell import TargetSpec
 from .core.faultplan import Fault, parse_plan
+from .core.system import SYSTEM_KEYS, combinations, fill
 from .drivers import NeedsExtra, driver_class, normalize_url
-from .errors import InputError
+from .errors import InputError, one_line
 from .fields import Duration, Rate
 from .redact import redact_text, visible
 from .units import UnitError, parse_duration
@@ -38,7 +39,7 @@ from .workloads.base import Params
 
 TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
             "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from")
-TARGET_KEYS = ("url", "description", "limits")
+TARGET_KEYS = ("url", "description", "limits", *SYSTEM_KEYS)
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
 MAX_REPETITIONS = 10_000  # every repetition is planned up front
@@ -108,7 +109,8 @@ class Study:
     def resolved(self) -> dict[str, Any]:
         """The fully resolved study, JSON-able (stored with every run, hashed for identity)."""
         return {
-            "targets": {n: {"url": t.url, **t.options, **({"limits": t.limits} if t.limits else {})}
+            "targets": {n: {**({"url": t.url} if t.url else {}), **t.options,
+                            **({"limits": t.limits} if t.limits else {}), **({"system": t.system} if t.system else {})}
                         for n, t in self.targets.items()},
             "workloads": {n: w.as_dict() for n, w in self.workloads.items()},
             "clients": list(self.clients),
@@ -359,11 +361,81 @@ def _under(where: str, error: InputError) -> InputError:
     return InputError(f"{where}: {text}")
 
 
+def _commands(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(c, str) and c.strip() for c in items):
+        raise InputError(f"{where}: {_show(value)} is not a command or a list of commands (e.g. lfs setstripe -c "
+                         "{stripe_count} {path})")
+    return [c.strip() for c in items]
+
+
+def _setting_values(settings: Any, where: str) -> dict[str, Any]:
+    if not isinstance(settings, dict):
+        raise InputError(f"{where}: {_show(settings)} is not a mapping of setting names to values "
+                         "(e.g. settings: {stripe_count: [1, 4]})")
+    out = {}
+    for key, value in settings.items():
+        check_name(str(key), f"{where}.{key}")
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, (str, int, float, bool)) for v in values):
+            raise InputError(f"{where}.{key}: {_show(value)} is not a value or a list of values")
+        if isinstance(value, list) and len(set(map(repr, value))) != len(value):
+            raise InputError(f"{where}.{key}: {_show(value)} repeats a value")
+        out[str(key)] = value
+    return out
+
+
+def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
+    """A target whose system storeval's testbed brings up at each combination of its settings (core/system.py)."""
+    from .testbed import SERVERS, server_class
+    from .testbed.base import TestbedError
+
+    kind = entry["testbed"]
+    if not isinstance(kind, str) or kind not in SERVERS:
+        raise InputError(f"{where}.testbed: {_show(kind)} is not a testbed system (one of {', '.join(SERVERS)})")
+    if "url" in entry:
+        raise InputError(f"{where}: give url or testbed, not both (a testbed target's URL is the running server's)")
+    cls = server_class(kind)
+    schemes = cls.target_schemes
+    use = entry.get("use", next(iter(schemes), None))
+    if use not in schemes:
+        raise InputError(f"{where}.use: {_show(use)} is not a target of the {kind} testbed "
+                         f"(one of {', '.join(schemes) or 'none'})")
+    settings = _setting_values(entry.get("settings") or {}, f"{where}.settings")
+    for key in cls.options_help:
+        if key in entry:
+            settings[key] = _setting_values({key: entry[key]}, where)[key]
+    for combo in combinations(settings):
+        try:
+            cls.check_options(combo)
+        except TestbedError as e:
+            raise InputError(f"{where}: {one_line(e)}") from None
+    driver = driver_class(f"{schemes[use]}://")
+    raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS and k not in cls.options_help}
+    try:
+        options = driver.Options.model_validate(raw_opts)
+        limits = Limits.model_validate(entry.get("limits") or {})
+    except ValidationError as e:
+        raise pydantic_error(e, where, known=[*TARGET_KEYS, *cls.options_help, *driver.Options.model_fields]) from None
+    check_name(name, where)
+    system = {"testbed": kind, "use": use, "scheme": schemes[use], "settings": settings,
+              "setup": _commands(entry.get("setup"), f"{where}.setup"),
+              "teardown": _commands(entry.get("teardown"), f"{where}.teardown")}
+    return TargetSpec(name=name, url="", options=options.model_dump(mode="json", exclude_defaults=True),
+                      limits=limits.model_dump(exclude_none=True), system=system)
+
+
 def make_target(name: str, entry: Any, where: str, url_where: str | None = None) -> TargetSpec:
     if isinstance(entry, str):
         entry = {"url": entry}
     if not isinstance(entry, dict):
         raise InputError(f"{where}: {_show(entry)} is not a target (write {name}: {{url: file:///path}})")
+    if "testbed" in entry:
+        return _testbed_target(name, entry, where)
+    if "use" in entry:
+        raise InputError(f"{where}.use: only a testbed target picks one of the testbed's targets (add testbed: KIND)")
     url_where = url_where or f"{where}.url"
     if "url" not in entry:
         raise InputError(f"{where}.url: missing (every target needs a URL such as file:///mnt/lustre/x or s3://bucket/prefix)")
@@ -392,8 +464,35 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
         cls.check_url(url, options)
     except InputError as e:
         raise _under(url_where, e) from None
+    system = None
+    if any(k in entry for k in ("settings", "setup", "teardown")):
+        settings = _setting_values(entry.get("settings") or {}, f"{where}.settings")
+        system = {"target": name, "settings": settings, "setup": _commands(entry.get("setup"), f"{where}.setup"),
+                  "teardown": _commands(entry.get("teardown"), f"{where}.teardown")}
+        if not system["setup"] and not system["teardown"] and any(isinstance(v, list) for v in settings.values()):
+            raise InputError(f"{where}.settings: sweeping a setting needs a setup command that applies it (add "
+                             "setup: a command using {" + next(iter(settings)) + "})")
+        for combo in combinations(settings):
+            values = {**combo, "url": url, "path": target_path_of(url), "target": name}
+            for key in ("setup", "teardown"):
+                for command in system[key]:
+                    try:
+                        fill(command, values)
+                    except KeyError as e:
+                        raise InputError(f"{where}.{key}: {{{e.args[0]}}} is not a setting of the target (settings: "
+                                         f"{', '.join(settings) or 'none'}; also url, path, target)") from None
+                    except (ValueError, IndexError):
+                        raise InputError(f"{where}.{key}: {_show(command)} has a stray brace (write {{{{ and }}}} for "
+                                         "literal braces)") from None
     return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True),
-                      limits=limits.model_dump(exclude_none=True))
+                      limits=limits.model_dump(exclude_none=True), system=system)
+
+
+def target_path_of(url: str) -> str:
+    """The path part of a target URL (what ``{path}`` means in a setup command)."""
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(url).path)
 
 
 def _target_name(url: str, taken: typing.Container[str]) -> str:
@@ -620,9 +719,10 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         where = "--clients-per-host" if clients_per_host is not None else "clients_per_host"
         raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, 1 to "
                          f"{MAX_CLIENTS:,})")
-    cells = len(chosen_targets) * sum(len(w.combos) for w in specs.values()) * len(client_counts) * reps
+    variants = sum(len(combinations(t.system["settings"])) if t.system else 1 for t in chosen_targets.values())
+    cells = variants * sum(len(w.combos) for w in specs.values()) * len(client_counts) * reps
     if cells > MAX_CELLS:
-        raise InputError(f"the study has {cells:,} cells (targets × parameter combinations × client counts × "
+        raise InputError(f"the study has {cells:,} cells (targets and their settings × parameter combinations × client counts × "
                          f"repetitions; at most {MAX_CELLS:,}): sweep fewer values or repeat less")
     faults = _fault_plan(raw, raw_workloads, specs, {**study_targets, **chosen_targets})  # --target narrows
     bed = raw.get("testbed")

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"analysis"},
     {"engine"},
     {"spec", "preflight", "testbed"},
-    {"plan", "report", "faults"},
+    {"plan", "report", "faults", "systems"},
     {"runner"},
     {"cli", "__main__"},
 ]

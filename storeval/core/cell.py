@@ -18,6 +18,9 @@ class TargetSpec:
     url: str
     options: dict[str, Any] = field(default_factory=dict)
     limits: dict[str, float] = field(default_factory=dict)  # bytes/s (iops: ops/s), only those declared
+    # a target whose system storeval configures between cells (core/system.py): a testbed it brings up at each
+    # size, or a user's setup/teardown commands; its url is known once the system is up
+    system: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,14 @@ class Cell:
     def state(self, cell_dir: str | None) -> dict[str, Any]:
         """The cell as the run's state file keeps it (JSON), for the watchdog to clean up and record after it."""
         return {"index": self.index, "config": self.config, "target": self.target.name, "url": self.target.url,
-                "options": self.target.options, "workload": self.workload, "kind": self.kind, "params": self.params,
+                "options": self.target.options, **({"system": self.target.system} if self.target.system else {}), "workload": self.workload, "kind": self.kind, "params": self.params,
                 "factors": self.factors, "nclients": self.clients, "repetition": self.repetition,
                 "cell_dir": cell_dir, "faults": [f.state() for f in self.faults]}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Cell:
-        return cls(index=d["index"], config=d["config"], target=TargetSpec(d["target"], d["url"], d.get("options", {})),
+        return cls(index=d["index"], config=d["config"], target=TargetSpec(d["target"], d["url"], d.get("options", {}),
+                                                                system=d.get("system")),
                    workload=d["workload"], kind=d["kind"], params=d["params"], factors=d["factors"],
                    clients=d["nclients"], repetition=d["repetition"],
                    faults=tuple(Fault.from_state(f) for f in d.get("faults", ())))

@@ -323,7 +323,7 @@ def _undo(state: dict[str, Any]) -> str:
     """Undo the faults the dead run had in force (a server it stopped, a node it killed): their commands, as
     the run's fault runner left them in the state (storeval/faults.py). What it said, in a few words."""
     done, failed = [], []
-    for item in state.get("undo") or []:
+    for item in [*(state.get("undo") or []), *(state.get("teardown") or [])]:  # faults first, then systems
         try:
             r = subprocess.run(item["argv"], capture_output=True, timeout=float(item.get("timeout") or 60),
                                stdin=subprocess.DEVNULL)

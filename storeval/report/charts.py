@@ -36,24 +36,27 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
     """Aggregate vs clients, one line per target (and other factor values), error bars = stderr over repetitions."""
     by_chart: dict[tuple, list[dict]] = defaultdict(list)
     for s in scaling:
-        by_chart[(s["workload"], s["phase"], s["figure"])].append(s)
+        by_chart[(s["workload"], s["phase"], s["figure"], s.get("along", "clients"))].append(s)
     out = []
-    for (workload, phase, figure), series in by_chart.items():
+    for (workload, phase, figure, _), series in by_chart.items():
         unit = workload_class(series[0]["kind"]).report.scaling.unit
+        along = series[0].get("along", "clients")
         data = []
         for s in series:
             pts = [p for p in s["series"] if p["aggregate"] is not None]
-            name = s["target"] + (f" {_factors(s['factors'])}" if s["factors"] else "")
+            name = " ".join([s["target"], *(f"{k}={v}" for k, v in s["factors"].items())])
             data.append({"type": "scatter", "mode": "lines+markers", "name": name,
-                         "x": [p["clients"] for p in pts], "y": [p["aggregate"] for p in pts],
+                         "x": [p["x"] for p in pts], "y": [p["aggregate"] for p in pts],
                          "error_y": {"type": "data", "array": [p["aggregate_stderr"] or 0 for p in pts],
                                      "visible": True}})
             data.append({"type": "scatter", "mode": "lines", "name": f"{name} per client", "line": {"dash": "dot"},
-                         "x": [p["clients"] for p in pts], "y": [p["per_client"] for p in pts], "visible": "legendonly"})
-        title = f"{workload} · {phase}: aggregate {unit} vs clients"
-        out.append((title, {"data": data, "layout": _layout(title, "clients", f"aggregate {unit}",
-                                                            xaxis={"title": {"text": "clients"}, "type": "log",
-                                                                   "dtick": 0.30103})}))
+                         "x": [p["x"] for p in pts], "y": [p["per_client"] for p in pts], "visible": "legendonly"})
+        title = f"{workload} · {phase}: aggregate {unit} vs {along}"
+        out.append((title, {"data": data, "layout": _layout(title, along, f"aggregate {unit}",
+                                                            xaxis={"title": {"text": along}, "type": "log",
+                                                                   "dtick": 0.30103},
+                                                            yaxis={"title": {"text": f"aggregate {unit}"},
+                                                                   "rangemode": "tozero"})}))
     return out
 
 

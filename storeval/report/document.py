@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
-from ..analysis.scaling import scaling
+from ..analysis.scaling import along_settings, scaling
 from ..analysis.table import summary_table
 from ..outputs import Mark, write_atomic, write_owned
 from ..store import RunData
@@ -41,6 +41,7 @@ def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSum
         "outlier_rule": OUTLIER_RULE,
         "outliers_excluded": any(s.outliers_excluded for s in summary),
         "scaling": scaling(cells),
+        "scaling_settings": along_settings(cells, run.study),  # the aggregate vs swept system settings (servers)
         "table": summary_table(summary),
         "events": [{**ev, "t": _iso(ev.get("t"))} for ev in run.events],
     }

@@ -16,10 +16,11 @@ import yaml
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ..analysis.figures import CellFigures, ConfigSummary
-from ..analysis.scaling import scaling as scaling_of
+from ..analysis.scaling import along_settings, scaling as scaling_of
 from ..analysis.table import summary_table
 from ..store import RunData
 from . import charts
+from ..units import sig
 from ..workloads import WORKLOADS
 from .terminal import TABLE_CAPTION, TABLE_COLUMNS, fault_rows, phase_tables, table_rows
 
@@ -82,7 +83,7 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
                   samples: list[tuple]) -> str:
     from ..analysis.fairness import RULE as FAIRNESS_RULE
 
-    scaling = scaling_of(cells)
+    scaling = scaling_of(cells) + along_settings(cells, run.study)
     kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
     groups = {
         "scaling": charts.scaling_charts(scaling),
@@ -104,14 +105,18 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
                                                  ("timelines", "Probe timelines", "timeline")) if ids[key]] + [
         ("messages", "Flags and warnings"), ("environment", "Environment"), ("study", "Study")]
     saturation_rows = [[s["target"], s["workload"], s["phase"], s["saturation_clients"], s["workers_to_peak"]]
-                       for s in scaling]
+                       for s in scaling if s.get("along", "clients") == "clients"]
+    setting_rows = [[s["target"], s["workload"], s["phase"], ", ".join(f"{k}={v}" for k, v in s["factors"].items()),
+                     " · ".join(f"{s['along']}={p['x']}: {sig(p['aggregate'])}" for p in s["series"]
+                                if p["aggregate"] is not None), WORKLOADS[s["kind"]].report.scaling.unit]
+                    for s in scaling if s.get("along", "clients") != "clients"]
     events = [[e.get("cell"), e["t"].isoformat(timespec="seconds") if e.get("t") else "", e.get("kind"),
                "" if e.get("rank") is None else e["rank"], e.get("phase") or "", e.get("message") or ""]
               for e in run.events]
     return _env().get_template("report.html.j2").render(
         title=f"storeval report {run.run_id}", run=run, sections=sections,
         table_columns=TABLE_COLUMNS, table_rows=table_rows(summary_table(summary)), table_caption=TABLE_CAPTION,
-        phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
+        phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows, setting_rows=setting_rows,
         saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
         fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,
         latency_charts=ids["latency"], timeline_charts=ids["timeline"], fault_charts=ids["faults"],

@@ -126,15 +126,39 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
 
 
 def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
-    """One line per swept configuration: where the aggregate saturates (and, for copies, peaks)."""
+    """One line per swept configuration: where the aggregate saturates (and, for copies, peaks); then a table per
+    swept system setting (seed 002's throughput vs servers)."""
+    by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in scaling:
+        if s.get("along", "clients") != "clients":
+            by_setting[s["along"]].append(s)
+    for along, rows in by_setting.items():
+        xs = sorted({p["x"] for s in rows for p in s["series"]})
+        t = Table(title=f"Aggregate vs {along}", caption="mean over repetitions; each row holds every other factor "
+                  "fixed (clients, parameters)", caption_justify="left")
+        for col in ("target", "workload", "phase", "held fixed", *(f"{along}={x}" for x in xs), "unit"):
+            t.add_column(col, justify="left" if col in ("target", "workload", "phase", "held fixed", "unit")
+                         else "right", overflow="fold")
+        for s in rows:
+            values = {p["x"]: p["aggregate"] for p in s["series"]}
+            t.add_row(*map(safe, [s["target"], s["workload"], s["phase"],
+                                  ", ".join(f"{k}={v}" for k, v in s["factors"].items()),
+                                  *(sig(values[x]) if values.get(x) is not None else "–" for x in xs),
+                                  report_of(s["kind"]).scaling.unit]))
+        console.print(t)
     for s in scaling:
         declared = report_of(s["kind"]).scaling
         unit = declared.unit
-        points = ", ".join(f"{p['clients']}→{sig(p['aggregate'])}" for p in s["series"])
-        extra = f"; workers to peak {s['workers_to_peak']}" if declared.peak else ""
-        console.print(f"scaling {safe(s['target'])} · {safe(s['workload'])} · {s['phase']}: {points} {unit}; saturation "
-                      f"at {s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}{extra}",
-                      highlight=False)
+        along = s.get("along", "clients")
+        points = ", ".join(f"{p['x']}→{sig(p['aggregate'])}" for p in s["series"])
+        shown = ", ".join(f"{k}={v}" for k, v in s["factors"].items())
+        extra = f"; workers to peak {s['workers_to_peak']}" if declared.peak and along == "clients" else ""
+        if along == "clients":
+            at = f"{s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}"
+        else:
+            at = f"{along}={s['saturation_clients']}"
+        console.print(f"scaling {safe(s['target'])} · {safe(s['workload'])}{f' ({safe(shown)})' if shown else ''} · "
+                      f"{s['phase']}: {along} {points} {unit}; saturation at {at}{extra}", highlight=False)
 
 
 def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:

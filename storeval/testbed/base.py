@@ -252,6 +252,8 @@ class Server(ABC):
     # the settings `testbed up` and a study's testbed target may give this kind: name -> one line of help
     # (e.g. "servers": "bricks of the volume (1-8)"); check_options validates their values
     options_help: ClassVar[dict[str, str]] = {}
+    # the targets it writes, name -> URL scheme (a study's `testbed: KIND` target is checked before it runs)
+    target_schemes: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:

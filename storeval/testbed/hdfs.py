@@ -83,6 +83,7 @@ class HdfsServer(Server):
     kind = "hdfs"
     summary = f"HDFS {HADOOP_VERSION} MiniDFSCluster (NameNode + N DataNodes in one JVM)"
 
+    target_schemes = {"hdfs": "hdfs"}
     options_help = {"servers": "datanodes, 1-16 (default 1)", "datanodes": "the same as servers",
                     "replication": "block replicas, 1 to the datanodes (default: datanodes, at most 3)",
                     "heap": "the JVM's -Xmx (default 1g)"}

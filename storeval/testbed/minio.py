@@ -153,6 +153,7 @@ class MinioServer(Server):
     kind = "minio"
     summary = "MinIO S3 server, one process and one drive, bucket 'storeval'"
     target_name = "minio"
+    target_schemes = {"minio": "s3"}
     start_attempts = 3
 
     # -- paths and credentials ---------------------------------------------------------------------
@@ -372,6 +373,7 @@ class MinioECServer(MinioServer):
     kind = "minio-ec"
     summary = "MinIO S3 cluster, 4 processes with 1 drive each, erasure-coded, bucket 'storeval'"
     target_name = "minio-ec"
+    target_schemes = {"minio-ec": "s3"}
     nodes = 4
 
     @property

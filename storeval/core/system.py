@@ -1,0 +1,61 @@
+"""System settings: what a target's storage system is configured as, when that takes a restart or a command.
+
+A target may sweep settings of the system under it — the number of storage servers (seed 002's throughput vs
+servers), a replica count, a stripe count, a block size, an erasure set size — that no client option can change.
+Two ways bring a setting about, and both are described here as plain data on :class:`~.cell.TargetSpec.system`:
+
+* ``testbed: KIND`` — storeval's testbed starts that system at each combination of settings (``servers: [1, 2,
+  4]``, ``type: distribute``) and stops it after the combination's cells; the target's URL comes from the
+  running testbed. ``use:`` picks one of the testbed's targets where it has several (Ceph: ``cephfs``).
+* ``setup:``/``teardown:`` commands (a real cluster: ``lfs setstripe -c {stripe_count} {path}``), run before the
+  first and after the last cell of each combination, with ``{setting}``, ``{url}``, ``{path}`` and ``{target}``
+  filled in.
+
+The settings become factors of every cell (so the report draws figures against them), and what was done — the
+commands, their exit status, how long bringing a system up took — is recorded with the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+SYSTEM_KEYS = ("testbed", "use", "settings", "setup", "teardown")
+
+
+def combinations(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every combination of the settings, a list value being swept, in the order written."""
+    names = list(settings)
+    values = [v if isinstance(v, list) else [v] for v in settings.values()]
+    return [dict(zip(names, combo)) for combo in itertools.product(*values)]
+
+
+def swept(settings: dict[str, Any]) -> list[str]:
+    """The settings that take more than one value (the ones a reader compares across)."""
+    return [k for k, v in settings.items() if isinstance(v, list) and len(v) > 1]
+
+
+def identity(system: dict[str, Any] | None) -> tuple:
+    """Cells whose targets share this run on one configured system: one bring-up, one teardown. Two testbed
+    targets of the same kind and settings (Ceph's RGW and CephFS) share it."""
+    if not system:
+        return ()
+    settings = tuple(sorted((k, repr(v)) for k, v in system.get("settings", {}).items()))
+    if system.get("testbed"):
+        return ("testbed", system["testbed"], settings)
+    return ("commands", system.get("target", ""), settings, tuple(system.get("setup", ())),
+            tuple(system.get("teardown", ())))
+
+
+def fill(command: str, values: dict[str, Any]) -> str:
+    """``command`` with ``{name}`` replaced by the setting's value; ``{{``/``}}`` are braces."""
+    return command.format_map(_Strict(values))
+
+
+class _Strict(dict):
+    def __missing__(self, key: str) -> str:
+        raise KeyError(key)
+
+
+def label(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())

@@ -1,0 +1,244 @@
+"""Configured systems: bring each combination of a target's system settings about before its cells, undo it after.
+
+The planner (plan.py) puts the cells of one configured system together; the runner calls :meth:`Systems.enter`
+before every cell and :meth:`Systems.leave` when a block ends or the run does. A testbed system (``testbed:
+KIND`` with ``servers: [1, 2, 4]`` …) is started by storeval's own testbed — in the study's ``testbed:`` directory
+when it names one (a system already running there with the same settings is used as it is, and left running),
+otherwise in a directory of its own that is removed at the end — and the target's URL and options are the running
+server's. Setup and teardown commands (a real cluster's reconfiguration) run through the shell with the settings
+filled in. Everything done is returned as events (command, exit status, output tail, seconds) for the results.
+
+A block whose setup fails fails each of its cells with that one line; the other blocks still run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .core.cell import Cell, TargetSpec
+from .core.system import fill, identity, label
+from .errors import StorevalError, one_line
+from .redact import redact_text
+
+COMMAND_TIMEOUT = 3600.0  # seconds a setup or teardown command may take (a reformat of a real file system)
+_TAIL = 600  # characters of a failed command's output kept in its event
+
+
+@dataclasses.dataclass
+class _Active:
+    key: tuple
+    system: dict[str, Any]
+    target: TargetSpec  # the first target of the block, as planned
+    resolved: dict[str, TargetSpec] = dataclasses.field(default_factory=dict)  # target name -> with its URL
+    error: str | None = None
+    started: bool = False  # storeval started the testbed system (so it stops it)
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Systems:
+    def __init__(self, testbed_dir: str | None, *, log: Callable[[str], None],
+                 on_pending: Callable[[list[dict[str, Any]]], None]) -> None:
+        self.given_dir = testbed_dir  # the study's `testbed:` directory, if any
+        self.log = log
+        self.on_pending = on_pending  # told the commands that stop what runs now (the watchdog's state)
+        self.events: list[dict[str, Any]] = []
+        self.environment: dict[str, Any] = {}
+        self.active: _Active | None = None
+        self._base: str | None = None  # the run's own testbed parent directory, when the study named none
+        self._bed: Any = None
+        self._started: set[str] = set()  # testbed kinds this run started (and so stops)
+
+    # -- where testbed systems run -----------------------------------------------------------------------------
+    @property
+    def testbed_dir(self) -> str | None:
+        """The directory whose testbed the fault plan's handles refer to while a testbed system is up."""
+        if self.given_dir:
+            return self.given_dir
+        return str(Path(self._base) / "servers") if self._base else None
+
+    def _testbed(self) -> Any:
+        from .testbed import Testbed
+
+        if self._bed is None:
+            if self.given_dir:
+                self._bed = Testbed(self.given_dir)
+            else:
+                self._base = self._base or tempfile.mkdtemp(prefix="storeval-systems-")
+                self._bed = Testbed(Path(self._base) / "servers", targets_file=Path(self._base) / "storeval-testbed.yaml")
+        return self._bed
+
+    def _pending(self) -> None:
+        """Tell the watchdog how to stop the testbed systems this run started, should this process die."""
+        bed = self._bed
+        self.on_pending([{"argv": [sys.executable, "-m", "storeval", "testbed", "down", kind, "--dir", str(bed.dir)],
+                          "what": f"stopped the {kind} testbed", "timeout": 600} for kind in sorted(self._started)])
+
+    # -- blocks ------------------------------------------------------------------------------------------------
+    def enter(self, cell: Cell) -> Cell:
+        """The cell with its target's URL and options once its system is configured (bringing it about if the
+        previous cell's was another); StorevalError (one line) if this block's setup failed."""
+        system = cell.target.system
+        if not system:
+            self.leave()
+            return cell
+        key = identity(system)
+        if self.active is None or self.active.key != key:
+            self.leave()
+            self.active = _Active(key, system, cell.target)
+            self._bring_up(self.active, cell.target)
+        active = self.active
+        if active.error:
+            raise StorevalError(active.error)
+        if cell.target.name not in active.resolved:
+            try:
+                active.resolved[cell.target.name] = self._resolve(active, cell.target)
+            except StorevalError as e:
+                raise StorevalError(f"target {cell.target.name} ({label(system['settings'])}): {one_line(e)}") from None
+        return dataclasses.replace(cell, target=active.resolved[cell.target.name])
+
+    def _bring_up(self, active: _Active, target: TargetSpec) -> None:
+        system = active.system
+        what = f"target {target.name} ({label(system['settings'])})" if system["settings"] else f"target {target.name}"
+        began = time.monotonic()
+        try:
+            if system.get("testbed"):
+                self._testbed_up(active)
+                active.resolved[target.name] = self._resolve(active, target)
+                url = active.resolved[target.name].url
+            else:
+                url = target.url
+            active.values = {**system["settings"], "url": url, "path": _path(url), "target": target.name}
+            for command in system.get("setup", []):
+                self._command("setup", command, active)
+        except StorevalError as e:
+            active.error = f"{what}: {one_line(e)}"
+            self.events.append({"kind": "system-failed", "message": active.error,
+                                "detail": {"settings": system["settings"], "target": target.name}})
+            self.log(f"warning: {active.error}; its cells fail")
+            return
+        seconds = round(time.monotonic() - began, 3)
+        self.events.append({"kind": "system-up", "message": f"{what} configured in {seconds:g} s",
+                            "detail": {"settings": system["settings"], "testbed": system.get("testbed"),
+                                       "seconds": seconds, "target": target.name}})
+
+    def _testbed_up(self, active: _Active) -> None:
+        from .testbed import server_class
+        from .testbed.base import TestbedError
+
+        system = active.system
+        kind = system["testbed"]
+        bed = self._testbed()
+        options = server_class(kind).check_options(dict(system["settings"]))
+        try:
+            running = bed.load().get(kind)
+            if running is not None and running.alive() and running.state.info.get("options") == options:
+                self.log(f"{kind} ({label(system['settings'])}): already running in {bed.dir}, used as it is")
+            else:
+                if running is not None:
+                    if not self._ours(kind):
+                        raise StorevalError(f"the {kind} testbed in {bed.dir} runs with other settings "
+                                            f"({running.state.info.get('options')}); storeval stops only systems it "
+                                            "started: `storeval testbed down " + kind + "` first")
+                    bed.down([kind], log=lambda m: None)
+                self.log(f"{kind} ({label(system['settings'])}): starting in {bed.dir}")
+                active.started = True
+                self._started.add(kind)
+                self._pending()  # before it starts: a death half-way through up is cleaned up too
+                servers = bed.up([kind], {kind: options}, log=lambda m: None)
+                running = servers[kind]
+            self.environment[f"system:{kind} {label(system['settings'])}"] = {
+                "status": running.status(), "settings": system["settings"], "options": options}
+        except TestbedError as e:
+            raise StorevalError(one_line(e)) from None
+
+    def _ours(self, kind: str) -> bool:
+        return kind in self._started or not self.given_dir
+
+    def _resolve(self, active: _Active, target: TargetSpec) -> TargetSpec:
+        """The target with the running system's URL and options (the study's own options on top)."""
+        system = active.system
+        if not system.get("testbed"):
+            return target
+        from .spec import make_target
+
+        kind, use = system["testbed"], system["use"]
+        servers = self._testbed().load()
+        if kind not in servers:
+            raise StorevalError(f"the {kind} testbed is not running in {self._testbed().dir}")
+        entry = servers[kind].targets().get(use)
+        if entry is None:
+            raise StorevalError(f"the {kind} testbed wrote no target {use}")
+        made = make_target(target.name, {**entry, **target.options, **({"limits": target.limits} if target.limits else {})},
+                           f"target {target.name}")
+        return dataclasses.replace(made, system=target.system)
+
+    def _command(self, which: str, command: str, active: _Active) -> None:
+        text = fill(command, active.values)
+        shown = redact_text(text)
+        began = time.monotonic()
+        try:
+            proc = subprocess.run(text, shell=True, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise StorevalError(f"{which} command `{shown}` did not end within {COMMAND_TIMEOUT:g} s") from None
+        seconds = round(time.monotonic() - began, 3)
+        tail = redact_text((proc.stderr or proc.stdout or "").strip()[-_TAIL:])
+        self.events.append({"kind": which, "message": f"{which}: `{shown}` exit {proc.returncode} in {seconds:g} s",
+                            "detail": {"command": shown, "exit": proc.returncode, "seconds": seconds,
+                                       "output": tail, "settings": active.system["settings"]}})
+        if proc.returncode:
+            last = tail.splitlines()[-1] if tail else "no output"
+            raise StorevalError(f"{which} command `{shown}` failed (exit {proc.returncode}): {last}")
+
+    def leave(self) -> None:
+        """Undo the configured system of the block that ended: teardown commands, then the testbed system
+        storeval started. Never raises: what fails is an event and a warning."""
+        active, self.active = self.active, None
+        if active is None:
+            return
+        system = active.system
+        if active.values and not (active.error and not system.get("testbed")):
+            for command in system.get("teardown", []):
+                try:
+                    self._command("teardown", command, active)
+                except StorevalError as e:
+                    self.events.append({"kind": "warning", "message": one_line(e)})
+                    self.log(f"warning: {one_line(e)}")
+        if system.get("testbed") and active.started:
+            kind = system["testbed"]
+            try:
+                left = self._testbed().down([kind], log=lambda m: None)
+                self._started.discard(kind)
+                self._pending()
+                self._bed = None  # down removes the testbed directory with its last system: the next up makes it anew
+                if left:
+                    self.events.append({"kind": "warning", "message": f"{kind} testbed: left {len(left)} path(s) "
+                                        f"in {self._testbed().dir}"})
+                self.events.append({"kind": "system-down", "message": f"{kind} ({label(system['settings'])}) stopped",
+                                    "detail": {"settings": system["settings"], "testbed": kind}})
+            except Exception as e:  # noqa: BLE001 - the results come first; the testbed says what stays
+                message = (f"could not stop the {kind} testbed in {self._testbed().dir}: {one_line(e)}; "
+                           f"`storeval testbed down --dir {self._testbed().dir}` stops it")
+                self.events.append({"kind": "warning", "message": message})
+                self.log(f"warning: {message}")
+
+    def close(self) -> None:
+        """End of the run: the last block undone, the run's own testbed directory removed (when empty)."""
+        self.leave()
+        if self._base:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._base)  # empty once its last system is down; else what stays is named in an event
+
+
+def _path(url: str) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(url).path) if url else ""
