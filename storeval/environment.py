@@ -48,7 +48,7 @@ def library_versions() -> dict[str, str]:
 def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
     """Facts about this machine, the software and the targets of ``study``."""
     from .drivers import driver_class
-    from .probes.topology import mount_of, target_path
+    from .probes.topology import client_tunables, mount_of, target_path
 
     targets: dict[str, Any] = {}
     for name, t in study.targets.items():
@@ -60,6 +60,9 @@ def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
         carrier = driver.carrier(t.url, t.options)
         if carrier.path is not None:
             info["mount"] = mount_of(carrier.path)
+            tunables = client_tunables(carrier.path, info["mount"])
+            if tunables:
+                info["client_tunables"] = tunables
         if t.limits:
             info["limits"] = t.limits
         targets[name] = info

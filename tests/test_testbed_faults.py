@@ -429,6 +429,7 @@ def test_hdfs_datanode_kill_and_start(hdfs_bed):
     assert [dn["alive"] for dn in server.datanodes()] == [True, False, True]
     assert jvm.condition() == "up" and hdfs_bed.load()["hdfs"].state.procs == [jvm]
     line = status_of(hdfs_bed, "hdfs")
+    assert "; datanodes 2 of 3 alive, replication" in line  # what is true now, not what was started
     assert line.startswith("hdfs: DOWN — ") and line.endswith(
         f"datanode2 (transfer port {port}) DOWN (stopped inside the JVM): `storeval testbed fault NAME start` starts "
         "it again (NAME: hdfs.datanode2)")

@@ -78,7 +78,7 @@ def test_state_ports_and_targets(cluster):
                                           "server_pids": [p.pid for p in st.procs],
                                           "jmx": [f"127.0.0.1:{st.ports['http']}"], "jmx_period": 1.0}}
     assert cluster.alive()
-    assert "datanodes 3, replication 2" in cluster.status()
+    assert "datanodes 3 of 3 alive, replication 2" in cluster.status()
     dns = cluster.datanodes()
     assert [d["index"] for d in dns] == [0, 1, 2]
     assert all(d["alive"] for d in dns)

@@ -43,6 +43,46 @@ def mount_of(path: str) -> dict[str, str]:
     return best
 
 
+# what each parallel file system's client can tell about how a directory's data is laid out and read: the
+# tunables a reader of the results needs (seed studies name stripe counts and read-ahead beside their figures)
+_TUNABLES: dict[str, list[list[str]]] = {
+    "lustre": [["lfs", "getstripe", "-d", "{path}"],
+               ["lctl", "get_param", "llite.*.max_read_ahead_mb", "llite.*.max_read_ahead_per_file_mb",
+                "llite.*.max_cached_mb", "osc.*.max_rpcs_in_flight", "osc.*.max_dirty_mb"]],
+    "beegfs": [["beegfs-ctl", "--getentryinfo", "--mount={mountpoint}", "{path}"]],
+    "gpfs": [["mmlsattr", "-L", "{path}"]],
+    "fuse.ceph-fuse": [["getfattr", "-n", "ceph.dir.layout", "--only-values", "{path}"]],
+    "ceph": [["getfattr", "-n", "ceph.dir.layout", "--only-values", "{path}"]],
+    "fuse.glusterfs": [["getfattr", "-n", "trusted.glusterfs.pathinfo", "--only-values", "{path}"]],
+}
+_TUNABLE_CHARS = 2000
+
+
+def client_tunables(path: str, mount: dict[str, str]) -> dict[str, str]:
+    """The client-side settings that shape how ``path`` is read and written: the read-ahead of the device or
+    file system under it (``/sys/class/bdi``) and, on Lustre, BeeGFS, GPFS, CephFS and GlusterFS, what their own
+    tools say (``lfs getstripe``, ``beegfs-ctl --getentryinfo``, ``mmlsattr -L`` …), each only where the tool is
+    installed; mount options are in ``mount`` already."""
+    out: dict[str, str] = {}
+    try:
+        dev = os.stat(path).st_dev
+        with open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb", encoding="ascii") as f:
+            out["read_ahead_kb"] = f.read().strip()
+    except OSError:
+        pass
+    for argv in _TUNABLES.get(mount.get("fstype", ""), []):
+        if not shutil.which(argv[0]):
+            continue
+        cmd = [a.format(path=path, mountpoint=mount.get("mountpoint", "")) for a in argv]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except (subprocess.SubprocessError, OSError):
+            continue
+        text = (proc.stdout if proc.returncode == 0 else proc.stderr).strip()
+        out[" ".join(argv[:2] if argv[0] != "getfattr" else argv[:3])] = text[:_TUNABLE_CHARS]
+    return out
+
+
 def block_device(source: str) -> str | None:
     """The /proc/diskstats name of a mount source such as /dev/vda1 or /dev/mapper/vg-root."""
     if not source.startswith("/dev/"):

@@ -267,13 +267,16 @@ class HdfsServer(Server):
 
     def status(self) -> str:
         """The JVM's line, plus the datanodes a fault stopped inside the running JVM: DOWN, though its process is up."""
-        line = f"{super().status()}; datanodes {self.n_datanodes}, replication {self.replication}"
+        head = super().status()
+        line = f"{head}; datanodes {self.n_datanodes}, replication {self.replication}"
         if not line.startswith(f"{self.kind}: running"):
             return line  # frozen, exited or stopped: the control port cannot (or need not) be asked
         try:
-            down = [(i, d["port"]) for i, d in enumerate(self.datanodes(timeout=5.0), start=1) if not d["alive"]]
+            listed = self.datanodes(timeout=5.0)
         except (TestbedError, ValueError):
-            return f"{line}; the control port did not list the datanodes"
+            return f"{head}; the control port did not list the datanodes (configured: {self.n_datanodes})"
+        down = [(i, d["port"]) for i, d in enumerate(listed, start=1) if not d["alive"]]
+        line = (f"{head}; datanodes {len(listed) - len(down)} of {len(listed)} alive, replication {self.replication}")
         if not down:
             return line
         what = ", ".join(f"datanode{i} (transfer port {port})" for i, port in down)

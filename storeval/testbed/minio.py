@@ -367,14 +367,33 @@ class MinioServer(Server):
 
 
 class MinioECServer(MinioServer):
-    """Four MinIO processes on four ports, one drive each (``<root>/d1..d4``): one erasure-coded cluster
-    (EC:2 by default, so reads and writes go on with any one node stopped). Nodes are numbered 1 to 4."""
+    """N MinIO processes on N ports (``servers``, default 4), one drive each (``<root>/d1..dN``; with fewer than 4
+    nodes each gets several, ``d1-1``…, so the erasure set has at least 4 drives): one erasure-coded cluster
+    (EC:2 by default, so reads and writes go on with any one node stopped). Nodes are numbered 1 to N."""
 
     kind = "minio-ec"
-    summary = "MinIO S3 cluster, 4 processes with 1 drive each, erasure-coded, bucket 'storeval'"
+    summary = "MinIO S3 cluster, N processes (default 4) with their own drives, erasure-coded, bucket 'storeval'"
     target_name = "minio-ec"
     target_schemes = {"minio-ec": "s3"}
-    nodes = 4
+    options_help = {"servers": "MinIO nodes, each its own process, 1-16 (default 4); each node gets enough drives "
+                               "for the erasure set to have at least 4"}
+    MIN_DRIVES = 4  # an erasure set of fewer drives keeps no parity worth measuring
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        out = super().check_options(options)
+        n = out.get("servers", 4)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
+            raise TestbedError(f"testbed minio-ec: servers (nodes) must be a whole number from 1 to 16, not {n!r}")
+        return out
+
+    @property
+    def nodes(self) -> int:
+        return int(self.state.info.get("node_count") or self.options.get("servers", 4))
+
+    @property
+    def drives_per_node(self) -> int:
+        return max(1, -(-self.MIN_DRIVES // self.nodes))
 
     @property
     def endpoint(self) -> str:
@@ -390,19 +409,28 @@ class MinioECServer(MinioServer):
             out[f"node{i}"], out[f"console{i}"] = ports[2 * (i - 1)], ports[2 * (i - 1) + 1]
         return out
 
+    def _drive_dirs(self, i: int) -> list[Path]:
+        per = self.drives_per_node
+        return [self.root / f"d{i}"] if per == 1 else [self.root / f"d{i}-{k}" for k in range(1, per + 1)]
+
     def _on_ports(self) -> None:
+        self.state.info["node_count"] = self.nodes
         self.state.info["nodes"] = [
             {"name": f"node{i}", "endpoint": f"http://{LOCALHOST}:{self.state.ports[f'node{i}']}",
              "port": self.state.ports[f"node{i}"], "console_port": self.state.ports[f"console{i}"],
-             "data": str((self.root / f"d{i}").absolute()), "log": str(self.root / f"node{i}.log"), "proc": i - 1}
+             "data": str(self._drive_dirs(i)[0].absolute()),
+             "drives": [str(d.absolute()) for d in self._drive_dirs(i)],
+             "log": str(self.root / f"node{i}.log"), "proc": i - 1}
             for i in self._node_ids()]
 
     def _prepare(self) -> None:
         for i in self._node_ids():
-            self.mkdir(self.root / f"d{i}", rule=DRIVE)
+            for d in self._drive_dirs(i):
+                self.mkdir(d, rule=DRIVE)
 
     def _node_command(self, node: dict[str, Any]) -> list[str]:
-        drives = [f"http://{LOCALHOST}:{n['port']}{n['data']}" for n in self.state.info["nodes"]]
+        drives = [f"http://{LOCALHOST}:{n['port']}{d}" for n in self.state.info["nodes"]
+                  for d in n.get("drives", [n["data"]])]
         return [self._binary(), "server", "--address", f"{LOCALHOST}:{node['port']}",
                 "--console-address", f"{LOCALHOST}:{node['console_port']}", *drives]
 
