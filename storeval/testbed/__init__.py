@@ -55,6 +55,10 @@ _MAX_STATE = 64 << 20
 _TARGETS_HEADER = "# Written by `storeval testbed up`:"
 
 
+def _settings(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or "its default settings"
+
+
 def server_class(kind: str) -> type[Server]:
     if kind not in SERVERS:
         raise TestbedError(f"unknown testbed server '{kind}' (known: {', '.join(SERVERS)})")
@@ -278,6 +282,10 @@ class Testbed:
             for kind in kinds:
                 if kind in servers:
                     word, todo = servers[kind].health()
+                    had = servers[kind].state.info.get("options", {})
+                    if word == "running" and options.get(kind) and options[kind] != had:
+                        raise TestbedError(f"{kind}: already running with {_settings(had)}, not "
+                                           f"{_settings(options[kind])}: `storeval testbed down {kind}` first")
                     if word == "running":
                         log(f"{kind}: already running")
                         continue
