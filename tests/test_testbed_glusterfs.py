@@ -221,22 +221,10 @@ def test_killed_brick_reads_go_on_and_start_brings_it_back(replicated):
         (mnt / "storeval" / name).unlink()
 
 
-def test_down_removes_everything_it_made(replicated):
-    cwd, d, before = replicated
-    st = state_of(d)
-    pids = [p["pid"] for p in st["procs"]]
-    planted = d / "glusterfs" / "notes.txt"  # a user's file beside the bricks stays, and so does what holds it
-    planted.write_text("mine")
-    r = storeval("testbed", "down", "--dir", str(d), cwd=cwd, timeout=300)
-    assert r.rc == 0 and "left " + str(planted) in r.err, r.err
-    assert planted.read_text() == "mine" and sorted(os.listdir(d / "glusterfs")) == [".storeval-testbed", "notes.txt"]
-    assert not mounted(d / "glusterfs" / "mnt") and not living(pids)
-    planted.unlink()
-    down_and_check(cwd, d, pids, d / "glusterfs" / "mnt", before)
-
-
 # ------------------------------------------------------------------------------------------- other volumes
-def test_distribute_spreads_whole_files_over_both_bricks(tmp_path):
+def test_distribute_spreads_whole_files_over_both_bricks_beside_another_volume(tmp_path, replicated):
+    _, other, _ = replicated  # a second testbed's glusterd runs meanwhile: each keeps to its own
+    other_state = state_of(other)
     d = tmp_path / "bed"
     before = system_files()
     r = storeval("testbed", "up", "glusterfs", "--servers", "2", "--dir", str(d), cwd=tmp_path, timeout=900)
@@ -244,6 +232,9 @@ def test_distribute_spreads_whole_files_over_both_bricks(tmp_path):
     st = state_of(d)
     try:
         assert (st["info"]["type"], st["info"]["replica"], len(st["info"]["bricks"])) == ("distribute", 1, 2)
+        assert st["info"]["netns"] != other_state["info"]["netns"]
+        assert brick_status(d) == {b["path"]: True for b in st["info"]["bricks"]}
+        assert brick_status(other) == {b["path"]: True for b in other_state["info"]["bricks"]}
         assert [p["name"] for p in st["procs"]] == ["glusterd", "brick1", "brick2", "fuse client"]  # no self-heal
         mnt = d / "glusterfs" / "mnt"
         names = [f"f{i:02d}" for i in range(40)]
@@ -257,6 +248,43 @@ def test_distribute_spreads_whole_files_over_both_bricks(tmp_path):
                 assert (Path(b["path"]) / "storeval" / name).stat().st_size == 1000 + names.index(name)
     finally:
         down_and_check(tmp_path, d, [p["pid"] for p in st["procs"]], d / "glusterfs" / "mnt", before)
+    assert brick_status(other) == {b["path"]: True for b in other_state["info"]["bricks"]}
+    assert mounted(other / "glusterfs" / "mnt") and not living([p["pid"] for p in st["procs"]])
+
+
+def test_disperse_stores_a_fragment_of_every_file_on_each_brick(tmp_path):
+    d = tmp_path / "bed"
+    before = system_files()
+    r = storeval("testbed", "up", "glusterfs", "--servers", "3", "--type", "disperse", "--dir", str(d), cwd=tmp_path,
+                 timeout=900)
+    assert r.rc == 0, r.err
+    st = state_of(d)
+    try:
+        info = st["info"]
+        assert (info["type"], info["disperse"], info["redundancy"]) == ("disperse", 3, 1)
+        mnt = d / "glusterfs" / "mnt"
+        data = os.urandom(2 * MiB)
+        (mnt / "storeval" / "f").write_bytes(data)
+        # two data fragments and one of redundancy: half the file on each of the three bricks
+        sizes = [(Path(b["path"]) / "storeval" / "f").stat().st_size for b in info["bricks"]]
+        assert sizes == [MiB, MiB, MiB]
+        assert uncached_read(mnt / "storeval" / "f") == data
+    finally:
+        down_and_check(tmp_path, d, [p["pid"] for p in st["procs"]], d / "glusterfs" / "mnt", before)
+
+
+def test_down_removes_everything_it_made(replicated):
+    cwd, d, before = replicated
+    st = state_of(d)
+    pids = [p["pid"] for p in st["procs"]]
+    planted = d / "glusterfs" / "notes.txt"  # a user's file beside the bricks stays, and so does what holds it
+    planted.write_text("mine")
+    r = storeval("testbed", "down", "--dir", str(d), cwd=cwd, timeout=300)
+    assert r.rc == 0 and f"left {planted} (not created by storeval or its server)" in " ".join(r.err.split()), r.err
+    assert planted.read_text() == "mine" and sorted(os.listdir(d / "glusterfs")) == [".storeval-testbed", "notes.txt"]
+    assert not mounted(d / "glusterfs" / "mnt") and not living(pids)
+    planted.unlink()
+    down_and_check(cwd, d, pids, d / "glusterfs" / "mnt", before)
 
 
 @pytest.mark.parametrize("args, line", [

@@ -33,9 +33,11 @@ Design, and why:
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -531,11 +533,16 @@ class GlusterServer(Server):
         self._journal()
 
     def stop(self) -> list:
+        # a frozen FUSE client cannot answer the unmount, nor frozen bricks `volume stop`: resume them first (they
+        # are stopped next anyway; Proc.stop would send SIGCONT too, but only after the unmount)
+        for p in self.state.procs:
+            if p.condition() == "stopped" and (q := p.process()) is not None:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    q.send_signal(signal.SIGCONT)
         self.unmount_all()
         self._adopt_stragglers()
         volume = self.state.info.get("volume")
-        if volume and self.state.procs and all(p.condition() == "up" for p in self.state.procs if p.alive()) \
-                and self.state.procs[0].condition() == "up":
+        if volume and self.state.procs and self.state.procs[0].condition() == "up":
             # bricks stopped by glusterd (flushing), the volume forgotten; a failure is no reason to stay up
             self._cli("volume", "stop", volume, timeout=120, check=False)
             self._cli("volume", "delete", volume, timeout=120, check=False)
