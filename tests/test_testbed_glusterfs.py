@@ -302,6 +302,17 @@ def test_bad_options_start_nothing(tmp_path, args, line):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_directory_glusterd_cannot_name_is_refused_in_one_line(tmp_path):
+    d = tmp_path / "with space" / "bed"
+    d.parent.mkdir()
+    r = storeval("testbed", "up", "glusterfs", "--dir", str(d), cwd=tmp_path, timeout=900)
+    assert r.rc == 1 and r.err_lines[-1] == (f"error: glusterfs: {d}/glusterfs holds a space or one of :,;\"'# which "
+                                             "glusterd's volume files and brick names cannot carry; choose a --dir "
+                                             "without them")
+    assert sorted(os.listdir(d)) == [".storeval-testbed", "state.json"]  # no server directory, nothing started
+    assert storeval("testbed", "down", "--dir", str(d), cwd=tmp_path).rc == 0 and not d.exists()
+
+
 def test_check_options_fills_defaults_and_checks_redundancy():
     from storeval.testbed.glusterfs import GlusterOptionError, GlusterServer
 

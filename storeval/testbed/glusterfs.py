@@ -66,6 +66,7 @@ SYSTEM_PATHS = ("/var/lib/glusterd/geo-replication/gsyncd_template.conf", "/var/
 SOCKET_DIRS = ("/var/run/gluster", "/run/gluster")
 START_TIMEOUT = 120.0  # glusterd answering, bricks online, the mount: generous, the machine may be busy
 CLI_TIMEOUT = 180.0
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL: glusterd's CLI socket must fit
 
 
 class GlusterOptionError(TestbedError, InputError):
@@ -278,6 +279,13 @@ class GlusterServer(Server):
             raise TestbedError(f"glusterfs: {', '.join(missing)} not installed (apt-get install "
                                f"{' '.join(PACKAGES)} util-linux iproute2)")
         host = brick_host()
+        root = str(self.root.absolute())
+        if any(c.isspace() or c in ":,;\"'#" for c in root):
+            raise TestbedError(f"glusterfs: {root} holds a space or one of :,;\"'# which glusterd's volume files and "
+                               "brick names cannot carry; choose a --dir without them")
+        if len(os.fsencode(self.sock_file.absolute())) > SOCKET_PATH_MAX:
+            raise TestbedError(f"glusterfs: {self.sock_file.absolute()} is longer than the {SOCKET_PATH_MAX} bytes a "
+                               "socket path may have; choose a shorter --dir")
         n, kind = opts["servers"], opts["type"]
         self.state.info.update({"volume": VOLUME, "type": kind, "host": host, "mountpoint": str(self.mountpoint),
                                 "replica": n if kind == "replicate" else 1})
