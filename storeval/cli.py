@@ -583,7 +583,8 @@ def _clean_targets(items: list[str], study: str | None) -> list:
     return out
 
 
-testbed_app = typer.Typer(no_args_is_help=True, help="Real storage servers on 127.0.0.1: MinIO (S3), XRootD, HDFS.")
+testbed_app = typer.Typer(no_args_is_help=True, help="Real storage systems on this machine, on loopback or in a private "
+                                                      "network namespace: MinIO (S3), XRootD, HDFS, GlusterFS, Ceph, NFS.")
 app.add_typer(testbed_app, name="testbed")
 TESTBED_DIR_HELP = ("Directory holding the servers' data and state: new, empty or a testbed directory already "
                     "(storeval-testbed.yaml is written beside it).")

@@ -315,14 +315,15 @@ def test_a_directory_glusterd_cannot_name_is_refused_in_one_line(tmp_path):
 
 
 def test_check_options_fills_defaults_and_checks_redundancy():
-    from storeval.testbed.glusterfs import GlusterOptionError, GlusterServer
+    from storeval.testbed.base import TestbedOptionError
+    from storeval.testbed.glusterfs import GlusterServer
 
     assert GlusterServer.check_options({}) == {"servers": 3, "type": "distribute"}
     assert GlusterServer.check_options({"type": "disperse", "servers": 5}) == {"servers": 5, "type": "disperse",
                                                                                 "redundancy": 1}
     for bad in ({"type": "disperse", "servers": 4, "redundancy": 2}, {"type": "replicate", "redundancy": 1},
                 {"servers": 3, "replica": 3}):
-        with pytest.raises(GlusterOptionError) as e:
+        with pytest.raises(TestbedOptionError) as e:
             GlusterServer.check_options(bad)
         assert e.value.exit_code == 2 and "\n" not in str(e.value)
 

@@ -20,9 +20,9 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import CapabilityError, StorevalError, error_kind
 from ..redact import redact_text
@@ -244,6 +244,9 @@ class DriverOptions(BaseModel):
     """Options every target may carry; drivers extend this with their own."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # the target's server processes on this host (a testbed's): probes/server.py counts what they moved
+    server_pids: list[Annotated[int, Field(ge=1)]] = []
 
 
 class Handle:

@@ -31,7 +31,6 @@ class HdfsOptions(DriverOptions):
     replication: Annotated[int, Field(ge=1, le=512)] | None = None
     block_size: Size | None = None
     timeout: Duration = 30.0  # per call to the namenode or the datanodes
-    server_pids: list[Annotated[int, Field(ge=1)]] = []  # its server processes on this host (server-side counters)
     # the datanodes' HTTP addresses (HOST:PORT): their JMX BytesRead/BytesWritten say what they moved
     jmx: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")]] = []
     jmx_period: Duration = 10.0  # their metrics period (*.period): JMX values are refreshed that often

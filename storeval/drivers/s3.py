@@ -64,7 +64,6 @@ class S3Options(DriverOptions):
     timeout: Duration = 30.0  # per request, and the bound on retries
     virtual_hosted: bool = False
     fast_get: bool = True  # GETs through storeval's lean signed HTTP path (see sigv4.py); false: through obstore
-    server_pids: list[Annotated[int, Field(ge=1)]] = []  # its server processes on this host (server-side counters)
     # MinIO's Prometheus metrics, one URL per node (http://HOST:PORT/minio/metrics/v3/api/requests): what the
     # server says it moved, read with a bearer token signed by this target's keys (probes/server.py)
     metrics_urls: list[str] = []

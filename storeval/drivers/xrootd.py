@@ -12,9 +12,7 @@ at once.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-from pydantic import Field
+from typing import Any
 
 from XRootD import client as xrd
 from XRootD.client.flags import AccessMode, DirListFlags, MkDirFlags, OpenFlags, QueryCode, StatInfoFlags
@@ -36,7 +34,6 @@ MODE = AccessMode.UR | AccessMode.UW | AccessMode.GR | AccessMode.OR
 
 class XrootdOptions(DriverOptions):
     timeout: Duration = 30.0  # per request, and the bound on connecting
-    server_pids: list[Annotated[int, Field(ge=1)]] = []  # its server processes on this host (server-side counters)
 
 
 class XrdHandle(Handle):

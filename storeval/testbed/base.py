@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import psutil
 
-from ..errors import StorevalError
+from ..errors import InputError, StorevalError
 from .owned import Ledger, Left
 
 LOCALHOST = "127.0.0.1"
@@ -35,6 +35,10 @@ class TestbedError(StorevalError):
     """A testbed server could not be installed, started or stopped; the message says why and what to do."""
 
     __test__ = False  # not a pytest test class
+
+
+class TestbedOptionError(TestbedError, InputError):
+    """A setting a testbed system does not take, or a value out of its range: the user's input (exit 2)."""
 
 
 def cache_dir() -> Path:
@@ -184,10 +188,12 @@ def apt_install(*packages: str) -> None:
         raise TestbedError(f"Debian packages {' '.join(missing)} are needed: run apt-get install {' '.join(missing)} as root")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     try:
-        run(["apt-get", "install", "-y", "--no-install-recommends", *missing], "apt-get install", env=env)
+        run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends", *missing],
+            "apt-get install", env=env)
     except TestbedError:
-        run(["apt-get", "update"], "apt-get update", env=env)
-        run(["apt-get", "install", "-y", "--no-install-recommends", *missing], "apt-get install", env=env)
+        run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "update"], "apt-get update", env=env)
+        run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends", *missing],
+            "apt-get install", env=env)
 
 
 @dataclass
@@ -262,7 +268,7 @@ class Server(ABC):
         unknown = sorted(set(options) - set(cls.options_help))
         if unknown:
             takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items()) or "none"
-            raise TestbedError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
+            raise TestbedOptionError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
         return dict(options)
 
     def __init__(self, root: Path, options: dict[str, Any] | None = None, state: ServerState | None = None) -> None:
@@ -396,8 +402,11 @@ class Server(ABC):
         for mnt in list(self.state.info.get("mounts", [])):
             if mounted(mnt):
                 for cmd in (["umount", mnt], ["umount", "-l", mnt]):
-                    if subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0 and not mounted(mnt):
-                        break
+                    try:
+                        if subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0 and not mounted(mnt):
+                            break
+                    except subprocess.TimeoutExpired:  # a frozen FUSE daemon: the lazy unmount detaches it
+                        continue
                 if mounted(mnt):
                     raise TestbedError(f"{self.kind}: cannot unmount {mnt} (busy?): close what uses it, then "
                                        f"`storeval testbed down {self.kind}` again")

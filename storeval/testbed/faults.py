@@ -285,8 +285,8 @@ def _start(target: _Target, action: str) -> str:
     new = [server.state.procs[i] for i in dead]
     ports = ([target.ports[target.procs.index(i)] for i in dead] if len(target.ports) == len(target.procs)
              else target.ports)
-    return (f"started {label} again ({_pids(new)}) on the same port{'s' if len(ports) > 1 else ''} "
-            f"{', '.join(map(str, ports))} with its data")
+    where = f" on the same port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else ""
+    return f"started {label} again ({_pids(new)}){where} with its data"
 
 
 # ------------------------------------------------------------------------------------------------ datanodes

@@ -48,8 +48,7 @@ from typing import Any
 
 import psutil
 
-from ..errors import InputError
-from .base import FaultNode, Proc, Server, TestbedError, apt_install, mounted, wait_until
+from .base import FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted, wait_until
 
 PACKAGES = ("glusterfs-server", "glusterfs-client")
 TOOLS = ("glusterd", "gluster", "glusterfsd", "mount.glusterfs")
@@ -69,8 +68,6 @@ CLI_TIMEOUT = 180.0
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL: glusterd's CLI socket must fit
 
 
-class GlusterOptionError(TestbedError, InputError):
-    """A setting of the glusterfs testbed that cannot work: exit 2, nothing started."""
 
 
 def brick_host() -> str:
@@ -124,31 +121,28 @@ class GlusterServer(Server):
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
-        try:
-            out = super().check_options(options)
-        except TestbedError as e:
-            raise GlusterOptionError(str(e)) from None
+        out = super().check_options(options)
         n = out.setdefault("servers", 3)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_BRICKS:
-            raise GlusterOptionError(f"testbed glusterfs: servers (bricks) must be a whole number from 1 to "
+            raise TestbedOptionError(f"testbed glusterfs: servers (bricks) must be a whole number from 1 to "
                                      f"{MAX_BRICKS}, not {n!r}")
         kind = out.setdefault("type", "distribute")
         if kind not in TYPES:
-            raise GlusterOptionError(f"testbed glusterfs: no volume type {kind!r} (choose {', '.join(TYPES)})")
+            raise TestbedOptionError(f"testbed glusterfs: no volume type {kind!r} (choose {', '.join(TYPES)})")
         if kind == "replicate" and n not in (2, 3):
-            raise GlusterOptionError(f"testbed glusterfs: a replicate volume keeps a copy on every brick and takes 2 "
+            raise TestbedOptionError(f"testbed glusterfs: a replicate volume keeps a copy on every brick and takes 2 "
                                      f"or 3 servers, not {n} (--servers 3, or --type distribute or disperse)")
         if kind != "disperse":
             if "redundancy" in out:
-                raise GlusterOptionError(f"testbed glusterfs: redundancy is a setting of disperse volumes, not of "
+                raise TestbedOptionError(f"testbed glusterfs: redundancy is a setting of disperse volumes, not of "
                                          f"{kind} (drop it, or --type disperse)")
             return out
         if n < 3:
-            raise GlusterOptionError(f"testbed glusterfs: a disperse volume takes 3 or more servers, not {n} "
+            raise TestbedOptionError(f"testbed glusterfs: a disperse volume takes 3 or more servers, not {n} "
                                      "(--servers 3)")
         r = out.setdefault("redundancy", 1)
         if not isinstance(r, int) or isinstance(r, bool) or r < 1 or 2 * r >= n:
-            raise GlusterOptionError(f"testbed glusterfs: redundancy of a disperse volume of {n} servers must be a "
+            raise TestbedOptionError(f"testbed glusterfs: redundancy of a disperse volume of {n} servers must be a "
                                      f"whole number from 1 to {(n - 1) // 2}, not {r!r}")
         return out
 
@@ -588,4 +582,4 @@ class GlusterServer(Server):
         self._journal()
 
 
-__all__ = ["GlusterServer", "GlusterOptionError", "brick_host", "VOLUME", "EXPORT"]
+__all__ = ["GlusterServer", "brick_host", "VOLUME", "EXPORT"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from .base import LOCALHOST, Left, Server, TestbedError, cache_dir, free_port, port_open, run
+from .base import LOCALHOST, Left, Server, TestbedError, TestbedOptionError, cache_dir, free_port, port_open, run
 
 JAVA_DIR = Path(__file__).with_name("java")
 MAIN_CLASS = "org.storeval.testbed.MiniCluster"
@@ -96,10 +96,10 @@ class HdfsServer(Server):
             out["datanodes"] = n
         n = out.get("datanodes", 1)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
-            raise TestbedError(f"testbed hdfs: servers (datanodes) must be a whole number from 1 to 16, not {n!r}")
+            raise TestbedOptionError(f"testbed hdfs: servers (datanodes) must be a whole number from 1 to 16, not {n!r}")
         r = out.get("replication")
         if r is not None and (not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= n):
-            raise TestbedError(f"testbed hdfs: replication must be a whole number from 1 to the datanodes ({n}), "
+            raise TestbedOptionError(f"testbed hdfs: replication must be a whole number from 1 to the datanodes ({n}), "
                                f"not {r!r}")
         return out
 

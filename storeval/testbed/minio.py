@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..drivers.sigv4 import authorization, signing_key
-from .base import LOCALHOST, Proc, Server, TestbedError, port_open, wait_until
+from .base import LOCALHOST, Proc, Server, TestbedError, TestbedOptionError, port_open, wait_until
 from .gobuild import MINIO_VERSION, WARP_VERSION, install_minio, install_warp
 
 BUCKET = "storeval"
@@ -384,7 +384,7 @@ class MinioECServer(MinioServer):
         out = super().check_options(options)
         n = out.get("servers", 4)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
-            raise TestbedError(f"testbed minio-ec: servers (nodes) must be a whole number from 1 to 16, not {n!r}")
+            raise TestbedOptionError(f"testbed minio-ec: servers (nodes) must be a whole number from 1 to 16, not {n!r}")
         return out
 
     @property
