@@ -113,6 +113,7 @@ class GlusterServer(Server):
 
     kind = "glusterfs"
     summary = "GlusterFS 10 volume (distribute, replicate or disperse) over N bricks, FUSE-mounted"
+    target_schemes = {"glusterfs": "file"}
     options_help = {
         "servers": f"bricks of the volume, 1-{MAX_BRICKS} (default 3)",
         "type": "distribute (default), replicate (a copy per brick: 2 or 3 servers) or disperse (3 or more servers)",
@@ -419,11 +420,8 @@ class GlusterServer(Server):
         return [p.pid for i, p in enumerate(self.state.procs) if i != fuse and p.alive()]
 
     def server_counters(self) -> dict[str, Any]:
-        """The server processes (``server_pids``) where the posix driver takes them as a target option."""
-        from ..drivers import driver_class
-
-        takes = "server_pids" in getattr(driver_class("file:///").Options, "model_fields", {})
-        return {"server_pids": self.server_pids()} if takes else {}
+        """The bricks, glusterd and the self-heal daemon (not the FUSE client): what the servers moved."""
+        return {"server_pids": self.server_pids()}
 
     def targets(self) -> dict[str, dict[str, Any]]:
         return {"glusterfs": {"url": f"file://{self.mountpoint / EXPORT}", **self.server_counters()}}
