@@ -18,19 +18,21 @@ from __future__ import annotations
 import dataclasses
 
 from .core.cell import Cell, TargetSpec
-from .core.system import combinations, identity
+from .core.system import combinations, identity, swept
 from .spec import Study
 from .workloads import WORKLOADS
 
 
 def _variants(target: TargetSpec) -> list[tuple[TargetSpec, dict]]:
     """The target once per combination of its system settings (``system["settings"]`` then holds one value
-    each), with the settings to add to the cells' factors."""
+    each), with the swept settings to add to the cells' factors (all of them stay in the target's system)."""
     if not target.system:
         return [(target, {})]
+    varied = swept(target.system["settings"])  # a setting with one value is the system's, not a factor
     out = []
     for combo in combinations(target.system["settings"]):
-        out.append((dataclasses.replace(target, system={**target.system, "settings": combo}), combo))
+        out.append((dataclasses.replace(target, system={**target.system, "settings": combo}),
+                    {k: v for k, v in combo.items() if k in varied}))
     return out
 
 

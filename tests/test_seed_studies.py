@@ -1,0 +1,46 @@
+"""The ready studies of issue 16 (studies/seed002-servers.yaml, studies/seed000-systems.yaml), run at the scale
+of this machine against real systems the studies bring up themselves: each gives its Table 1 and its scaling
+figures, and leaves no mount, process or file behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .helpers import load_json, storeval
+
+STUDIES = Path(__file__).resolve().parent.parent / "studies"
+
+
+def _mounts() -> set[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        return {line.split()[4] for line in f}
+
+
+def _systems_dirs() -> set[str]:
+    return {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")}
+
+
+def test_seed002_glusterfs_at_1_2_and_4_servers_gives_throughput_vs_servers(tmp_path):
+    mounts, dirs = _mounts(), _systems_dirs()
+    r = storeval("run", str(STUDIES / "seed002-servers.yaml"), "--target", "glusterfs", "--clients", "1,2",
+                 "--set", "ior.file_size=8MiB", "--set", "iops.file_size=4MiB", "--set", "deadline=0.5s",
+                 "--set", "items=40", "--results", str(tmp_path / "r"), "--json", str(tmp_path / "out.json"),
+                 cwd=tmp_path, timeout=1200)
+    assert r.rc == 0, r.err[-3000:]
+    doc = load_json(tmp_path / "out.json")
+    assert {c["factors"]["servers"] for c in doc["cells"]} == {1, 2, 4}
+    assert all(c["status"] == "ok" for c in doc["cells"])
+    ior = {(s["phase"], s["factors"]["clients"]): [p["x"] for p in s["series"]]
+           for s in doc["scaling_settings"] if s["workload"] == "ior"}
+    assert ior == {(ph, n): [1, 2, 4] for ph in ("write", "read") for n in (1, 2)}
+    mdtest = {s["phase"] for s in doc["scaling_settings"] if s["workload"] == "mdtest"}
+    assert {"file-create", "file-stat", "file-remove"} <= mdtest
+    # the terminal's throughput-vs-servers table, and the report's chart
+    assert "Aggregate vs servers" in r.out and "servers=4" in r.out
+    html = next((tmp_path / "r").glob("report-*.html")).read_text()
+    assert "ior · write: aggregate MiB/s vs servers" in html
+    # each size was brought up and taken down; nothing of it stays
+    ups = [e for e in doc["events"] if e["kind"] == "system-up"]
+    assert len(ups) == 3 and len([e for e in doc["events"] if e["kind"] == "system-down"]) == 3
+    assert _mounts() == mounts and _systems_dirs() == dirs
