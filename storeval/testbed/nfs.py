@@ -50,7 +50,7 @@ IN_USE = ("Address already in use", "error 98")
 class NfsServer(Server):
     kind = "nfs"
     summary = "NFS-Ganesha 4 (NFSv4.1, VFS back end) on 127.0.0.1, reached with the nfs:// driver (nfs-rs)"
-    options_help = {"servers": "NFS servers: 1 (one appliance, one export)"}
+    options_help = {"servers": "NFS servers, only 1: one appliance with one export"}
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
