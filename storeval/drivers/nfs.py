@@ -61,7 +61,24 @@ from .base import (Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc,
 DEFAULT_PORT = 2049
 _FILE_ERRORS = {errno.ENOENT: FileNotFoundError, errno.EEXIST: FileExistsError, errno.EISDIR: IsADirectoryError,
                 errno.ENOTDIR: NotADirectoryError, errno.EACCES: PermissionError, errno.EPERM: PermissionError}
-_CONNECTION_LOST = ("SafeToRetry", "DefiniteFailure", "recovery=Retry", "recovery=Remount")
+_CONNECTION_LOST = ("SafeToRetry", "DefiniteFailure", "Uncertain", "recovery=Retry", "recovery=Remount")
+_NOT_DONE = (nfs_rs.OperationOutcome.SAFE_TO_RETRY, nfs_rs.OperationOutcome.DEFINITE_FAILURE)
+
+
+def _lost(exc: BaseException) -> str | None:
+    """How a call went when nfs-rs lost its connection: ``not-done`` (it says the call did not happen: safe to
+    make again on a new connection), ``uncertain`` (it may have happened, a write above all); None when the
+    server answered, or nothing was sent (timeouts and refused connections are told apart elsewhere)."""
+    if not isinstance(exc, nfs_rs.NfsError) or getattr(exc, "code", None) is not None:
+        return None  # an NFS status from the server
+    if isinstance(exc, (nfs_rs.NfsTimeoutError, nfs_rs.NfsConnectionError, ValueError, NotImplementedError)):
+        return None
+    outcome = getattr(exc, "outcome", None)
+    if outcome in _NOT_DONE:
+        return "not-done"
+    if outcome is not None or any(w in str(getattr(exc, "message", None) or exc) for w in _CONNECTION_LOST):
+        return "uncertain"
+    return None
 
 
 class NfsOptions(DriverOptions):
@@ -149,7 +166,7 @@ class NfsDriver(Driver):
         except Exception as e:
             raise self._error(e, "mount", self.mount) from None
         try:
-            info = self._call("stat", "", self.client.stat, self._p(""))
+            info = self._ns("stat", "", nfs_rs.Client.stat, self._p(""))
         except FileNotFoundError:
             raise StorevalError(f"{self.label}: directory {self.path} does not exist on {self.address()} (create it "
                                 "first)") from None
@@ -230,8 +247,7 @@ class NfsDriver(Driver):
         if isinstance(exc, nfs_rs.NfsConnectionError):
             return self.failure(exc, op, shown, kind=network_failure(exc) or "down")
         text = str(getattr(exc, "message", None) or exc).strip()
-        if isinstance(exc, nfs_rs.NfsError) and getattr(exc, "code", None) is None and \
-                any(w in text for w in _CONNECTION_LOST):
+        if _lost(exc):
             # the connection is gone (the server went away, maybe came back): this client cannot go on, and
             # retry_server connects anew
             return self.failure(exc, op, shown, kind="reset", raw_kind="reset")
@@ -251,22 +267,32 @@ class NfsDriver(Driver):
         except Exception as e:
             raise self._error(e, op, path) from None
 
+    def _ns(self, op: str, path: str, fn: Any, *args: Any) -> Any:
+        """``fn(client, *args)`` for a call on the client (not on an open file). When the connection broke
+        before the call went out — a server that was restarted since this client last talked to it, the
+        coordinator's client between two cells — connect anew once and make it again: nfs-rs says such a
+        call did not happen. A call that may have happened is not repeated."""
+        client = self._live()
+        try:
+            return fn(client, *args)
+        except Exception as e:
+            if _lost(e) != "not-done":
+                raise self._error(e, op, path) from None
+        with self._lock:
+            if self.client is client:
+                self._close_client()
+        return self._call(op, path, fn, self._live(), *args)
+
     # -- data -------------------------------------------------------------------------------------------------
     def open(self, path: str, mode: str, *, direct: bool = False) -> NfsHandle:
         if direct:
             raise DirectIOUnsupported(f"{self.label}: nfs-rs has no client page cache to bypass (every read and "
                                       "write goes to the server), so O_DIRECT does not apply")
-        client, p = self._live(), self._p(path)
+        p = self._p(path)
         if mode == "r":
-            return NfsHandle(path, mode, self._call("open", path, client.open, p, "rb"))
-        try:  # write: create if missing, never truncate ("ab" creates without truncating; it cannot write at offsets)
-            f = client.open(p, "r+b")
-        except FileNotFoundError:
-            self._call("creation", path, _create_empty, client, p)
-            f = self._call("open", path, client.open, p, "r+b")
-        except Exception as e:
-            raise self._error(e, "open", path) from None
-        return NfsHandle(path, mode, f)
+            return NfsHandle(path, mode, self._ns("open", path, nfs_rs.Client.open, p, "rb"))
+        # write: create if missing, never truncate ("ab" creates without truncating, but cannot write at offsets)
+        return NfsHandle(path, mode, self._ns("open", path, _open_for_writing, p))
 
     def pread(self, h: Handle, buf: Any, offset: int) -> int:
         return self._call("read", h.path, h.file.readinto_at, buf, offset)
@@ -320,17 +346,17 @@ class NfsDriver(Driver):
 
     # -- whole files ---------------------------------------------------------------------------------------------
     def put(self, path: str, data: Any) -> None:
-        self._call("write", path, _put, self._live(), self._p(path), data)
+        self._ns("write", path, _put, self._p(path), data)
 
     def get_into(self, path: str, buf: Any) -> int:
-        return self._call("read", path, _read_into, self._live(), self._p(path), buf)
+        return self._ns("read", path, _read_into, self._p(path), buf)
 
     # -- metadata ------------------------------------------------------------------------------------------------
     def native(self, path: str) -> str:
         return self._p(path)
 
     def stat(self, path: str) -> StatResult:
-        info = self._call("stat", path, self._live().stat, self._p(path))
+        info = self._ns("stat", path, nfs_rs.Client.stat, self._p(path))
         return StatResult(size=info.size, is_dir=info.type == nfs_rs.FileType.DIRECTORY, mtime=info.mtime / 1e9)
 
     def exists(self, path: str) -> bool:
@@ -341,20 +367,20 @@ class NfsDriver(Driver):
             return False
 
     def mkdir(self, path: str) -> None:
-        self._call("mkdir", path, self._live().mkdir, self._p(path), 0o755)
+        self._ns("mkdir", path, nfs_rs.Client.mkdir, self._p(path), 0o755)
 
     def rmdir(self, path: str) -> None:
         """Remove one empty directory. NFSv4's REMOVE takes files as well, and nfs-rs does not check: a file is
         refused here first, so a directory's removal never takes a file with it."""
         if not self.stat(path).is_dir:
             raise NotADirectoryError(errno.ENOTDIR, f"{self.label}: rmdir of {path} failed: not a directory")
-        self._call("rmdir", path, self._live().rmdir, self._p(path))
+        self._ns("rmdir", path, nfs_rs.Client.rmdir, self._p(path))
 
     def remove(self, path: str) -> None:
-        self._call("removal", path, self._live().remove, self._p(path))
+        self._ns("removal", path, nfs_rs.Client.remove, self._p(path))
 
     def listdir(self, path: str) -> list[str]:
-        return self._call("listing", path, self._live().listdir, self._p(path))
+        return self._ns("listing", path, nfs_rs.Client.listdir, self._p(path))
 
     def fast_ops(self) -> FastOps:
         """The namespace calls on native paths (relative to the mount point), one nfs-rs call each; create is
@@ -382,9 +408,14 @@ class NfsDriver(Driver):
 
 
 # Composite calls (module functions: nothing is built per call).
-def _create_empty(client: Any, path: str) -> None:
-    """Create ``path`` if it is missing, never truncating it (another client may have created and written it)."""
-    client.open(path, "ab").close()
+def _open_for_writing(client: Any, path: str) -> Any:
+    """``path`` open for writing at any offset: created if missing, never truncated (another client may have
+    created and written it meanwhile: "ab" creates without truncating)."""
+    try:
+        return client.open(path, "r+b")
+    except FileNotFoundError:
+        client.open(path, "ab").close()
+        return client.open(path, "r+b")
 
 
 def _put(client: Any, path: str, data: Any) -> None:
