@@ -24,7 +24,7 @@ import yaml
 from storeval.drivers import make_driver
 from storeval.drivers.base import TargetError, TargetUnreachable
 from storeval.errors import DirectIOUnsupported, InputError
-from storeval.testbed.nfs import SQUASH_ID
+from storeval.testbed.nfs import SQUASH_ID, NfsServer
 
 from .helpers import exposed, listening_addresses, storeval
 
@@ -133,6 +133,23 @@ def test_up_writes_the_target_and_listens_on_loopback_only(bed: Bed):
                                                      f"ports nfs {bed.port}")
     faults = storeval("testbed", "faults", "--dir", str(bed.dir))
     assert faults.rc == 0 and "nfs  stop,cont,kill,start,restart" in faults.out
+
+
+def test_down_stops_a_ganesha_an_interrupted_up_did_not_record(bed: Bed, tmp_path: Path):
+    """`up` killed between starting Ganesha and saving the state: Ganesha's own pid file in the server's run
+    directory finds it, and only a process whose command line names this server's configuration is taken."""
+    server = NfsServer(tmp_path / "nfs")
+    server.start()
+    pid = server.state.procs[0].pid
+    server.state.procs = []  # the record that was never saved
+    real = server.pid_file.read_text()
+    server.pid_file.write_text(f"{os.getpid()}\n")  # some other process: not ours to stop
+    server.adopt_unrecorded()
+    assert server.state.procs == []
+    server.pid_file.write_text(real)
+    assert server.stop() == []
+    assert not psutil.pid_exists(pid) and not (tmp_path / "nfs").exists()
+    assert psutil.Process(bed.pids()[0]).is_running()  # the module's server is untouched
 
 
 def test_settings_nfs_does_not_take_are_one_line_errors(tmp_path: Path):

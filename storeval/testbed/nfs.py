@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .base import LOCALHOST, Proc, Server, TestbedError, apt_install, free_port, port_open
 
 PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs")
@@ -277,9 +279,31 @@ class NfsServer(Server):
     def targets(self) -> dict[str, dict[str, Any]]:
         return {"nfs": {"url": self.url, **self.server_counters()}}
 
+    def adopt_unrecorded(self) -> None:
+        """Record a Ganesha that an interrupted `up` started but could not record (SIGKILL between starting it
+        and saving the state): Ganesha wrote its PID into this server's own run directory, and it is taken only
+        if that process's command line names this server's configuration and pid file."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return
+        if any(p.pid == pid and p.alive() for p in self.state.procs):
+            return
+        try:
+            proc = psutil.Process(pid)
+            cmd = proc.cmdline()
+        except psutil.Error:
+            return
+        if proc.name() != "ganesha.nfsd" or str(self.config_file) not in cmd or str(self.pid_file) not in cmd:
+            return
+        self.state.procs = [p for p in self.state.procs if p.alive()]
+        self.state.procs.append(Proc.adopt(pid, "ganesha.nfsd", self.log_file))
+        self._journal()
+
     def stop(self) -> list:
-        """Stop Ganesha and remove what it made (see :meth:`Server.stop`); then /run/ganesha if Ganesha made it
-        for this testbed and it is empty."""
+        """Stop Ganesha (one an interrupted `up` left unrecorded too) and remove what it made (see
+        :meth:`Server.stop`); then /run/ganesha if Ganesha made it for this testbed and it is empty."""
+        self.adopt_unrecorded()
         left = super().stop()
         if self.state.info.get("run_dir_absent") and not self.state.procs:
             try:
