@@ -438,6 +438,28 @@ def test_a_crash_mid_write_loses_no_acknowledged_byte(bed: Bed):
     assert storeval("testbed", "status", "--dir", str(bed.dir)).out.startswith("nfs: running")
 
 
+def test_metadata_goes_on_after_a_crash_under_retry(bed: Bed):
+    """The metadata loop's operations follow the driver to its new connection after Ganesha comes back."""
+    study = bed.base / "md-crash.yaml"
+    study.write_text(yaml.safe_dump({
+        "targets_from": str(bed.targets_file), "testbed": str(bed.dir),
+        "workloads": {"md": {"metadata": {"items": 2000, "file_size": 100,
+                                          "phases": ["file-create", "file-stat", "file-remove"],
+                                          "on_error": "retry", "retry_for": "2m"},
+                             "faults": [{"target": "nfs", "at": "30%", "phase": "file-create", "action": "kill",
+                                         "server": "nfs", "for": "2s", "expect": "ok"}]}}}))
+    out = bed.base / "md-crash.json"
+    r = storeval("run", str(study), "--json", str(out), "--no-html", "-q", "--results", str(bed.base / "results"),
+                 cwd=bed.base, timeout=600)
+    assert r.rc == 0, r.err
+    doc = json.loads(out.read_text())
+    phases = {ph["phase"]: ph for ph in doc["cells"][0]["phases"]}
+    assert [(ph["status"], ph["ops"]) for ph in phases.values()] == [("ok", 2000)] * 3
+    assert phases["file-create"]["bytes"] == 2000 * 100 and phases["file-create"]["errors"]
+    assert phases["file-stat"]["errors"] == phases["file-remove"]["errors"] == {}
+    assert [n for n in os.listdir(bed.export) if n.startswith("storeval-2")] == []
+
+
 # ------------------------------------------------------------------------------------------------ down (last)
 def test_down_leaves_nothing(bed: Bed):
     pids = bed.pids()

@@ -384,27 +384,24 @@ class NfsDriver(Driver):
 
     def fast_ops(self) -> FastOps:
         """The namespace calls on native paths (relative to the mount point), one nfs-rs call each; create is
-        OPEN(create)+WRITE+COMMIT+CLOSE as a kernel client's open/write/fsync/close, read is OPEN+READ+CLOSE."""
-        client, error = self._live(), self._error
+        OPEN(create)+WRITE+COMMIT+CLOSE as a kernel client's open/write/fsync/close, read is OPEN+READ+CLOSE.
+        Each call takes the driver's client as it is then (one attribute read), so after degraded mode's
+        ``retry_server`` the same operations go on over the new connection."""
+        self._live()
+        live, error = self._live, self._error
 
         def wrap(op: str, fn: Any) -> Any:
             def call(path: str, *args: Any) -> Any:
                 try:
-                    return fn(path, *args)
+                    return fn(self.client or live(), path, *args)
                 except Exception as e:
                     raise error(e, op, path) from None
             return call
 
-        def create(path: str, data: Any) -> None:
-            _put(client, path, data)
-
-        def mkdir(path: str) -> None:
-            client.mkdir(path, 0o755)
-
-        return FastOps(mkdir=wrap("mkdir", mkdir), rmdir=wrap("rmdir", client.rmdir), stat=wrap("stat", client.stat),
-                       listdir=wrap("listing", client.listdir), create=wrap("creation", create),
-                       read=wrap("read", lambda path, buf: _read_into(client, path, buf)),
-                       remove=wrap("removal", client.remove))
+        Client = nfs_rs.Client
+        return FastOps(mkdir=wrap("mkdir", _mkdir), rmdir=wrap("rmdir", Client.rmdir), stat=wrap("stat", Client.stat),
+                       listdir=wrap("listing", Client.listdir), create=wrap("creation", _put),
+                       read=wrap("read", _read_into), remove=wrap("removal", Client.remove))
 
 
 # Composite calls (module functions: nothing is built per call).
@@ -416,6 +413,10 @@ def _open_for_writing(client: Any, path: str) -> Any:
     except FileNotFoundError:
         client.open(path, "ab").close()
         return client.open(path, "r+b")
+
+
+def _mkdir(client: Any, path: str) -> None:
+    client.mkdir(path, 0o755)
 
 
 def _put(client: Any, path: str, data: Any) -> None:
