@@ -76,6 +76,8 @@ def exposed(pids: list[int]) -> list[str]:
     bad = []
     for pid, addrs in listening_addresses(pids).items():
         for ip, port in addrs:
-            if not ipaddress.ip_address(ip.split("%")[0]).is_loopback:
+            addr = ipaddress.ip_address(ip.split("%")[0])
+            addr = getattr(addr, "ipv4_mapped", None) or addr  # ::ffff:127.0.0.1 is loopback too
+            if not addr.is_loopback:
                 bad.append(f"{pid} {ip}:{port}")
     return bad

@@ -215,7 +215,7 @@ def test_a_plugin_that_fails_to_import_is_one_warning_and_the_rest_works(tmp_pat
                            "named 'no_such_module_here'); it is left out"]
     r = storeval("run", "--target", "nosuch:///x", "--workload", "bandwidth", cwd=tmp_path, env=env)
     assert r.rc == 2 and r.err_lines[-1].endswith("unknown scheme 'nosuch://' (known: dir://, file://, hdfs://, "
-                                                  "null://, root://, s3://)")
+                                                  "nfs://, null://, root://, s3://)")
 
 
 @pytest.mark.parametrize("module, extra, url", [("obstore", "s3", "s3://bucket/x"), ("hdfs_native", "hdfs",

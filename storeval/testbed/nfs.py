@@ -35,7 +35,7 @@ from typing import Any
 
 import psutil
 
-from .base import LOCALHOST, Proc, Server, TestbedError, apt_install, free_port, port_open
+from .base import LOCALHOST, Proc, Server, TestbedError, TestbedOptionError, apt_install, free_port, port_open
 
 PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs")
 PSEUDO = "/export"  # the export's NFSv4 path
@@ -52,6 +52,7 @@ IN_USE = ("Address already in use", "error 98")
 class NfsServer(Server):
     kind = "nfs"
     summary = "NFS-Ganesha 4 (NFSv4.1, VFS back end) on 127.0.0.1, reached with the nfs:// driver (nfs-rs)"
+    target_schemes = {"nfs": "nfs"}
     options_help = {"servers": "NFS servers, only 1: one appliance with one export"}
 
     @classmethod
@@ -59,7 +60,7 @@ class NfsServer(Server):
         out = super().check_options(options)
         n = out.get("servers", 1)
         if n != 1 or isinstance(n, bool):
-            raise TestbedError(f"testbed nfs: one NFS server only (servers 1), not {n!r}: Ganesha stands for one "
+            raise TestbedOptionError(f"testbed nfs: one NFS server only (servers 1), not {n!r}: Ganesha stands for one "
                                "NFS appliance with one export here; use --servers with glusterfs or ceph for a "
                                "system of several servers")
         out.pop("servers", None)
