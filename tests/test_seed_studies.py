@@ -44,3 +44,33 @@ def test_seed002_glusterfs_at_1_2_and_4_servers_gives_throughput_vs_servers(tmp_
     ups = [e for e in doc["events"] if e["kind"] == "system-up"]
     assert len(ups) == 3 and len([e for e in doc["events"] if e["kind"] == "system-down"]) == 3
     assert _mounts() == mounts and _systems_dirs() == dirs
+
+
+def test_seed000_compares_glusterfs_hdfs_nfs_and_an_xrootd_cluster(tmp_path):
+    mounts, dirs = _mounts(), _systems_dirs()
+    r = storeval("run", str(STUDIES / "seed000-systems.yaml"), "--clients", "1,2", "--set", "file_size=4MiB",
+                 "--set", "transfer_size=1MiB", "--set", "items=30", "--results", str(tmp_path / "r"),
+                 "--json", str(tmp_path / "out.json"), cwd=tmp_path, timeout=1500)
+    assert r.rc == 0, r.err[-3000:]
+    doc = load_json(tmp_path / "out.json")
+    targets = {c["target"] for c in doc["cells"]}
+    assert targets == {"glusterfs", "hdfs", "nfs", "xrootd"}
+    assert all(c["status"] == "ok" for c in doc["cells"])
+    urls = {c["target"]: c["target_url"].split(":")[0] for c in doc["cells"]}
+    assert urls == {"glusterfs": "file", "hdfs": "hdfs", "nfs": "nfs", "xrootd": "root"}
+    # every system wrote and read every byte the phases asked for (HDFS cannot rewrite in place: skipped, said so)
+    for c in doc["cells"]:
+        if c["kind"] != "bandwidth":
+            continue
+        for ph in c["phases"]:
+            if ph["status"] == "ok":
+                assert ph["bytes"] == c["clients"] * (4 << 20), (c["target"], ph["phase"])
+            else:
+                assert (c["target"], ph["phase"], ph["status"]) == ("hdfs", "rewrite", "skipped")
+    # Table 1: one row per system and workload; the scaling lines of each system
+    rows = {(row["target"], row["workload"]) for row in doc["table"]}
+    assert {(t, w) for t in targets for w in ("iozone", "mdtest")} <= rows
+    assert {s["target"] for s in doc["scaling"]} == targets
+    ups = [e for e in doc["events"] if e["kind"] == "system-up"]
+    assert len(ups) == 4
+    assert _mounts() == mounts and _systems_dirs() == dirs
