@@ -40,6 +40,7 @@ from urllib.parse import quote
 
 import psutil
 
+from ..errors import InputError
 from .base import LOCALHOST, FaultNode, Proc, Server, TestbedError, apt_install, mounted, port_open
 from .minio import BUCKET, REGION, _pick_ports, create_bucket
 
@@ -54,10 +55,17 @@ RGW_USER = "storeval"
 TARGET_DIR = "storeval"  # the directory inside CephFS (and the key prefix in the bucket) targets point at
 STALL = 180.0  # seconds without progress after which a wait gives up (a busy machine makes Ceph slow, not stuck)
 CAP = 900.0  # seconds any one wait may take in all
+STOP_GRACE = 15.0  # seconds a group of daemons has to end after SIGTERM before SIGKILL
 CLI_TIMEOUT = 60.0  # seconds one `ceph` command may take
 # Files the monitor writes outside the root if its cluster log is not configured away (we configure it away;
 # these are removed only if they did not exist before `up`, in case a Ceph release ignores the setting)
 SYSTEM_FILES = ("/var/log/ceph/ceph.log", "/var/log/ceph/ceph.audit.log")
+
+
+class SettingError(TestbedError, InputError):
+    """A setting of `testbed up ceph` (or a study's ceph target) the user must change: exit status 2."""
+
+    exit_code = 2
 
 
 class CephServer(Server):
@@ -70,10 +78,13 @@ class CephServer(Server):
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
-        out = super().check_options(options)
+        try:
+            out = super().check_options(options)
+        except TestbedError as e:  # a setting this kind does not take: the user's to fix (exit 2)
+            raise SettingError(str(e)) from None
         n = out.get("servers", DEFAULT_OSDS)
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_OSDS:
-            raise TestbedError(f"testbed ceph: servers must be a whole number of OSDs from 1 to {MAX_OSDS} "
+            raise SettingError(f"testbed ceph: servers must be a whole number of OSDs from 1 to {MAX_OSDS} "
                                f"(got {n!r})")
         out["servers"] = n
         return out
@@ -513,9 +524,14 @@ class CephServer(Server):
 
     # -- status, stop -----------------------------------------------------------------------------------------------
     def status(self) -> str:
-        line = super().status()
+        """Each daemon (up, stopped, DOWN) and the ports, then what the cluster itself says of its OSDs (when the
+        monitor runs) and whether CephFS is mounted; then what to do."""
         if not self.state.procs:
-            return line
+            return super().status()
+        word, todo = self.health()
+        names = {"up": "up", "stopped": "stopped (SIGSTOP)", "exited": "DOWN (exited)"}
+        procs = ", ".join(f"{p.name} pid {p.pid} {names[p.condition()]}" for p in self.state.procs)
+        ports = ", ".join(f"{k} {v}" for k, v in self.state.ports.items())
         mon = self._slot("mon.a")
         osds = self._osd_map() if mon is not None and self.state.procs[mon].condition() == "up" else {}
         if osds:
@@ -526,20 +542,20 @@ class CephServer(Server):
             cluster = "cluster: the monitor does not answer"
         mount = (f"CephFS mounted on {self.mountpoint}" if mounted(self.mountpoint)
                  else f"CephFS NOT mounted on {self.mountpoint}")
-        return f"{line}; {cluster}; {mount}"
+        line = f"{self.kind}: {word} — {procs}; ports {ports}; {cluster}; {mount}"
+        return f"{line}; {todo}" if todo else line
 
     def stop(self) -> list:
-        """Unmount, then SIGTERM every recorded process — clients and data daemons together, the manager and
-        monitor last (an OSD tells the monitor it goes down) — then what the ledger proves, and the cluster log
-        files outside the root if they appeared during our run."""
+        """Unmount, then stop the recorded processes in the order Ceph shuts down cleanly: the clients (ceph-fuse,
+        which leaves once unmounted, and radosgw) while the cluster still answers them, then the MDS, the OSDs,
+        the manager and the monitor — each group SIGTERMed together, SIGKILLed after ``STOP_GRACE`` seconds.
+        Then what the ledger proves, and the cluster log files outside the root if they appeared during our run."""
         self.unmount_all()
-        order = [[p for p in self.state.procs if not p.name.startswith(("mon.", "mgr."))],
-                 [p for p in self.state.procs if p.name.startswith(("mon.", "mgr."))]]
-        for group in order:
+        groups = [("ceph-fuse", "radosgw"), ("mds.",), ("osd.",), ("mgr.", "mon.")]
+        for prefixes in groups:
             family = []
-            for proc in group:
-                p = proc.process()
-                if p is None:
+            for proc in self.state.procs:
+                if not proc.name.startswith(prefixes) or (p := proc.process()) is None:
                     continue
                 for sig in (signal.SIGTERM, signal.SIGCONT):
                     try:
@@ -547,7 +563,13 @@ class CephServer(Server):
                     except psutil.NoSuchProcess:
                         pass
                 family.append(p)
-            psutil.wait_procs(family, timeout=15)
+            _, alive = psutil.wait_procs(family, timeout=STOP_GRACE)
+            for p in alive:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(alive, timeout=5)
         left = super().stop()  # SIGKILL for any that stayed, then the ledger
         for path in self.state.info.get("absent_before", []):
             try:
