@@ -253,14 +253,16 @@ class CephServer(Server):
                            slot=slot)
 
     # -- waiting: bounded by progress, not by the clock alone ---------------------------------------------------
-    def _await(self, check, what: str, *, stall: float = STALL, cap: float = CAP, interval: float = 1.0) -> Any:
+    def _await(self, check, what: str, *, stall: float = STALL, cap: float = CAP, interval: float = 1.0,
+               watch: list[Proc] | None = None) -> Any:
         """Poll ``check() -> (done, progress, detail)`` until done. Give up when ``progress`` has not changed for
-        ``stall`` seconds or after ``cap`` seconds in all, or when a recorded process exited."""
+        ``stall`` seconds or after ``cap`` seconds in all, or when a process of ``watch`` (default: every
+        recorded one) exited."""
         start = last_change = time.monotonic()
         seen: Any = object()
         detail = ""
         while True:
-            dead = [p for p in self.state.procs if not p.alive()]
+            dead = [p for p in (self.state.procs if watch is None else watch) if not p.alive()]
             if dead:
                 raise TestbedError(f"ceph: {dead[0].name} exited while waiting for {what}; see "
                                    f"{self.root / 'log' / (dead[0].name + '.log')}")
@@ -282,7 +284,8 @@ class CephServer(Server):
             return {}
         return {int(o["osd"]): o for o in dump.get("osds", []) if isinstance(o, dict) and "osd" in o}
 
-    def _wait_osds_up(self, ids: list[int], after: dict[int, int] | None = None) -> None:
+    def _wait_osds_up(self, ids: list[int], after: dict[int, int] | None = None,
+                      watch: list[Proc] | None = None) -> None:
         """Until the cluster map has each OSD of ``ids`` up (with an ``up_from`` epoch above ``after[id]``:
         booted *since* we started it, not the stale entry of a killed one)."""
         after = after or {}
@@ -292,7 +295,7 @@ class CephServer(Server):
             up = [i for i in ids if osds.get(i, {}).get("up") == 1 and osds[i].get("up_from", 0) > after.get(i, -1)]
             return len(up) == len(ids), len(up), f"{len(up)} of {len(ids)} OSDs up"
 
-        self._await(check, f"OSD{'s' if len(ids) > 1 else ''} {', '.join(f'osd.{i}' for i in ids)} up")
+        self._await(check, f"OSD{'s' if len(ids) > 1 else ''} {', '.join(f'osd.{i}' for i in ids)} up", watch=watch)
 
     def _wait_clean(self) -> None:
         """Until every placement group is active+clean (creating and peering PGs do not take I/O yet)."""
@@ -501,8 +504,11 @@ class CephServer(Server):
         return nodes
 
     def fault_names(self, exited: list[int]) -> list[str]:
+        """The OSD handles that bring the exited processes back — only when OSDs are all that exited (a dead
+        monitor, MDS, gateway or ceph-fuse is not started again by a fault handle: `up` starts afresh)."""
         names = {f"osd.{i}": f"{self.kind}.osd{n}" for n, i in enumerate(self._osd_ids(), start=1)}
-        return [names[self.state.procs[i].name] for i in exited if self.state.procs[i].name in names]
+        dead = [self.state.procs[i].name for i in exited]
+        return [names[n] for n in dead] if dead and all(n in names for n in dead) else []
 
     def start_node(self, name: str, timeout: float) -> None:
         ids = self._osd_ids()
@@ -516,11 +522,16 @@ class CephServer(Server):
         slot = self._slot(f"osd.{ident}")
         if slot is None or self.state.procs[slot].alive():
             raise TestbedError(f"ceph: {name} (osd.{ident}) is running: nothing to start")
+        mon = self._slot("mon.a")
+        condition = self.state.procs[mon].condition() if mon is not None else "exited"
+        if condition != "up":
+            fix = ("frozen: `storeval testbed fault ceph cont` first" if condition == "stopped"
+                   else "gone: `storeval testbed up ceph` starts the cluster afresh")
+            raise TestbedError(f"ceph: {name} cannot rejoin while the monitor (mon.a) is {fix}")
         before = self._osd_map().get(ident, {}).get("up_from", -1)
-        # the killed OSD's pid file and admin socket are stale: the new one makes its own
-        self._daemon("osd", str(ident), slot=slot)
-        self._journal()
-        self._wait_osds_up([ident], after={ident: int(before)})
+        proc = self._daemon("osd", str(ident), slot=slot)  # it replaces the killed one's pid file and socket
+        # other faults may hold other daemons down meanwhile: only this one must stay alive
+        self._wait_osds_up([ident], after={ident: int(before)}, watch=[proc])
 
     # -- status, stop -----------------------------------------------------------------------------------------------
     def status(self) -> str:
@@ -540,8 +551,15 @@ class CephServer(Server):
             cluster = f"cluster: {up} of {len(osds)} OSDs up, {inn} in"
         else:
             cluster = "cluster: the monitor does not answer"
-        mount = (f"CephFS mounted on {self.mountpoint}" if mounted(self.mountpoint)
-                 else f"CephFS NOT mounted on {self.mountpoint}")
+        fuse = self._slot("ceph-fuse")
+        fuse_state = self.state.procs[fuse].condition() if fuse is not None else "exited"
+        if not mounted(self.mountpoint):
+            mount = f"CephFS NOT mounted on {self.mountpoint}"
+        elif fuse_state == "up":
+            mount = f"CephFS mounted on {self.mountpoint}"
+        else:
+            mount = (f"CephFS mount on {self.mountpoint} does not answer (ceph-fuse "
+                     f"{'stopped' if fuse_state == 'stopped' else 'exited'})")
         line = f"{self.kind}: {word} — {procs}; ports {ports}; {cluster}; {mount}"
         return f"{line}; {todo}" if todo else line
 
