@@ -251,11 +251,23 @@ def test_down_stops_unmounts_and_removes_everything(cluster):
     procs = _procs(bed)
     ports = list(_state(bed)["ports"].values())
     assert exposed([p["pid"] for p in procs]) == []
+    root = bed / "ceph"
+    # a user's files beside Ceph's logs, sockets and configuration are not Ceph's: they stay, named
+    planted = [root / "notes.txt", root / "log" / "notes.txt", root / "run" / "notes.txt"]
+    for path in planted:
+        path.write_text("mine")
     down = storeval("testbed", "down", "--dir", str(bed), cwd=base, timeout=300)
-    assert down.rc == 0 and down.err_lines == ["ceph: stopped, data removed"], down.err
+    assert down.rc == 0 and len(down.err_lines) == 1, down.err
+    assert down.err_lines[0].startswith("ceph: stopped; left ") and all(str(p) in down.err for p in planted)
     assert not [p for p in procs if _alive(p)] and _mentioning(bed) == []
-    assert not mounted(bed / "ceph" / "mnt") and str(bed) not in Path("/proc/self/mountinfo").read_text()
+    assert not mounted(root / "mnt") and str(bed) not in Path("/proc/self/mountinfo").read_text()
     assert not [port for port in ports if port_open(port)]
+    assert {str(p.relative_to(root)) for p in root.rglob("*")} == {
+        ".storeval-testbed", "notes.txt", "log", "log/notes.txt", "run", "run/notes.txt"}
+    for path in planted:
+        path.unlink()
+    again = storeval("testbed", "down", "--dir", str(bed), cwd=base, timeout=300)
+    assert again.rc == 0 and again.err_lines == ["ceph: nothing was running, data removed"], again.err
     assert not bed.exists() and not (base / "storeval-testbed.yaml").exists()
     assert _system_files() - cluster["system_before"] == set()
 
