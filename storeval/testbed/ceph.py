@@ -404,15 +404,13 @@ class CephServer(Server):
         self._mount()
         self._rgw_user()
         access, secret = self.credentials()
-        last: list[str] = [""]
 
         def bucket():
             try:
                 create_bucket(self.endpoint, access, secret, BUCKET, REGION, timeout=30)
                 return True, None, ""
-            except TestbedError as e:
-                last[0] = str(e)
-                return False, None, last[0]
+            except TestbedError as e:  # e.g. the gateway's pools still peering
+                return False, None, str(e)
 
         self._await(bucket, f"bucket {BUCKET}", stall=120, interval=2.0)
         self._wait_clean()  # radosgw made its pools meanwhile: their PGs too
