@@ -23,6 +23,7 @@ import psutil
 import pytest
 import yaml
 
+from storeval.drivers.posix import PosixDriver
 from storeval.testbed.base import mounted, port_open
 
 from .helpers import REPO, exposed, load_json, storeval
@@ -145,10 +146,14 @@ def test_up_writes_targets_and_everything_stays_on_loopback(cluster):
     rgw = state["ports"]["rgw"]
     osd_pids = [p["pid"] for p in state["procs"] if p["name"].startswith("osd.")]
     radosgw = next(p["pid"] for p in state["procs"] if p["name"] == "radosgw")
+    mds = next(p["pid"] for p in state["procs"] if p["name"] == "mds.a")
+    cephfs = {"url": f"file://{mnt}/storeval"}
+    if "server_pids" in PosixDriver.Options.model_fields:  # file targets that take their server's processes
+        cephfs["server_pids"] = [*osd_pids, mds]
     assert targets == {
         "ceph-rgw": {"url": "s3://storeval/storeval", "endpoint": f"http://127.0.0.1:{rgw}", "region": "us-east-1",
                      "credentials_file": str(root / "credentials"), "server_pids": [*osd_pids, radosgw]},
-        "cephfs": {"url": f"file://{mnt}/storeval"}}
+        "cephfs": cephfs}
 
     creds = root / "credentials"
     assert creds.stat().st_mode & 0o777 == 0o600

@@ -475,10 +475,14 @@ class CephServer(Server):
         return {"server_pids": self._pids("osd", "radosgw")}
 
     def targets(self) -> dict[str, dict[str, Any]]:
-        # the posix driver takes no options: the file system's server processes cannot ride along yet
+        cephfs: dict[str, Any] = {"url": "file://" + quote(str((self.mountpoint / TARGET_DIR).absolute()))}
+        from ..drivers.posix import PosixDriver
+
+        if "server_pids" in getattr(PosixDriver.Options, "model_fields", {}):  # once file targets take them
+            cephfs["server_pids"] = self._pids("osd", "mds.a")
         return {"ceph-rgw": {"url": f"s3://{BUCKET}/{TARGET_DIR}", "endpoint": self.endpoint, "region": REGION,
                              "credentials_file": str(self.credentials_file), **self.server_counters()},
-                "cephfs": {"url": "file://" + quote(str((self.mountpoint / TARGET_DIR).absolute()))}}
+                "cephfs": cephfs}
 
     # -- faults: one OSD at a time ---------------------------------------------------------------------------------
     def _slot(self, name: str) -> int | None:
