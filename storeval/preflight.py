@@ -335,7 +335,7 @@ class Preflight:
             else:
                 out.append(Problem("space", False, need / max(1, sp.free),
                                    f"{head}; it has {format_size(sp.free)} free", f"{fix}, or free space there"))
-        if disk.entries and sp.total_entries and disk.entries > sp.free_entries:  # XFS grows its inodes: only may
+        if disk.entries and sp.total_entries and sp.free_entries >= 0 and disk.entries > sp.free_entries:  # XFS grows its inodes: only may
             out.append(Problem("entries", False, disk.entries / max(1, sp.free_entries),
                                f"{_cell(disk.entries_cell)} creates {disk.entries:,} files and directories on the file "
                                f"system of {disk.entries_root}; it has {sp.free_entries:,} free inodes of "

@@ -23,7 +23,6 @@ import psutil
 import pytest
 import yaml
 
-from storeval.drivers.posix import PosixDriver
 from storeval.testbed.base import mounted, port_open
 
 from .helpers import REPO, exposed, load_json, storeval
@@ -147,9 +146,7 @@ def test_up_writes_targets_and_everything_stays_on_loopback(cluster):
     osd_pids = [p["pid"] for p in state["procs"] if p["name"].startswith("osd.")]
     radosgw = next(p["pid"] for p in state["procs"] if p["name"] == "radosgw")
     mds = next(p["pid"] for p in state["procs"] if p["name"] == "mds.a")
-    cephfs = {"url": f"file://{mnt}/storeval"}
-    if "server_pids" in PosixDriver.Options.model_fields:  # file targets that take their server's processes
-        cephfs["server_pids"] = [*osd_pids, mds]
+    cephfs = {"url": f"file://{mnt}/storeval", "server_pids": [*osd_pids, mds]}
     assert targets == {
         "ceph-rgw": {"url": "s3://storeval/storeval", "endpoint": f"http://127.0.0.1:{rgw}", "region": "us-east-1",
                      "credentials_file": str(root / "credentials"), "server_pids": [*osd_pids, radosgw]},
@@ -190,17 +187,16 @@ def _cells(doc: dict) -> dict:
 
 def test_bandwidth_on_cephfs_and_s3_and_metadata_on_cephfs(cluster):
     base = cluster["base"]
-    # --force: CephFS reports no inode limit (statvfs f_files = inodes in use, f_favail = -1), which the
-    # preflight check reads as a full file system
+    # CephFS reports no inode limit (statvfs f_files = inodes in use, f_favail = -1): the preflight passes it
     bw = storeval("run", "storeval-testbed.yaml", "--workload", "bandwidth", "--clients", "1",
-                  "--set", "file_size=4MiB", "--json", "bw.json", "--force", cwd=base, timeout=600)
+                  "--set", "file_size=4MiB", "--json", "bw.json", cwd=base, timeout=600)
     assert bw.rc == 0, bw.err
     cells = _cells(load_json(base / "bw.json"))
     for target in ("cephfs", "ceph-rgw"):
         assert cells[(target, "bandwidth")] == {"write": (4 * MiB, 4), "read": (4 * MiB, 4)}, target
 
     md = storeval("run", "storeval-testbed.yaml", "--target", "cephfs", "--workload", "metadata", "--clients", "1",
-                  "--set", "file_size=4KiB", "--json", "md.json", "--force", cwd=base, timeout=600)
+                  "--set", "file_size=4KiB", "--json", "md.json", cwd=base, timeout=600)
     assert md.rc == 0, md.err
     assert _cells(load_json(base / "md.json"))[("cephfs", "metadata")] == {
         "tree-create": (0, 1), "dir-create": (0, 100), "dir-stat": (0, 100), "dir-remove": (0, 100),

@@ -40,8 +40,7 @@ from urllib.parse import quote
 
 import psutil
 
-from ..errors import InputError
-from .base import LOCALHOST, FaultNode, Proc, Server, TestbedError, apt_install, mounted, port_open
+from .base import LOCALHOST, FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted, port_open
 from .minio import BUCKET, REGION, _pick_ports, create_bucket
 
 PACKAGES = ("ceph", "ceph-mds", "ceph-fuse", "radosgw")
@@ -62,29 +61,21 @@ CLI_TIMEOUT = 60.0  # seconds one `ceph` command may take
 SYSTEM_FILES = ("/var/log/ceph/ceph.log", "/var/log/ceph/ceph.audit.log")
 
 
-class SettingError(TestbedError, InputError):
-    """A setting of `testbed up ceph` (or a study's ceph target) the user must change: exit status 2."""
-
-    exit_code = 2
-
-
 class CephServer(Server):
     """mon + mgr + N OSDs + MDS + radosgw on one ``ceph.conf``; CephFS mounted with ceph-fuse; bucket ``storeval``."""
 
     kind = "ceph"
     summary = "Ceph 16 (Debian): mon, mgr, N BlueStore OSDs, MDS, radosgw; CephFS via ceph-fuse and S3, on 127.0.0.1"
+    target_schemes = {"cephfs": "file", "ceph-rgw": "s3"}
     options_help = {"servers": f"OSDs of the cluster (1-{MAX_OSDS}, default {DEFAULT_OSDS}); pools keep "
                                "min(3, OSDs) copies"}
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
-        try:
-            out = super().check_options(options)
-        except TestbedError as e:  # a setting this kind does not take: the user's to fix (exit 2)
-            raise SettingError(str(e)) from None
+        out = super().check_options(options)
         n = out.get("servers", DEFAULT_OSDS)
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_OSDS:
-            raise SettingError(f"testbed ceph: servers must be a whole number of OSDs from 1 to {MAX_OSDS} "
+            raise TestbedOptionError(f"testbed ceph: servers must be a whole number of OSDs from 1 to {MAX_OSDS} "
                                f"(got {n!r})")
         out["servers"] = n
         return out
@@ -475,11 +466,8 @@ class CephServer(Server):
         return {"server_pids": self._pids("osd", "radosgw")}
 
     def targets(self) -> dict[str, dict[str, Any]]:
-        cephfs: dict[str, Any] = {"url": "file://" + quote(str((self.mountpoint / TARGET_DIR).absolute()))}
-        from ..drivers.posix import PosixDriver
-
-        if "server_pids" in getattr(PosixDriver.Options, "model_fields", {}):  # once file targets take them
-            cephfs["server_pids"] = self._pids("osd", "mds.a")
+        cephfs: dict[str, Any] = {"url": "file://" + quote(str((self.mountpoint / TARGET_DIR).absolute())),
+                                  "server_pids": self._pids("osd", "mds.a")}
         return {"ceph-rgw": {"url": f"s3://{BUCKET}/{TARGET_DIR}", "endpoint": self.endpoint, "region": REGION,
                              "credentials_file": str(self.credentials_file), **self.server_counters()},
                 "cephfs": cephfs}
