@@ -359,13 +359,6 @@ class NfsDriver(Driver):
         info = self._ns("stat", path, nfs_rs.Client.stat, self._p(path))
         return StatResult(size=info.size, is_dir=info.type == nfs_rs.FileType.DIRECTORY, mtime=info.mtime / 1e9)
 
-    def exists(self, path: str) -> bool:
-        try:
-            self.stat(path)
-            return True
-        except FileNotFoundError:
-            return False
-
     def mkdir(self, path: str) -> None:
         self._ns("mkdir", path, nfs_rs.Client.mkdir, self._p(path), 0o755)
 

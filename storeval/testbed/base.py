@@ -129,23 +129,30 @@ class Proc:
             family = [p, *p.children(recursive=True)]
         except psutil.NoSuchProcess:
             return
-        for sig in (signal.SIGTERM, signal.SIGCONT):
-            for q in family:
-                try:
-                    q.send_signal(sig)
-                except psutil.NoSuchProcess:
-                    pass
-                except psutil.AccessDenied:
-                    raise TestbedError(f"{self.name} (pid {self.pid}): not allowed to stop it (run as its user)") from None
-        _, alive = psutil.wait_procs(family, timeout=grace)
-        for q in alive:
-            try:
-                q.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=5)
+        try:
+            terminate(family, grace)
+        except psutil.AccessDenied:
+            raise TestbedError(f"{self.name} (pid {self.pid}): not allowed to stop it (run as its user)") from None
         if self.alive():
             raise TestbedError(f"{self.name} (pid {self.pid}) did not end after SIGKILL; its data stays")
+
+
+def terminate(processes: list[psutil.Process], grace: float) -> None:
+    """SIGTERM and SIGCONT to every one of ``processes`` together (a frozen one hears it too), wait up to ``grace``
+    seconds for all, then SIGKILL those left. psutil.AccessDenied propagates (another user's process)."""
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for q in processes:
+            try:
+                q.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for q in alive:
+        try:
+            q.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
 
 
 def spawn(cmd: list[str], *, name: str, log: Path, out: int, env: dict[str, str] | None = None,

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import time
@@ -40,8 +38,9 @@ from urllib.parse import quote
 
 import psutil
 
-from .base import LOCALHOST, FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted, port_open
-from .minio import BUCKET, REGION, _pick_ports, create_bucket
+from .base import (LOCALHOST, FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted,
+                   port_open, terminate)
+from .minio import BUCKET, REGION, _pick_ports, create_bucket, new_credentials, read_credentials
 
 PACKAGES = ("ceph", "ceph-mds", "ceph-fuse", "radosgw")
 DAEMON_DATA, RUN, LOGS = "ceph-daemon-data", "ceph-run", "ceph-logs"  # ledger rules, see CephServer.claims
@@ -431,20 +430,12 @@ class CephServer(Server):
 
     def credentials(self) -> tuple[str, str]:
         """(access key, secret key) of the RGW user, from the credentials file."""
-        import configparser
-
-        cp = configparser.ConfigParser()
-        if not cp.read(self.credentials_file):
-            raise TestbedError(f"ceph: no credentials file {self.credentials_file} (is the server started?)")
-        return cp["default"]["aws_access_key_id"], cp["default"]["aws_secret_access_key"]
+        return read_credentials(self.credentials_file, self.kind)
 
     def _rgw_user(self) -> None:
         """An RGW user with keys storeval makes; the secret travels in radosgw-admin's environment
         (``CEPH_ARGS``), never on a command line other users can read."""
-        access, secret = "sv" + secrets.token_hex(9), secrets.token_urlsafe(30)
-        self.write_file(self.credentials_file,
-                        f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n", 0o600)
-        os.chmod(self.credentials_file, 0o600)
+        access, secret = new_credentials(self, self.credentials_file)
         env = {**os.environ, "CEPH_ARGS": f"--access-key {access} --secret-key {secret}"}
         p = subprocess.run(["radosgw-admin", "-c", str(self.conf), "user", "create", f"--uid={RGW_USER}",
                             f"--display-name={RGW_USER}"], capture_output=True, text=True, env=env,
@@ -561,23 +552,9 @@ class CephServer(Server):
         self.unmount_all()
         groups = [("ceph-fuse", "radosgw"), ("mds.",), ("osd.",), ("mgr.", "mon.")]
         for prefixes in groups:
-            family = []
-            for proc in self.state.procs:
-                if not proc.name.startswith(prefixes) or (p := proc.process()) is None:
-                    continue
-                for sig in (signal.SIGTERM, signal.SIGCONT):
-                    try:
-                        p.send_signal(sig)
-                    except psutil.NoSuchProcess:
-                        pass
-                family.append(p)
-            _, alive = psutil.wait_procs(family, timeout=STOP_GRACE)
-            for p in alive:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(alive, timeout=5)
+            family = [p for proc in self.state.procs
+                      if proc.name.startswith(prefixes) and (p := proc.process()) is not None]
+            terminate(family, STOP_GRACE)
         left = super().stop()  # SIGKILL for any that stayed, then the ledger
         for path in self.state.info.get("absent_before", []):
             try:

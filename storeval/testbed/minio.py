@@ -85,6 +85,23 @@ def create_bucket(endpoint: str, access_key: str, secret_key: str, bucket: str, 
     raise TestbedError(f"creating bucket {bucket} at {endpoint} failed: HTTP {status} {code}: {message}".rstrip(": "))
 
 
+def new_credentials(server: Server, path: Path) -> tuple[str, str]:
+    """A fresh S3 key pair written to ``path`` (an AWS-style credentials file, 0600, through the server's
+    ledger); targets refer to the file, never to the keys."""
+    access, secret = "sv" + secrets.token_hex(9), secrets.token_urlsafe(30)
+    server.write_file(path, f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n", 0o600)
+    os.chmod(path, 0o600)
+    return access, secret
+
+
+def read_credentials(path: Path, kind: str) -> tuple[str, str]:
+    """(access key, secret key) from a credentials file :func:`new_credentials` wrote."""
+    cp = configparser.ConfigParser()
+    if not cp.read(path):
+        raise TestbedError(f"{kind}: no credentials file {path} (is the server started?)")
+    return cp["default"]["aws_access_key_id"], cp["default"]["aws_secret_access_key"]
+
+
 def _http_status(port: int, path: str, timeout: float = 2.0) -> int:
     """Status of ``GET http://127.0.0.1:port/path`` (0 if nothing answers); no proxies involved."""
     conn = http.client.HTTPConnection(LOCALHOST, port, timeout=timeout)
@@ -171,16 +188,10 @@ class MinioServer(Server):
 
     def credentials(self) -> tuple[str, str]:
         """(access key, secret key) from the credentials file."""
-        cp = configparser.ConfigParser()
-        if not cp.read(self.credentials_file):
-            raise TestbedError(f"{self.kind}: no credentials file {self.credentials_file} (is the server started?)")
-        return cp["default"]["aws_access_key_id"], cp["default"]["aws_secret_access_key"]
+        return read_credentials(self.credentials_file, self.kind)
 
     def _write_credentials(self) -> None:
-        access, secret = "sv" + secrets.token_hex(9), secrets.token_urlsafe(30)
-        path = self.credentials_file
-        self.write_file(path, f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n", 0o600)
-        os.chmod(path, 0o600)
+        new_credentials(self, self.credentials_file)
 
     def _env(self) -> dict[str, str]:
         access, secret = self.credentials()
