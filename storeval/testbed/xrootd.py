@@ -55,6 +55,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .base import (
     FaultNode,
     Proc,
@@ -658,7 +660,20 @@ class XrootdServer(Server):
 
     # -- stop ----------------------------------------------------------------------------------------------
     def stop(self):
-        """Stop the daemons and remove their files (:meth:`Server.stop`), then the network namespace."""
+        """Stop the daemons and remove their files (:meth:`Server.stop`), then the network namespace.
+
+        A daemon an `up` started but was killed before it could record runs inside this server's namespace
+        with this server's configuration file: found by both (never by name), it is stopped with the rest."""
+        ns = self.netns
+        if ns is not None and ns.exists():
+            recorded = {p.pid for p in self.state.procs}
+            for pid in ns.pids():
+                if pid not in recorded and self._runs_our_config(pid):
+                    try:
+                        self.state.procs.append(Proc.adopt(pid, f"unrecorded daemon {pid}", self.home / "log"))
+                    except TestbedError:
+                        continue  # gone meanwhile
+            self._journal()
         left = super().stop()
         ns = self.netns
         if ns is not None:
@@ -666,6 +681,12 @@ class XrootdServer(Server):
             del self.state.info["netns"]
             self._journal()
         return left
+
+    def _runs_our_config(self, pid: int) -> bool:
+        try:
+            return str(self.config_file) in psutil.Process(pid).cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
 
 
 __all__ = ["XrootdServer", "parse_trace", "pgwrite_payload", "query_readv_limits"]
