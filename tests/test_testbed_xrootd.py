@@ -677,6 +677,27 @@ def test_a_killed_data_server_leaves_the_other_serving_and_starts_again(cluster:
     _ok(f.close())
 
 
+def test_a_restart_of_the_whole_cluster_keeps_ports_and_data(cluster: Path):
+    server = Testbed(cluster).load()["xrootd"]
+    f = client.File()
+    _ok(f.open(f"{server.url}//storeval/faults/whole.bin", OpenFlags.NEW | OpenFlags.MAKEPATH))
+    _ok(f.write(b"kept across a cluster restart", offset=0))
+    _ok(f.close())
+    old = state_of(cluster)["procs"]
+    r = storeval("testbed", "fault", "xrootd", "restart", "--dir", str(cluster), timeout=600)
+    new = state_of(cluster)["procs"]
+    assert r.rc == 0 and r.out.strip() == (
+        f"SIGKILL to xrootd (pids {', '.join(str(p['pid']) for p in old)}); started xrootd again (pids "
+        f"{', '.join(str(p['pid']) for p in new)}) on the same port 1094 with its data"), r.err
+    assert [p["name"] for p in new] == [p["name"] for p in old]
+    assert not any(alive(p["pid"], p["create_time"]) for p in old) and all(alive(p["pid"], p["create_time"]) for p in new)
+    assert storeval("testbed", "status", "--dir", str(cluster)).out.startswith("xrootd: running — ")
+    f = client.File()
+    _ok(f.open(f"{server.url}//storeval/faults/whole.bin", OpenFlags.READ, timeout=60))
+    assert _ok(f.read(0, 100, timeout=60)) == b"kept across a cluster restart"
+    _ok(f.close())
+
+
 def test_cluster_down_leaves_nothing(cluster: Path):
     st = state_of(cluster)
     ns, home = st["info"]["netns"], Path(st["info"]["home"])

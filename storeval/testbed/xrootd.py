@@ -627,6 +627,8 @@ class XrootdServer(Server):
 
     def health(self) -> tuple[str, str]:
         """As :meth:`Server.health`, with the ports tried where they are: at the namespace's address."""
+        if self.state.procs and self.netns is None:  # cannot happen through start(); a damaged state says so
+            return "NOT ANSWERING", "no network namespace is recorded: `storeval testbed down xrootd` stops it"
         word, todo = super().health()
         if word not in ("running", "NOT ANSWERING"):
             return word, todo
