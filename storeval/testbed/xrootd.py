@@ -26,7 +26,10 @@ the whole cluster as soon as one data server goes (measured: a killed data serve
 until the node was dropped, 10 minutes later); ``drop 5`` forgets a dead data server after 5 s, and a started
 one logs in again. The cluster is ready when a locate through the redirector finds ``/storeval`` on every data
 server. A plain directory listing through a redirector fails (it lists the redirector's own disk): clients list
-with ``DirListFlags.LOCATE | DirListFlags.MERGE``.
+with ``DirListFlags.LOCATE | DirListFlags.MERGE``. ``lookup 1``: a new file (which no data server has yet) is
+placed after 1 s rather than XRootD's 5.
+
+Namespaces need root: as another user, ``start`` says so in one line and makes nothing.
 
 ``xrootd.trace fsio`` makes each (data) server log one line per read, vector-read element and write:
 :func:`parse_trace` turns those lines into ``(op, offset, length)`` so a test can count the bytes the servers
