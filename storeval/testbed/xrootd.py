@@ -474,6 +474,7 @@ class XrootdServer(Server):
         while True:
             (self.home / "run" / node / f"{daemon}.pid").unlink(missing_ok=True)  # a killed one's, in its directory
             mark = log.stat().st_size if log.exists() else 0
+            self.state.info.setdefault("log_marks", {})[name] = mark  # where this life of its log begins
             # a named instance makes a directory of its name in its working directory: the pid directory's
             proc = self._spawn(self._command(user, daemon, node), name=name, log=log, cwd=self.home / "run", slot=slot)
             if slot is None:
@@ -618,10 +619,25 @@ class XrootdServer(Server):
             return set()
         return {int(m[1]) for loc in info for m in [re.search(r":(\d+)$", loc.address)] if m}
 
+    def redirector_active(self) -> bool:
+        """Whether the redirector's xrootd last heard its cmsd say the cluster serves (not suspended): asked while
+        suspended, it tells clients to wait 10 s."""
+        log = self._node_log(REDIRECTOR, "xrootd")
+        try:
+            with open(log, "rb") as f:
+                f.seek(self.state.info.get("log_marks", {}).get(f"xrootd {REDIRECTOR}", 0))
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return False
+        said = re.findall(r"cms_ClientMan: Connected to (suspended )?\S+|cms_setStatus: Manager \S+ (resumed|suspended)", text)
+        return bool(said) and not said[-1][0] and said[-1][1] != "suspended"
+
     def ready(self) -> bool:
         if not self.state.ports or not port_open(self.port, self.address):
             return False
         if self.clustered:
+            if not self.redirector_active():
+                return False
             return self.located() >= {int(self.state.ports[node]) for node in self.nodes()[1:]}
         from XRootD import client
 
