@@ -628,10 +628,14 @@ def test_listing_through_the_redirector_needs_locate(cluster: Path):
              for name, path in state_of(cluster)["info"]["data_dirs"].items()}
     assert homes["ds1"] | homes["ds2"] == {"f0", "f1", "f2", "f3"} and homes["ds1"] and homes["ds2"]
     for i in range(4):
-        _ok(fs.rm(f"/storeval/listing/f{i}"))
-    _ok(fs.rmdir("/storeval/listing"))  # forwarded to every data server: gone from both
-    assert not any((Path(path) / "storeval" / "listing").exists()
-                   for path in state_of(cluster)["info"]["data_dirs"].values())
+        _ok(fs.rm(f"/storeval/listing/f{i}"))  # sent to the data server that has it, which answers
+    assert not any((Path(path) / "storeval" / "listing" / f"f{i}").exists()
+                   for path in state_of(cluster)["info"]["data_dirs"].values() for i in range(4))
+    status, _ = fs.rm("/storeval/listing/f0")
+    assert not status.ok and status.errno == 3011
+    _ok(fs.rmdir("/storeval/listing"))  # forwarded one way to every data server: gone from both a moment later
+    poll(lambda: not any((Path(path) / "storeval" / "listing").exists()
+                         for path in state_of(cluster)["info"]["data_dirs"].values()), "the directory gone everywhere")
 
 
 def test_a_killed_data_server_leaves_the_other_serving_and_starts_again(cluster: Path):

@@ -18,10 +18,11 @@ one configuration switched on the instance name (``-n``): a redirector (``cmsd``
 manager``) and N data servers (``cmsd`` + ``xrootd``, ``all.role server``, ``oss.localroot <home>/dsK``), each
 node's cmsd started before its xrootd (an xrootd that finds no cmsd retries only after 10 s). ``all.manager``
 names the namespace's veth address, so the redirector sends clients to data servers at an address the host
-reaches. New files land on the data servers in turn, and reads go where the file is. Directory operations
-(mkdir, rm, rmdir, mv, trunc, chmod) are forwarded to every data server (``ofs.forward 1way``, which XRootD
-allows only with authorization on: an ``acc.authdb`` granting everyone everything under the export), so
-every data server has every directory. ``cms.delay servers 1`` rather than N: with N, the redirector suspends
+reaches. New files land on the data servers in turn, and reads, writes, removals of a file go where the file is.
+Directory creation and removal are forwarded to every data server (``ofs.forward 1way mkdir mkpath rmdir``,
+which XRootD allows only with authorization on: an ``acc.authdb`` granting everyone everything under the
+export), so every data server has every directory; one way means the client is told at once and the data
+servers act a moment later (and a removal that fails there, a directory not empty, is not reported). ``cms.delay servers 1`` rather than N: with N, the redirector suspends
 the whole cluster as soon as one data server goes (measured: a killed data server left every client waiting
 until the node was dropped, 10 minutes later); ``drop 5`` forgets a dead data server after 5 s, and a started
 one logs in again. The cluster is ready when a locate through the redirector finds ``/storeval`` on every data
@@ -377,7 +378,7 @@ class XrootdServer(Server):
             "  all.role manager",
             f"  xrd.port {ports['xrootd']} if exec xrootd",
             f"  xrd.port {ports['cms']} if exec cmsd",
-            "  ofs.forward 1way chmod mkdir mkpath mv rm rmdir trunc",
+            "  ofs.forward 1way mkdir mkpath rmdir",
             "  ofs.authorize 1",
             f"  acc.authdb {auth}",
         ]
