@@ -1,24 +1,49 @@
-"""A real XRootD server (Debian's ``xrootd-server``) on 127.0.0.1, with every read and write traced.
+"""A real XRootD (Debian's ``xrootd-server``) in a network namespace of its own, with every read and write traced:
+one server, or a cluster of a redirector and N data servers.
 
-The server runs in the foreground of its own session (no ``-b``), so the PID we record is the server
-itself; it drops to the ``xrootd`` user (``-R xrootd``) because it refuses to run as root. Its data lives
-in ``<root>/data`` and the storeval target points at ``root://127.0.0.1:PORT//storeval``.
+XRootD 5.5 binds 0.0.0.0 (it has no option for one address), so a testbed server in the host's network
+namespace would be open to the network. Every daemon runs instead inside a namespace of its own
+(:mod:`.netns`: ``storeval-<token>``, ``lo`` and one veth pair on a private /30, nothing routed beyond it), and
+the storeval target points at the namespace's end of the pair: ``root://<ns address>:<port>//storeval``. Inside
+the namespace nothing else listens, so the ports are XRootD's own (1094 for the server or redirector, 3121 for
+the redirector's cmsd, 1094+k for data server k; another on a lost port). The ``xrd.allow`` lines a server on
+127.0.0.1 needs are gone: they would reset connections from the veth peer, the host. The namespace is recorded
+in the state before it is made and deleted by :meth:`XrootdServer.stop`, after the daemons.
 
-``xrootd.trace fsio`` makes it log one line per read, vector-read element and write: :func:`parse_trace`
-turns those lines into ``(op, offset, length)`` so a test can count the bytes the server was asked for.
-The log is never rotated (``-k fifo``: it would only rotate when someone writes to ``<log dir>/.xrootd.log``),
-so its path stays valid for as long as the server runs.
+Each daemon runs in the foreground of its own session (no ``-b``; ``ip netns exec`` execs it), so the PID we
+record is the daemon itself; it drops to the ``xrootd`` user (``-R xrootd``) because it refuses to run as root.
 
-XRootD binds 0.0.0.0 (it has no option for one address); the ``xrd.allow`` lines reject other hosts.
+``servers`` 1 (the default) is one ``xrootd``, its data in ``<home>/data``. ``servers`` N ≥ 2 is a cluster from
+one configuration switched on the instance name (``-n``): a redirector (``cmsd`` + ``xrootd``, ``all.role
+manager``) and N data servers (``cmsd`` + ``xrootd``, ``all.role server``, ``oss.localroot <home>/dsK``), each
+node's cmsd started before its xrootd (an xrootd that finds no cmsd retries only after 10 s). ``all.manager``
+names the namespace's veth address, so the redirector sends clients to data servers at an address the host
+reaches. New files land on the data servers in turn, and reads, writes, removals of a file go where the file is.
+Directory creation and removal are forwarded to every data server (``ofs.forward 1way mkdir mkpath rmdir``,
+which XRootD allows only with authorization on: an ``acc.authdb`` granting everyone everything under the
+export), so every data server has every directory; one way means the client is told at once and the data
+servers act a moment later (and a removal that fails there, a directory not empty, is not reported). ``cms.delay servers 1`` rather than N: with N, the redirector suspends
+the whole cluster as soon as one data server goes (measured: a killed data server left every client waiting
+until the node was dropped, 10 minutes later); ``drop 5`` forgets a dead data server after 5 s, and a started
+one logs in again. The cluster is ready when a locate through the redirector finds ``/storeval`` on every data
+server. A plain directory listing through a redirector fails (it lists the redirector's own disk): clients list
+with ``DirListFlags.LOCATE | DirListFlags.MERGE``. ``lookup 1``: a new file (which no data server has yet) is
+placed after 1 s rather than XRootD's 5.
 
-``-R xrootd`` makes the server work as the ``xrootd`` user, which must reach its files. The testbed
-directory may sit where that user cannot go (a home directory, pytest's 0700 temporary directories), so
-the server's own files — data, log, configuration, admin and pid directories — live in a *home* of their
-own under ``/var/tmp`` (``storeval-xrootd-*``): a second anchor of the server's ledger, with its own marker.
-On stop only what the ledger proves is removed, plus what the server wrote: everything in its admin and pid
-directories, its log fifo, and in the data directory what belongs to the ``xrootd`` user it runs as (when
-not root it runs as the caller, and a file put into its data directory cannot be told from one written
-through the server: it is removed with the data).
+Namespaces need root: as another user, ``start`` says so in one line and makes nothing.
+
+``xrootd.trace fsio`` makes each (data) server log one line per read, vector-read element and write:
+:func:`parse_trace` turns those lines into ``(op, offset, length)`` so a test can count the bytes the servers
+were asked for (:meth:`XrootdServer.trace_ops`, over every data server's log). Logs are never rotated (``-k
+fifo``: a log would only rotate when someone writes to its ``.xrootd.log``/``.cmsd.log`` fifo), so their paths
+stay valid for as long as the server runs.
+
+``-R xrootd`` makes the daemons work as the ``xrootd`` user, which must reach its files. The testbed directory
+may sit where that user cannot go (a home directory, pytest's 0700 temporary directories), so the server's own
+files — data, logs, configuration, admin and pid directories — live in a *home* of their own under ``/var/tmp``
+(``storeval-xrootd-*``): a second anchor of the server's ledger, with its own marker. On stop only what the
+ledger proves is removed, plus what the daemons wrote: everything in their admin and pid directories, their
+log fifos and rotated logs, and in each data directory what belongs to the ``xrootd`` user they run as.
 """
 
 from __future__ import annotations
@@ -30,12 +55,14 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .base import (
-    LOCALHOST,
+    FaultNode,
     Proc,
     Server,
     TestbedError,
@@ -43,13 +70,21 @@ from .base import (
     free_port,
     port_open,
 )
+from .netns import Netns, Taken, require_root
 
 PACKAGES = ("xrootd-server", "xrootd-client")
 RUN_AS = "xrootd"  # the user Debian's package creates; the server refuses to run as root
-EXPORT = "storeval"  # the directory (under the data dir) the storeval target points at
+EXPORT = "storeval"  # the directory (under each data dir) the storeval target points at
 START_ATTEMPTS = 3
 DATA, ADMIN, LOGS = "xrootd-data", "xrootd-admin", "xrootd-logs"  # ledger rules, see XrootdServer.claims
 START_TIMEOUT = 30.0
+XROOTD_PORT = 1094  # XRootD's own ports: inside the namespace nothing else listens
+CMS_PORT = 3121
+MAX_SERVERS = 8
+REDIRECTOR = "redir"  # the redirector's instance name (-n); data servers are ds1 … dsN
+NETNS_ATTEMPTS = 3
+_READY = re.compile(r"------ (?:xrootd|cmsd) \S+ initialization completed")
+_LOG_NAMES = re.compile(r"\.?(?:xrootd|cmsd)\.log.*")  # a daemon's log, its fifo (-k fifo), rotated copies
 
 # One trace line per read / readV element / write with ``xrootd.trace fsio``:
 #   5.5:  ... root.123:20@localhost Xrootd_Protocol: 0 fh=0 read 2176@64970135
@@ -121,16 +156,37 @@ def _can_reach(path: Path, user: str) -> bool:
 
 class XrootdServer(Server):
     kind = "xrootd"
-    summary = "XRootD 5 (Debian xrootd-server) on 127.0.0.1, every read traced"
+    summary = ("XRootD 5 (Debian xrootd-server) in a network namespace of its own: one server, or a redirector "
+               "and N data servers; every read traced")
+    options_help = {"servers": f"data servers, 1-{MAX_SERVERS} (default 1: one xrootd; 2 or more: a redirector "
+                               "and that many data servers)"}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        out = super().check_options(options)
+        n = out.get("servers", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SERVERS:
+            raise TestbedError(f"testbed xrootd: servers must be a whole number from 1 to {MAX_SERVERS}, not {n!r}")
+        out["servers"] = n
+        return out
 
     # -- install ----------------------------------------------------------------------------------------
     def install(self) -> None:
         apt_install(*PACKAGES)
-        if not shutil.which("xrootd"):
-            raise TestbedError("xrootd: the xrootd binary is missing although xrootd-server is installed; "
-                               "run apt-get install --reinstall xrootd-server")
+        for binary in ("xrootd", "cmsd"):
+            if not shutil.which(binary):
+                raise TestbedError(f"xrootd: the {binary} binary is missing although xrootd-server is installed; "
+                                   "run apt-get install --reinstall xrootd-server")
 
-    # -- paths (all derived from the recorded home, so a rebuilt server finds them too) --------------------
+    # -- layout (all derived from the recorded home and nodes, so a rebuilt server finds them too) ----------
+    @property
+    def n_servers(self) -> int:
+        return int(self.state.info.get("servers") or self.options.get("servers") or 1)
+
+    @property
+    def clustered(self) -> bool:
+        return self.n_servers > 1
+
     @property
     def home(self) -> Path:
         """Where the server's files live: a directory every user can reach (see the module docstring)."""
@@ -144,7 +200,14 @@ class XrootdServer(Server):
 
     @property
     def data_dir(self) -> Path:
+        """The single server's data directory (a cluster's: :meth:`data_dirs`)."""
         return self.home / "data"
+
+    def data_dirs(self) -> dict[str, Path]:
+        """Data server name -> its ``oss.localroot`` (``{"xrootd": <home>/data}`` for the single server)."""
+        if not self.clustered:
+            return {"xrootd": self.data_dir}
+        return {f"ds{k}": self.home / f"ds{k}" for k in range(1, self.n_servers + 1)}
 
     @property
     def config_file(self) -> Path:
@@ -154,8 +217,30 @@ class XrootdServer(Server):
     def log_file(self) -> Path:
         return Path(self.state.info.get("log") or self.home / "log" / "xrootd.log")
 
+    def _node_log(self, node: str, daemon: str) -> Path:
+        """Where ``daemon`` of cluster node ``node`` logs: ``-l <home>/log/<daemon>.log -n <node>`` puts it there."""
+        return self.home / "log" / node / f"{daemon}.log"
+
+    def nodes(self) -> list[str]:
+        """The cluster's instance names, in the order of ``state.procs`` (cmsd, xrootd of each)."""
+        return [REDIRECTOR, *(f"ds{k}" for k in range(1, self.n_servers + 1))] if self.clustered else []
+
+    @property
+    def netns(self) -> Netns | None:
+        rec = self.state.info.get("netns")
+        return Netns.from_json(rec) if rec else None
+
+    @property
+    def address(self) -> str:
+        """The servers' address: the namespace's end of the veth pair."""
+        ns = self.netns
+        if ns is None:
+            raise TestbedError("xrootd: not started (no network namespace recorded)")
+        return ns.ns_addr
+
     @property
     def port(self) -> int:
+        """The port clients connect to: the server's, or the redirector's."""
         try:
             return int(self.state.ports["xrootd"])
         except KeyError:
@@ -163,29 +248,47 @@ class XrootdServer(Server):
 
     @property
     def url(self) -> str:
-        """``root://127.0.0.1:PORT`` — the server, without a path."""
-        return f"root://{LOCALHOST}:{self.port}"
+        """``root://<ns address>:PORT`` — the server (or redirector), without a path."""
+        return f"root://{self.address}:{self.port}"
+
+    # -- the trace ------------------------------------------------------------------------------------------
+    def trace_logs(self) -> dict[str, Path]:
+        """Data server name -> the log with its ``fsio`` trace lines (one file for the server's whole life)."""
+        if not self.clustered:
+            return {"xrootd": self.log_file}
+        return {node: self._node_log(node, "xrootd") for node in self.nodes()[1:]}
 
     def trace_log(self) -> Path:
-        """The log with the ``fsio`` trace lines (one file for the server's whole life)."""
-        return self.log_file
+        """The single server's trace log (a cluster's first data server's: :meth:`trace_logs` has them all)."""
+        return next(iter(self.trace_logs().values()))
 
-    def trace_mark(self) -> int:
-        """The current end of the trace log: pass it to :meth:`trace_ops` to see only what follows."""
-        try:
-            return self.trace_log().stat().st_size
-        except FileNotFoundError:
-            return 0
+    def trace_mark(self) -> tuple[int, ...]:
+        """The current end of every trace log: pass it to :meth:`trace_ops` to see only what follows."""
+        marks = []
+        for log in self.trace_logs().values():
+            try:
+                marks.append(log.stat().st_size)
+            except FileNotFoundError:
+                marks.append(0)
+        return tuple(marks)
 
-    def trace_ops(self, since: int = 0) -> list[tuple[str, int, int]]:
-        """:func:`parse_trace` of the trace log from byte ``since`` (a :meth:`trace_mark`) on.
+    def trace_ops_by_server(self, since: Sequence[int] | int = ()) -> dict[str, list[tuple[str, int, int]]]:
+        """Data server name -> :func:`parse_trace` of its log from ``since`` (a :meth:`trace_mark`) on."""
+        marks = [since] if isinstance(since, int) else list(since)
+        out = {}
+        for i, (name, log) in enumerate(self.trace_logs().items()):
+            with open(log, "rb") as f:
+                f.seek(marks[i] if i < len(marks) else 0)
+                text = f.read().decode("utf-8", "replace")
+            out[name] = parse_trace(text.splitlines())
+        return out
+
+    def trace_ops(self, since: Sequence[int] | int = ()) -> list[tuple[str, int, int]]:
+        """:func:`parse_trace` of every data server's trace log from ``since`` (a :meth:`trace_mark`) on.
 
         A request is logged before the server answers it, so once a synchronous client call has returned,
         its lines are in the log."""
-        with open(self.trace_log(), "rb") as f:
-            f.seek(since)
-            text = f.read().decode("utf-8", "replace")
-        return parse_trace(text.splitlines())
+        return [op for ops in self.trace_ops_by_server(since).values() for op in ops]
 
     # -- start ------------------------------------------------------------------------------------------
     def _user(self) -> str | None:
@@ -200,11 +303,19 @@ class XrootdServer(Server):
         return RUN_AS
 
     def _prepare_dirs(self, user: str | None) -> None:
-        self.mkdir(self.data_dir, rule=DATA)
-        self.mkdir(self.data_dir / EXPORT)
+        for data in self.data_dirs().values():
+            self.mkdir(data, rule=DATA)
+            self.mkdir(data / EXPORT)
         self.mkdir(self.home / "admin", rule=ADMIN)
         self.mkdir(self.home / "run", rule=ADMIN)
         self.mkdir(self.home / "log", rule=LOGS)
+        if self.clustered:
+            for node in self.nodes():
+                self.mkdir(self.home / "log" / node)
+                for daemon in ("cmsd", "xrootd"):
+                    os.close(self.ledger.open(self._node_log(node, daemon), append=True))
+        else:
+            os.close(self.ledger.open(self.home / "log" / "xrootd.log", append=True))
         self.state.info["user"] = user
         if user is None:
             return
@@ -212,18 +323,21 @@ class XrootdServer(Server):
         for top, dirs, files in os.walk(self.home):
             for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
                 os.chown(name, ent.pw_uid, ent.pw_gid, follow_symlinks=False)
-        if not _can_reach(self.data_dir, user):
-            raise TestbedError(f"xrootd: user {user} cannot reach {self.data_dir}; set TMPDIR to a directory every "
-                               "user can traverse")
+        for data in self.data_dirs().values():
+            if not _can_reach(data, user):
+                raise TestbedError(f"xrootd: user {user} cannot reach {data}; set TMPDIR to a directory every "
+                                   "user can traverse")
 
     def claims(self, rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
-        """The admin and pid directories are the server's alone (sockets, fifos, links, its pid file); in the
-        log directory it makes ``.xrootd.log`` (a fifo) and rotated logs; in the data directory, when it runs
-        as its own user, exactly what that user owns (as the caller, everything: see the module docstring)."""
+        """The admin and pid directories are the daemons' alone (sockets, fifos, links, pid files, one directory
+        per instance); in the log directory they make each log's fifo (``.xrootd.log``, ``.cmsd.log``) and
+        rotated logs, beside the logs or in an instance's directory; in a data directory, when they run as
+        their own user, exactly what that user owns (as the caller, everything: see the module docstring)."""
         if rule == ADMIN:
             return True
         if rule == LOGS:
-            return len(parts) == 1 and (parts[0] == ".xrootd.log" or parts[0].startswith("xrootd.log"))
+            return (len(parts) in (1, 2) and bool(_LOG_NAMES.fullmatch(parts[-1]))
+                    and (len(parts) == 1 or parts[0] in self.nodes()))
         if rule == DATA:
             user = self.state.info.get("user")
             if user is None:
@@ -236,10 +350,8 @@ class XrootdServer(Server):
 
     def _write_config(self, port: int) -> None:
         self.write_file(self.config_file, "\n".join([
-            "# written by storeval testbed",
+            "# written by storeval testbed: one server, alone in its network namespace",
             f"xrd.port {port}",
-            "xrd.allow host localhost",
-            f"xrd.allow host {LOCALHOST}",
             "all.role server",
             "all.export /",
             f"oss.localroot {self.data_dir}",
@@ -249,30 +361,86 @@ class XrootdServer(Server):
             "",
         ]))
 
-    def _command(self, user: str | None) -> list[str]:
-        cmd = ["xrootd", "-c", str(self.config_file), "-l", str(self.log_file), "-k", "fifo", "-I", "v4"]
-        return cmd + (["-R", user] if user else [])
+    def _write_cluster_config(self) -> None:
+        auth = self.home / "auth.db"
+        self.write_file(auth, f"# written by storeval testbed: everyone may do everything under /{EXPORT}\n"
+                              f"u * /{EXPORT} a\n")
+        ports = self.state.ports
+        lines = [
+            "# written by storeval testbed: a redirector and data servers, switched on the instance name (-n)",
+            f"all.export /{EXPORT}",
+            f"all.manager {self.address}:{ports['cms']}",
+            f"all.adminpath {self.home / 'admin'}",
+            f"all.pidpath {self.home / 'run'}",
+            "cms.delay startup 1 servers 1 lookup 1 drop 5",
+            "xrootd.trace fsio",
+            f"if named {REDIRECTOR}",
+            "  all.role manager",
+            f"  xrd.port {ports['xrootd']} if exec xrootd",
+            f"  xrd.port {ports['cms']} if exec cmsd",
+            "  ofs.forward 1way mkdir mkpath rmdir",
+            "  ofs.authorize 1",
+            f"  acc.authdb {auth}",
+        ]
+        for node, data in self.data_dirs().items():
+            lines += [f"else if named {node}", "  all.role server", f"  xrd.port {ports[node]} if exec xrootd",
+                      f"  oss.localroot {data}"]
+        self.write_file(self.config_file, "\n".join([*lines, "fi", ""]))
+
+    def _command(self, user: str | None, daemon: str = "xrootd", node: str | None = None) -> list[str]:
+        """The daemon's command line, run inside the namespace."""
+        log = self.home / "log" / f"{daemon}.log" if node else self.log_file
+        cmd = [daemon, "-c", str(self.config_file), "-l", str(log), "-k", "fifo", "-I", "v4"]
+        cmd += ["-n", node] if node else []
+        cmd += ["-R", user] if user else []
+        ns = self.netns
+        assert ns is not None
+        return ns.command(cmd)
+
+    def _make_netns(self) -> Netns:
+        """Plan the namespace, record it (so a `down` after a killed `up` finds it), then make it."""
+        for _attempt in range(NETNS_ATTEMPTS):
+            ns = Netns.plan()
+            self.state.info["netns"] = ns.to_json()
+            self._journal()
+            try:
+                ns.create()
+                return ns
+            except Taken:
+                del self.state.info["netns"]  # someone else's names: never ours to remove
+                self._journal()
+        raise TestbedError("xrootd: no unused name for its network namespace after "
+                           f"{NETNS_ATTEMPTS} tries; try again")
 
     def start(self) -> None:
-        xrootd = shutil.which("xrootd")
-        if not xrootd:
-            raise TestbedError("xrootd: not installed (run `storeval testbed up xrootd` as root, "
-                               "or apt-get install xrootd-server xrootd-client)")
+        for binary in ("xrootd", "cmsd") if self.clustered else ("xrootd",):
+            if not shutil.which(binary):
+                raise TestbedError("xrootd: not installed (run `storeval testbed up xrootd` as root, "
+                                   "or apt-get install xrootd-server xrootd-client)")
+        require_root("xrootd: the testbed's XRootD (it cannot bind one address)")
         user = self._user()
+        self.state.info["servers"] = self.n_servers
         self.make_root()
         self._prepare_dirs(user)
-        log = self.home / "log" / "xrootd.log"
-        self.state.info.update({"log": str(log), "data": str(self.data_dir), "config": str(self.config_file),
-                                "export": f"/{EXPORT}", "version": self._version(xrootd)})
+        self.state.info.update({"config": str(self.config_file), "export": f"/{EXPORT}",
+                                "version": self._version(shutil.which("xrootd") or "xrootd")})
+        if self.clustered:
+            self.state.info["data_dirs"] = {k: str(v) for k, v in self.data_dirs().items()}
+        else:
+            self.state.info.update({"log": str(self.log_file), "data": str(self.data_dir)})
+        self._make_netns()
+        if self.clustered:
+            self._start_cluster(user)
+        else:
+            self._start_single(user)
+
+    def _start_single(self, user: str | None) -> None:
+        log = self.log_file
+        port = XROOTD_PORT
         last = ""
         for _attempt in range(START_ATTEMPTS):
-            port = free_port()
             self._write_config(port)
             (self.home / "run" / "xrootd.pid").unlink(missing_ok=True)  # the server's, in its own directory
-            os.close(self.ledger.open(log, append=True))
-            if user:  # the server (re)opens its log as that user
-                ent = pwd.getpwnam(user)
-                os.chown(log, ent.pw_uid, ent.pw_gid)
             mark = log.stat().st_size
             self.state.procs = []
             self.state.ports = {"xrootd": port}
@@ -284,23 +452,91 @@ class XrootdServer(Server):
             self.state.procs = []
             if outcome != "port":
                 break
+            port = free_port()  # someone holds XRootD's port inside the namespace: another one
         self.state.ports = {}
         raise TestbedError(f"xrootd did not start: {last or 'no message'}; see {log}")
 
+    def _start_cluster(self, user: str | None) -> None:
+        """cmsd then xrootd of the redirector, then of each data server, each started once the last answers."""
+        self.state.ports = {"xrootd": XROOTD_PORT, "cms": CMS_PORT,
+                            **{f"ds{k}": XROOTD_PORT + k for k in range(1, self.n_servers + 1)}}
+        self._write_cluster_config()
+        self.state.procs = []
+        self._journal()
+        for node in self.nodes():
+            for daemon in ("cmsd", "xrootd"):
+                self._launch(user, node, daemon, slot=None, deadline=time.monotonic())
+
+    def _launch(self, user: str | None, node: str, daemon: str, slot: int | None, deadline: float) -> Proc:
+        """Start ``daemon`` of cluster ``node`` (in ``state.procs[slot]``, or appended) and wait for its log to say
+        it is initialized; a port still held (a killed daemon's connections) is retried until ``deadline``."""
+        log = self._node_log(node, daemon)
+        name = f"{daemon} {node}"
+        while True:
+            (self.home / "run" / node / f"{daemon}.pid").unlink(missing_ok=True)  # a killed one's, in its directory
+            mark = log.stat().st_size if log.exists() else 0
+            self.state.info.setdefault("log_marks", {})[name] = mark  # where this life of its log begins
+            # a named instance makes a directory of its name in its working directory: the pid directory's
+            proc = self._spawn(self._command(user, daemon, node), name=name, log=log, cwd=self.home / "run", slot=slot)
+            if slot is None:
+                slot = len(self.state.procs) - 1
+            outcome, why = self._await_start(proc, log, mark)
+            if outcome == "ok":
+                return proc
+            proc.stop(grace=5)
+            if outcome != "port" or time.monotonic() >= deadline:
+                raise TestbedError(f"xrootd: {name} did not start: {why or 'no message'}; see {log}")
+            time.sleep(0.5)
+
     def fault_names(self, exited: list[int]) -> list[str]:
-        return [self.kind] if exited else []
+        if not exited:
+            return []
+        if not self.clustered:
+            return [self.kind]
+        nodes = self.nodes()
+        names = []
+        for i in sorted(exited):
+            node = nodes[i // 2] if i // 2 < len(nodes) else REDIRECTOR
+            name = self.kind if node == REDIRECTOR else f"{self.kind}.{node}"
+            if name not in names:
+                names.append(name)
+        return names
+
+    def fault_nodes(self) -> list[FaultNode]:
+        """Each data server of a cluster, ``ds1`` … ``dsN``: its cmsd and xrootd together."""
+        if not self.clustered:
+            return []
+        out = []
+        for k, node in enumerate(self.nodes()[1:], start=1):
+            port = int(self.state.ports.get(node, 0))
+            out.append(FaultNode(node, f"XRootD data server {k} of {self.n_servers}: cmsd and xrootd (port {port} on "
+                                       f"{self.address}, {self.data_dirs()[node]})", [2 * k, 2 * k + 1], [port]))
+        return out
+
+    def _check_restartable(self) -> str | None:
+        ns = self.netns
+        if not shutil.which("xrootd") or not self.state.ports or ns is None:
+            raise TestbedError("xrootd: cannot start it again (not installed, or never started here)")
+        if not ns.exists() or not ns.link_up():
+            raise TestbedError(f"xrootd: its network namespace {ns.name} is gone: `storeval testbed down xrootd`, "
+                               "then `storeval testbed up xrootd`")
+        return self.state.info.get("user")
 
     def respawn(self, timeout: float = 120.0) -> Proc:
-        """Start the server again after a fault killed it: the same port, configuration and data, recorded in its
-        old slot of ``state.procs``. A port still held by the killed server's connections is retried until
-        ``timeout``. Raises TestbedError if it is running."""
-        if self.state.procs and self.state.procs[0].alive():
+        """Start the server again after a fault killed it: the same namespace, port, configuration and data,
+        recorded in its old slot of ``state.procs``; a cluster's dead daemons node by node, the redirector first.
+        A port still held by the killed server's connections is retried until ``timeout``. Raises
+        TestbedError if everything runs."""
+        if self.state.procs and all(p.alive() for p in self.state.procs):
             raise TestbedError("xrootd: it is running; nothing to start")
-        if not shutil.which("xrootd") or not self.state.ports:
-            raise TestbedError("xrootd: cannot start it again (not installed, or never started here)")
-        user = self.state.info.get("user")
-        log = self.log_file
+        user = self._check_restartable()
         deadline = time.monotonic() + timeout
+        if self.clustered:
+            for node in self.nodes():
+                self._restart_node(user, node, deadline)
+            self.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+            return self.state.procs[0]
+        log = self.log_file
         while True:
             (self.home / "run" / "xrootd.pid").unlink(missing_ok=True)  # the killed server's, in its own directory
             mark = log.stat().st_size if log.exists() else 0
@@ -315,6 +551,30 @@ class XrootdServer(Server):
             if outcome != "port" or time.monotonic() >= deadline:
                 raise TestbedError(f"xrootd did not start again on port {self.port}: {why or 'no message'}; see {log}")
             time.sleep(0.5)
+
+    def _restart_node(self, user: str | None, node: str, deadline: float) -> None:
+        """The dead daemons of one cluster node again, cmsd before xrootd, in their slots."""
+        i = self.nodes().index(node)
+        for slot, daemon in ((2 * i, "cmsd"), (2 * i + 1, "xrootd")):
+            if slot < len(self.state.procs) and self.state.procs[slot].alive():
+                continue
+            if slot > len(self.state.procs):
+                raise TestbedError(f"xrootd: {node} was never started here: `storeval testbed down xrootd`, then up")
+            self._launch(user, node, daemon, slot=slot if slot < len(self.state.procs) else None, deadline=deadline)
+
+    def start_node(self, name: str, timeout: float) -> None:
+        """Data server ``name`` (``ds2``) again with its data on its port, once the redirector finds it."""
+        if name not in self.nodes()[1:]:
+            raise TestbedError(f"xrootd: no data server {name} (it has {', '.join(self.nodes()[1:]) or 'none'})")
+        user = self._check_restartable()
+        deadline = time.monotonic() + timeout
+        self._restart_node(user, name, deadline)
+        port = int(self.state.ports[name])
+        while port not in self.located():
+            if time.monotonic() >= deadline:
+                raise TestbedError(f"xrootd: {name} started again, but the redirector did not find it within "
+                                   f"{timeout:g} s; see {self._node_log(REDIRECTOR, 'cmsd')}")
+            time.sleep(0.2)
 
     @staticmethod
     def _version(xrootd: str) -> str:
@@ -333,7 +593,7 @@ class XrootdServer(Server):
             with open(log, "rb") as f:
                 f.seek(mark)
                 text = f.read().decode("utf-8", "replace")
-            if "initialization completed" in text and proc.alive():
+            if _READY.search(text) and proc.alive():
                 return "ok", ""
             failed = "initialization failed" in text
             if failed or not proc.alive():
@@ -349,14 +609,69 @@ class XrootdServer(Server):
             time.sleep(0.05)
         return "fail", f"no 'initialization completed' within {START_TIMEOUT:g} s"
 
-    # -- ready, targets -----------------------------------------------------------------------------------
-    def ready(self) -> bool:
-        if not self.state.ports or not port_open(self.port):
+    # -- ready, health, targets ----------------------------------------------------------------------------
+    def located(self) -> set[int]:
+        """The data-server ports a locate of the export through the redirector finds now (fresh, not cached)."""
+        from XRootD import client
+        from XRootD.client.flags import OpenFlags
+
+        status, info = client.FileSystem(self.url).locate(f"/{EXPORT}", OpenFlags.REFRESH, timeout=5)
+        if not status.ok or info is None:
+            return set()
+        return {int(m[1]) for loc in info for m in [re.search(r":(\d+)$", loc.address)] if m}
+
+    def redirector_active(self) -> bool:
+        """Whether the redirector's xrootd last heard its cmsd say the cluster serves (not suspended): asked while
+        suspended, it tells clients to wait 10 s."""
+        log = self._node_log(REDIRECTOR, "xrootd")
+        try:
+            with open(log, "rb") as f:
+                f.seek(self.state.info.get("log_marks", {}).get(f"xrootd {REDIRECTOR}", 0))
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
             return False
+        said = re.findall(r"cms_ClientMan: Connected to (suspended )?\S+|cms_setStatus: Manager \S+ (resumed|suspended)", text)
+        return bool(said) and not said[-1][0] and said[-1][1] != "suspended"
+
+    def ready(self) -> bool:
+        if not self.state.ports or not port_open(self.port, self.address):
+            return False
+        if self.clustered:
+            if not self.redirector_active():
+                return False
+            return self.located() >= {int(self.state.ports[node]) for node in self.nodes()[1:]}
         from XRootD import client
 
         status, info = client.FileSystem(self.url).stat(f"/{EXPORT}", timeout=5)
         return bool(status.ok and info is not None)
+
+    def health(self) -> tuple[str, str]:
+        """As :meth:`Server.health`, with the ports tried where they are: at the namespace's address."""
+        if self.state.procs and self.netns is None:  # cannot happen through start(); a damaged state says so
+            return "NOT ANSWERING", "no network namespace is recorded: `storeval testbed down xrootd` stops it"
+        word, todo = super().health()
+        if word not in ("running", "NOT ANSWERING"):
+            return word, todo
+        ns = self.netns
+        closed = [f"{k} {v}" for k, v in self.state.ports.items() if ns is None or not port_open(v, ns.ns_addr)]
+        if closed:
+            where = f" on {ns.ns_addr}" if ns else " (no network namespace)"
+            return "NOT ANSWERING", f"port {', '.join(closed)}{where} accepts no connection"
+        return "running", ""
+
+    def status(self) -> str:
+        """One line: each daemon (up, stopped, DOWN), the ports at the namespace's address, what to do."""
+        word, todo = self.health()
+        names = {"up": "up", "stopped": "stopped (SIGSTOP)", "exited": "DOWN (exited)"}
+        procs = ", ".join(f"{p.name} pid {p.pid} {names[p.condition()]}" for p in self.state.procs)
+        ports = ", ".join(f"{k} {v}" for k, v in self.state.ports.items())
+        line = f"{self.kind}: {word}"
+        if procs:
+            ns = self.netns
+            where = (f" on {ns.ns_addr} (network namespace {ns.name}{'' if ns.exists() else ', gone'}; clients "
+                     f"connect from {ns.host_addr})") if ns else ""
+            line += f" — {procs}; ports {ports}{where}"
+        return f"{line}; {todo}" if todo else line
 
     def targets(self) -> dict[str, dict[str, Any]]:
         return {"xrootd": {"url": f"{self.url}//{EXPORT}", **self.server_counters()}}
@@ -364,6 +679,36 @@ class XrootdServer(Server):
     def readv_limits(self) -> tuple[int, int]:
         """``(readv_iov_max, readv_ior_max)`` as this server reports them."""
         return query_readv_limits(self.url)
+
+    # -- stop ----------------------------------------------------------------------------------------------
+    def stop(self):
+        """Stop the daemons and remove their files (:meth:`Server.stop`), then the network namespace.
+
+        A daemon an `up` started but was killed before it could record runs inside this server's namespace
+        with this server's configuration file: found by both (never by name), it is stopped with the rest."""
+        ns = self.netns
+        if ns is not None and ns.exists():
+            recorded = {p.pid for p in self.state.procs}
+            for pid in ns.pids():
+                if pid not in recorded and self._runs_our_config(pid):
+                    try:
+                        self.state.procs.append(Proc.adopt(pid, f"unrecorded daemon {pid}", self.home / "log"))
+                    except TestbedError:
+                        continue  # gone meanwhile
+            self._journal()
+        left = super().stop()
+        ns = self.netns
+        if ns is not None:
+            ns.remove()
+            del self.state.info["netns"]
+            self._journal()
+        return left
+
+    def _runs_our_config(self, pid: int) -> bool:
+        try:
+            return str(self.config_file) in psutil.Process(pid).cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
 
 
 __all__ = ["XrootdServer", "parse_trace", "pgwrite_payload", "query_readv_limits"]
