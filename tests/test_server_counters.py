@@ -135,19 +135,15 @@ def test_foreign_loopback_traffic_does_not_change_what_the_server_moved(tmp_path
     assert abs(phases(doc)["write"]["write_amplification"] - 1) <= 0.02
     assert not any(w["code"] == "shared-interface" for p in phases(doc).values() for w in p["warnings"])
 
-    # the same target without its server's processes: only the interface is left, and it says so
+    # the same target without its server's processes: only the interface is left, and it says so; the testbed's
+    # XRootD sits in a network namespace of its own, so that interface is its veth pair's host end, which the
+    # loopback pump does not cross: what it counted is the clients' bytes and the protocols' headers alone
     bare = {k: v for k, v in entry.items() if k != "server_pids"}
     with LoopbackPump():
         doc = run(tmp_path, str(study(tmp_path, bare)), *BANDWIDTH)
     read = phases(doc)["read"]
-    assert read["probes"]["moved_source"] == "interface lo — includes other traffic"
-    # the pump's share depends on how much CPU it got beside the run (a busy machine slows it): the interface
-    # counted more than the clients asked for, and the warning comes exactly when it counted over twice as much
-    assert read["read_amplification"] > 1, read["read_amplification"]
-    shared = [w["code"] for w in read["warnings"]].count("shared-interface")
-    assert shared == (1 if read["read_amplification"] > 2 else 0)
-    # ... and without foreign traffic the interface alone is not accused
-    doc = run(tmp_path, str(study(tmp_path, bare)), *BANDWIDTH)
+    assert read["probes"]["moved_source"] == f"interface {xrootd.netns.host_if} — includes other traffic"
+    assert 1 <= read["read_amplification"] < 1.1, read["read_amplification"]
     assert not any(w["code"] == "shared-interface" for p in phases(doc).values() for w in p["warnings"])
 
 

@@ -322,8 +322,8 @@ def test_a_frozen_xrootd_server_fails_its_cell_within_the_timeout(tmp_path, targ
         assert rc == 1, stderr
         assert took < FREEZE_BOUND, f"the cell ended {took:.0f} s after the freeze"
         assert_one_failed_cell(doc, "xrootd", rf"^client \d failed in (write|read): (.* )?target xrootd: .+ failed: "
-                                              rf"no answer from 127\.0\.0\.1:{port} within {TIMEOUT} s \(the server "
-                                              r"is frozen")
+                                              rf"no answer from {re.escape(server.address)}:{port} within {TIMEOUT} s "
+                                              r"\(the server is frozen")
         assert "Traceback" not in stderr and "coordinator" not in stderr
         assert leftovers(target) == []
     finally:

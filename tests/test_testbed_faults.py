@@ -70,10 +70,10 @@ def minio_live(port: int) -> bool:
         return False
 
 
-def xrootd_handshake(port: int, timeout: float) -> bytes:
+def xrootd_handshake(host: str, port: int, timeout: float) -> bytes:
     """Send the XRootD handshake (12 zero bytes, 4, 2012) and return the first bytes of the answer; TimeoutError
     when the server takes no notice within ``timeout``."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(bytes(12) + (4).to_bytes(4, "big") + (2012).to_bytes(4, "big"))
         return s.recv(16)
 
@@ -347,7 +347,7 @@ def test_xrootd_kill_and_start_on_the_same_port_with_the_file(xrootd_bed):
     assert f.write(data, offset=0)[0].ok and f.close()[0].ok
 
     assert act(d, "xrootd", "kill") == f"SIGKILL to xrootd (pid {old.pid})"
-    assert not old.alive() and not port_open(port)
+    assert not old.alive() and not port_open(port, server.address)  # in its network namespace
     line = status_of(xrootd_bed, "xrootd")
     assert line.startswith("xrootd: DOWN — ") and "(NAME: xrootd)" in line
 
@@ -355,7 +355,7 @@ def test_xrootd_kill_and_start_on_the_same_port_with_the_file(xrootd_bed):
     new = xrootd_bed.load()["xrootd"].state.procs[0]
     assert said == f"started xrootd again (pid {new.pid}) on the same port {port} with its data"
     assert new.pid != old.pid and is_running(state_procs(xrootd_bed, "xrootd")[0])
-    assert xrootd_bed.load()["xrootd"].port == port and port_open(port)
+    assert xrootd_bed.load()["xrootd"].port == port and port_open(port, server.address)
     f = client.File()
     assert f.open(f"{server.url}//storeval/faults/f.bin", OpenFlags.READ)[0].ok
     status, got = f.read(0, len(data) + 10)
@@ -368,18 +368,18 @@ def test_xrootd_kill_and_start_on_the_same_port_with_the_file(xrootd_bed):
 def test_xrootd_stop_and_cont(xrootd_bed):
     d = xrootd_bed.dir
     server = xrootd_bed.load()["xrootd"]
-    assert len(xrootd_handshake(server.port, 10.0)) > 0  # it answers now
+    assert len(xrootd_handshake(server.address, server.port, 10.0)) > 0  # it answers now
     assert act(d, "xrootd", "stop") == f"SIGSTOP to xrootd (pid {server.state.procs[0].pid})"
     try:
         with pytest.raises(TimeoutError):
-            xrootd_handshake(server.port, 1.0)
+            xrootd_handshake(server.address, server.port, 1.0)
         assert status_of(xrootd_bed, "xrootd").startswith("xrootd: FROZEN — ")
     finally:
         assert act(d, "xrootd", "cont") == f"SIGCONT to xrootd (pid {server.state.procs[0].pid})"
 
     def answers() -> bool:
         try:
-            return len(xrootd_handshake(server.port, 5.0)) > 0
+            return len(xrootd_handshake(server.address, server.port, 5.0)) > 0
         except OSError:
             return False
 

@@ -455,7 +455,7 @@ def test_servers_setting():
 
 def test_cli_refuses_too_many_data_servers(tmp_path: Path):
     r = storeval("testbed", "up", "xrootd", "--servers", "9", "--dir", str(tmp_path / "bed"), cwd=tmp_path)
-    assert r.rc == 1 and r.err_lines == ["error: testbed xrootd: servers must be a whole number from 1 to 8, not 9"]
+    assert r.rc == 2 and r.err_lines == ["error: testbed xrootd: servers must be a whole number from 1 to 8, not 9"]
     assert not (tmp_path / "bed").exists()
 
 

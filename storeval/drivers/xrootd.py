@@ -29,6 +29,9 @@ OPERATION_EXPIRED = 206  # XrdCl::errOperationExpired: no answer within the time
 NETWORK_CODES = range(101, 111)  # XrdCl's socket, stream and connection errors (errInvalidAddr … errTlsError)
 DEFAULT_IOV_MAX = 1024
 DEFAULT_IOR_MAX = 2097136
+# a redirector lists its own (empty) disk; LOCATE asks every data server holding the directory, MERGE joins their
+# answers (the names each server has once). A single server answers it as it answers a plain listing.
+LISTING = DirListFlags.LOCATE | DirListFlags.MERGE
 MODE = AccessMode.UR | AccessMode.UW | AccessMode.GR | AccessMode.OR
 
 
@@ -285,7 +288,7 @@ class XrootdDriver(Driver):
 
     def listdir(self, path: str) -> list[str]:
         self.check_server()
-        status, listing = self.fs.dirlist(self._p(path), DirListFlags.NONE, timeout=self.timeout)
+        status, listing = self.fs.dirlist(self._p(path), LISTING, timeout=self.timeout)
         self._check(status, "listing", path)
         return [e.name for e in listing.dirlist]
 
@@ -310,7 +313,7 @@ class XrootdDriver(Driver):
             return info
 
         def listdir(path: str) -> list:
-            status, listing = fs.dirlist(path, DirListFlags.NONE, timeout=timeout)
+            status, listing = fs.dirlist(path, LISTING, timeout=timeout)
             check(status, "listing", path)
             return listing.dirlist
 

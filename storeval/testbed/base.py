@@ -286,6 +286,11 @@ class Server(ABC):
         self.state.made.on_change = self._journal
         self.left: list[Left] = []  # what the last stop() could not remove, and why
 
+    @property
+    def address(self) -> str:
+        """Where the server's ports answer: 127.0.0.1, or a server's own address in a network namespace."""
+        return LOCALHOST
+
     def _journal(self) -> None:
         if self.on_change is not None:
             self.on_change()
@@ -380,7 +385,7 @@ class Server(ABC):
         if "stopped" in conditions:
             pids = " ".join(str(p.pid) for p, c in zip(self.state.procs, conditions) if c == "stopped")
             return "FROZEN", f"`kill -CONT {pids}` resumes it"
-        closed = [f"{k} {v}" for k, v in self.state.ports.items() if not port_open(v)]
+        closed = [f"{k} {v}" for k, v in self.state.ports.items() if not port_open(v, self.address)]
         if closed:
             return "NOT ANSWERING", f"port {', '.join(closed)} accepts no connection"
         return "running", ""

@@ -262,10 +262,12 @@ def _signal(target: _Target, action: str) -> str:
     living = [p for p, c in zip(procs, conditions) if c != "exited"]
     sent = _send(living, signal.SIGKILL)
     _wait(sent, "exited", "SIGKILL")
-    deadline = time.monotonic() + 5  # the kernel closed its sockets when it exited; a moment for the listing
-    while any(port_open(port) for port in target.ports) and time.monotonic() < deadline:
+    # a process is seen exited once its first thread is; its sockets close with its last thread: a moment for that
+    host = target.server.address
+    deadline = time.monotonic() + 5
+    while any(port_open(port, host) for port in target.ports) and time.monotonic() < deadline:
         time.sleep(0.05)
-    still = [port for port in target.ports if port_open(port)]
+    still = [port for port in target.ports if port_open(port, host)]
     ports = f"; port{'s' if len(still) > 1 else ''} {', '.join(map(str, still))} still answer (not its own?)" if still else ""
     return f"SIGKILL to {label} ({_pids(sent)}){ports}"
 

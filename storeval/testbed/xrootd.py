@@ -66,6 +66,7 @@ from .base import (
     Proc,
     Server,
     TestbedError,
+    TestbedOptionError,
     apt_install,
     free_port,
     port_open,
@@ -158,6 +159,7 @@ class XrootdServer(Server):
     kind = "xrootd"
     summary = ("XRootD 5 (Debian xrootd-server) in a network namespace of its own: one server, or a redirector "
                "and N data servers; every read traced")
+    target_schemes = {"xrootd": "root"}
     options_help = {"servers": f"data servers, 1-{MAX_SERVERS} (default 1: one xrootd; 2 or more: a redirector "
                                "and that many data servers)"}
 
@@ -166,7 +168,7 @@ class XrootdServer(Server):
         out = super().check_options(options)
         n = out.get("servers", 1)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SERVERS:
-            raise TestbedError(f"testbed xrootd: servers must be a whole number from 1 to {MAX_SERVERS}, not {n!r}")
+            raise TestbedOptionError(f"testbed xrootd: servers must be a whole number from 1 to {MAX_SERVERS}, not {n!r}")
         out["servers"] = n
         return out
 
