@@ -144,11 +144,13 @@ def run(
         from .faults import check_plan
         from .preflight import preflight
 
-        # a fault on a testbed system the run brings up is checked against its handles once it runs
-        on_systems = {n for n, t in spec.targets.items() if t.system and t.system.get("testbed")}
-        check_plan([f for f in spec.faults if not (f.target in on_systems or (f.target is None and on_systems
-                                                                              and on_systems == set(spec.targets)))],
-                   spec.testbed, progress_counted=engine is None)
+        # the faults the planned cells will act on; those on a testbed system the run brings up are checked
+        # against its handles once it runs (runner.py), the others now
+        planned = {id(f): f for c in cells if not (c.target.system or {}).get("testbed") for f in c.faults}
+        on_systems = [f for c in cells if (c.target.system or {}).get("testbed") for f in c.faults]
+        check_plan(list(planned.values()), spec.testbed, progress_counted=engine is None)
+        if on_systems:
+            check_plan(on_systems, None, progress_counted=engine is None, handles=False)
         for line in preflight(spec, cells, results, engine=engine, force=force):
             _console(stderr=True).print(f"warning: {_safe(line)}", highlight=False)
         Store.check_location(results)
@@ -612,18 +614,20 @@ def testbed_up(
     from .testbed import SERVERS, Testbed, server_class
 
     kinds = servers or ["minio", "xrootd", "hdfs"]
-    options: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         if kind not in SERVERS:
             raise InputError(f"testbed up {kind}: unknown server (choose from {', '.join(SERVERS)})")
-        given: dict[str, Any] = {}
-        if count is not None:
-            given["servers"] = count
+    given = {k: v for k, v in (("servers", count), ("type", kind_of)) if v is not None}
+    options: dict[str, dict[str, Any]] = {}
+    for kind in kinds:
+        takes = server_class(kind).options_help
+        # each setting goes to the systems that take it (`up minio hdfs --servers 3`: HDFS's datanodes); one
+        # that none of them takes is refused by the first one's check
+        mine = {k: v for k, v in given.items() if k in takes or len(kinds) == 1
+                or not any(k in server_class(other).options_help for other in kinds)}
         if kind == "hdfs" and hdfs_datanodes is not None:
-            given["servers"] = hdfs_datanodes
-        if kind_of is not None:
-            given["type"] = kind_of
-        options[kind] = server_class(kind).check_options(given)
+            mine["servers"] = hdfs_datanodes
+        options[kind] = server_class(kind).check_options(mine)
     bed = Testbed(directory)
     bed.up(kinds, options, log=_testbed_log)
     if bed.targets_record:

@@ -35,15 +35,17 @@ def testbed_dir(study_testbed: str | None) -> str:
     return os.path.abspath(study_testbed or DEFAULT_TESTBED)
 
 
-def check_plan(faults: list[Fault], study_testbed: str | None, *, progress_counted: bool = True) -> None:
+def check_plan(faults: list[Fault], study_testbed: str | None, *, progress_counted: bool = True,
+               handles: bool = True) -> None:
     """Refuse (one line) a plan whose servers are not fault handles of the testbed, or whose actions they do
-    not support; ``progress_counted`` False (MPI) refuses ``at`` given as a share of the work."""
+    not support; ``progress_counted`` False (MPI) refuses ``at`` given as a share of the work; ``handles``
+    False checks only that (a testbed the run has not brought up yet has no handles to check)."""
     servers = [f for f in faults if f.action != "exec"]
     for f in faults:
         if f.at_share is not None and not progress_counted:
             raise InputError(f"{f.where}.at: {f.at_share:.0%} of the work cannot be timed under mpiexec (the "
                              "coordinator sees no byte counts from other ranks; give a time such as 10s)")
-    if not servers:
+    if not servers or not handles:
         return
     from .testbed.faults import fault_handles
 

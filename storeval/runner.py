@@ -34,9 +34,9 @@ from .engine import watchdog
 from .engine.local import LocalEngine
 from .environment import collect_environment
 from .errors import StorevalError, one_line
-from .faults import FaultRunner
+from .faults import FaultRunner, check_plan
 from .core.cell import Cell
-from .core.system import identity
+from .core.system import identity, label
 from .core.outcome import CellOutcome
 from .spec import Study
 from .store import Store, now
@@ -104,7 +104,9 @@ class Runner:
         self._finish_earlier_cleanups(driver, cell)
         driver.retry_server()  # an earlier run's leftovers that are still out of reach do not fail this cell
         try:  # what the server says it is, for the environment record (never credentials)
-            self.store.add_environment(self.run_id, f"target:{name}", driver.describe())
+            settings = (cell.target.system or {}).get("settings")
+            key = f"target:{name} {label(settings)}" if settings else f"target:{name}"  # each configuration's own
+            self.store.add_environment(self.run_id, key, driver.describe())
         except Exception as e:  # noqa: BLE001 - a description is a nicety, not a reason to fail
             self.events.append({"kind": "warning", "message": f"cannot describe target {name}: {one_line(e)}"})
         return driver
@@ -177,6 +179,7 @@ class Runner:
                 pass
             if names is not None:  # the next cells of that name run on another configuration of its system
                 del self.drivers[name]
+                self.guard.forget(name)
         for name in names or []:
             self.connect_errors.pop(name, None)
             self.prepared = {p for p in self.prepared if p[0] != name}
@@ -187,7 +190,12 @@ class Runner:
         previous = self.systems.active
         if previous is not None and previous.key != identity(cell.target.system):
             self._release_targets(list(previous.resolved))
-        return self.systems.enter(cell)
+        cell = self.systems.enter(cell)
+        if cell.faults and (cell.target.system or {}).get("testbed"):
+            # the handles of a testbed the run brought up exist only now: a plan naming one it lacks (brick4 of
+            # a 2-brick volume) fails this cell in one line
+            check_plan(list(cell.faults), self.systems.testbed_dir, progress_counted=self.engine.name == "local")
+        return cell
 
     # -- one cell ----------------------------------------------------------------------------------------
     def run_cell(self, cell: Cell) -> CellOutcome:
@@ -222,7 +230,9 @@ class Runner:
                                faulted=tuple(sorted({f.phase for f in cell.faults})))
                 self.guard.cell(cell, cell_dir)
                 if cell.faults:
-                    faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients), self.systems.testbed_dir,
+                    on_system = (cell.target.system or {}).get("testbed")
+                    faults = FaultRunner(cell.faults, lambda ph: wl.expected(ph, cell.clients),
+                                         self.systems.testbed_dir if on_system else self.study.testbed,
                                          log=self.ui.log, deadline=getattr(wl.p, "deadline", None),
                                          on_pending=self.guard.undos, redundancy=driver.redundancy)
                 outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
@@ -413,6 +423,11 @@ class _Guard:
         """The testbed systems this run started and has not stopped yet, as commands that stop them: the
         watchdog runs them if this process dies."""
         self.state["teardown"] = pending
+        self._save()
+
+    def forget(self, name: str) -> None:
+        """A target whose scratch was released (its configured system is undone): nothing left to clean there."""
+        self.state["targets"] = [t for t in self.state["targets"] if t["name"] != name]
         self._save()
 
     def target(self, cell: Cell) -> None:

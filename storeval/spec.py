@@ -481,9 +481,9 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
                     except KeyError as e:
                         raise InputError(f"{where}.{key}: {{{e.args[0]}}} is not a setting of the target (settings: "
                                          f"{', '.join(settings) or 'none'}; also url, path, target)") from None
-                    except (ValueError, IndexError):
-                        raise InputError(f"{where}.{key}: {_show(command)} has a stray brace (write {{{{ and }}}} for "
-                                         "literal braces)") from None
+                    except (ValueError, IndexError, AttributeError, TypeError):
+                        raise InputError(f"{where}.{key}: {_show(command)} is not a command template (only {{name}} "
+                                         "fields; write {{{{ and }}}} for literal braces)") from None
     return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True),
                       limits=limits.model_dump(exclude_none=True), system=system)
 

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from .core.cell import Cell, TargetSpec
 from .core.system import fill, identity, label
+from . import interrupts
 from .errors import StorevalError, one_line
 from .redact import redact_text
 
@@ -41,6 +42,7 @@ class _Active:
     error: str | None = None
     started: bool = False  # storeval started the testbed system (so it stops it)
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    setup_done: int = 0  # setup commands that succeeded: their teardown runs even if a later one failed
 
 
 class Systems:
@@ -76,10 +78,20 @@ class Systems:
         return self._bed
 
     def _pending(self) -> None:
-        """Tell the watchdog how to stop the testbed systems this run started, should this process die."""
-        bed = self._bed
-        self.on_pending([{"argv": [sys.executable, "-m", "storeval", "testbed", "down", kind, "--dir", str(bed.dir)],
-                          "what": f"stopped the {kind} testbed", "timeout": 600} for kind in sorted(self._started)])
+        """Tell the watchdog, should this process die, how to undo what runs now: the teardown commands of the
+        block being measured, then the testbed systems this run started."""
+        items: list[dict[str, Any]] = []
+        active = self.active
+        if active is not None and active.values:
+            for command in active.system.get("teardown", []):
+                text = fill(command, active.values)
+                items.append({"argv": ["/bin/sh", "-c", text], "what": f"ran teardown `{redact_text(text)}`",
+                              "timeout": COMMAND_TIMEOUT})
+        if self._started:
+            where = str(self._testbed().dir)
+            items += [{"argv": [sys.executable, "-m", "storeval", "testbed", "down", kind, "--dir", where],
+                       "what": f"stopped the {kind} testbed", "timeout": 600} for kind in sorted(self._started)]
+        self.on_pending(items)
 
     # -- blocks ------------------------------------------------------------------------------------------------
     def enter(self, cell: Cell) -> Cell:
@@ -116,9 +128,11 @@ class Systems:
             else:
                 url = target.url
             active.values = {**system["settings"], "url": url, "path": _path(url), "target": target.name}
+            self._pending()  # a death from here on runs the teardown commands too
             for command in system.get("setup", []):
                 self._command("setup", command, active)
-        except StorevalError as e:
+                active.setup_done += 1
+        except Exception as e:  # noqa: BLE001 - a block that cannot be configured fails its cells, not the run
             active.error = f"{what}: {one_line(e)}"
             self.events.append({"kind": "system-failed", "message": active.error,
                                 "detail": {"settings": system["settings"], "target": target.name}})
@@ -185,10 +199,12 @@ class Systems:
         shown = redact_text(text)
         began = time.monotonic()
         try:
-            proc = subprocess.run(text, shell=True, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(text, shell=True, capture_output=True, text=True, errors="replace",
+                                  timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise StorevalError(f"{which} command `{shown}` did not end within {COMMAND_TIMEOUT:g} s") from None
+        except OSError as e:
+            raise StorevalError(f"{which} command `{shown}` could not start: {e.strerror or e}") from None
         seconds = round(time.monotonic() - began, 3)
         tail = redact_text((proc.stderr or proc.stdout or "").strip()[-_TAIL:])
         self.events.append({"kind": which, "message": f"{which}: `{shown}` exit {proc.returncode} in {seconds:g} s",
@@ -200,18 +216,26 @@ class Systems:
 
     def leave(self) -> None:
         """Undo the configured system of the block that ended: teardown commands, then the testbed system
-        storeval started. Never raises: what fails is an event and a warning."""
-        active, self.active = self.active, None
+        storeval started. Never raises, and a stop signal waits until it is done (a half-undone system would
+        stay so): what fails is an event and a warning."""
+        with interrupts.deferred():
+            self._leave()
+
+    def _leave(self) -> None:
+        active = self.active
         if active is None:
             return
         system = active.system
-        if active.values and not (active.error and not system.get("testbed")):
+        ran_setup = active.setup_done or (active.values and not active.error)
+        if ran_setup:
             for command in system.get("teardown", []):
                 try:
                     self._command("teardown", command, active)
-                except StorevalError as e:
+                except Exception as e:  # noqa: BLE001 - the next block and the results come first
                     self.events.append({"kind": "warning", "message": one_line(e)})
                     self.log(f"warning: {one_line(e)}")
+        self.active = None
+        self._pending()
         if system.get("testbed") and active.started:
             kind = system["testbed"]
             try:
@@ -231,8 +255,18 @@ class Systems:
                 self.log(f"warning: {message}")
 
     def close(self) -> None:
-        """End of the run: the last block undone, the run's own testbed directory removed (when empty)."""
+        """End of the run: the last block undone (and any testbed system this run started and still runs), the
+        run's own testbed directory removed (when empty)."""
         self.leave()
+        with interrupts.deferred():
+            for kind in sorted(self._started):
+                try:
+                    self._testbed().down([kind], log=lambda m: None)
+                    self._started.discard(kind)
+                except Exception as e:  # noqa: BLE001
+                    self.events.append({"kind": "warning", "message": f"could not stop the {kind} testbed in "
+                                        f"{self._testbed().dir}: {one_line(e)}"})
+            self._pending()
         if self._base:
             with contextlib.suppress(OSError):
                 os.rmdir(self._base)  # empty once its last system is down; else what stays is named in an event

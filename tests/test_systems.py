@@ -144,3 +144,69 @@ def test_a_testbed_system_at_two_sizes_gives_the_aggregate_vs_servers_and_leaves
     html = next((tmp_path / "res").glob("report-*.html")).read_text()
     assert "aggregate MiB/s vs servers" in html
     assert not [n for n in set(os.listdir("/tmp")) - before if n.startswith("storeval-systems-")]
+
+
+def test_setting_values_are_quoted_for_the_shell():
+    from storeval.core.system import fill
+
+    assert fill("lfs setstripe -c {stripe} {path}", {"stripe": 4, "path": "/mnt/my dir;rm -rf x"}) == \
+        "lfs setstripe -c 4 '/mnt/my dir;rm -rf x'"
+
+
+def test_a_killed_run_has_its_watchdog_run_the_teardown_of_the_block_in_progress(tmp_path):
+    """SIGKILL of the coordinator in the middle of a configured block: the block's teardown still runs (the
+    watchdog runs it after the cleanup), so a real cluster is not left reconfigured."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    marker = tmp_path / "configured"
+    path = write(tmp_path, f"""\
+        targets:
+          lustre:
+            url: "null://"
+            settings: {{stripe: [2]}}
+            setup: "echo {{stripe}} > {marker}"
+            teardown: "rm {marker}"
+        workloads:
+          bw: {{bandwidth: {{file_size: 64TiB, transfer_size: 4KiB, phases: [write], deadline: 10m}}}}
+        """)
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", path, "--results", str(tmp_path / "res")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        bound = time.monotonic() + 300
+        # set up, and its clients forked (the watchdog and the fork server are two more children)
+        while not (marker.exists() and len(psutil.Process(proc.pid).children(recursive=True)) >= 3):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < bound, "the block never started"
+            time.sleep(0.05)
+        assert marker.read_text() == "2\n"
+        proc.send_signal(signal.SIGKILL)  # the coordinator alone: its watchdog stays
+        proc.wait()
+        bound = time.monotonic() + 300
+        while marker.exists():
+            assert time.monotonic() < bound, "the watchdog did not undo the block"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_fault_naming_a_node_the_system_lacks_fails_its_cell_in_one_line(tmp_path):
+    path = write(tmp_path, """\
+        targets:
+          hd: {testbed: hdfs, servers: [1], timeout: 60s}
+        workloads:
+          bw:
+            bandwidth: {file_size: 2MiB, transfer_size: 1MiB, phases: [write]}
+            faults: [{at: 1s, phase: write, action: kill, server: hdfs.datanode3}]
+        """)
+    r = storeval("run", path, "--results", str(tmp_path / "res"), "--json", str(tmp_path / "out.json"), timeout=600)
+    assert r.rc == 1
+    cell = load_json(tmp_path / "out.json")["cells"][0]
+    assert cell["status"] == "failed"
+    assert cell["error"].startswith("workloads.bw.faults[0].server: 'hdfs.datanode3' is not a server of the testbed in ")
+    assert "hdfs.datanode1" in cell["error"]

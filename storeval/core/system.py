@@ -18,6 +18,7 @@ commands, their exit status, how long bringing a system up took — is recorded 
 from __future__ import annotations
 
 import itertools
+import shlex
 from typing import Any
 
 SYSTEM_KEYS = ("testbed", "use", "settings", "setup", "teardown")
@@ -41,15 +42,17 @@ def identity(system: dict[str, Any] | None) -> tuple:
     if not system:
         return ()
     settings = tuple(sorted((k, repr(v)) for k, v in system.get("settings", {}).items()))
-    if system.get("testbed"):
-        return ("testbed", system["testbed"], settings)
+    if system.get("testbed"):  # its targets' own commands are part of it: targets differing in them do not share
+        return ("testbed", system["testbed"], settings, tuple(system.get("setup", ())),
+                tuple(system.get("teardown", ())))
     return ("commands", system.get("target", ""), settings, tuple(system.get("setup", ())),
             tuple(system.get("teardown", ())))
 
 
 def fill(command: str, values: dict[str, Any]) -> str:
-    """``command`` with ``{name}`` replaced by the setting's value; ``{{``/``}}`` are braces."""
-    return command.format_map(_Strict(values))
+    """``command`` with ``{name}`` replaced by the setting's value, quoted for the shell (a path with a space
+    stays one word); ``{{``/``}}`` are braces."""
+    return command.format_map(_Strict({k: shlex.quote(str(v)) for k, v in values.items()}))
 
 
 class _Strict(dict):

@@ -226,10 +226,12 @@ def main(path: str, pid: int, created: float) -> int:
             except psutil.NoSuchProcess:
                 pass
     message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
-    undone = _undo(state)
-    if undone:
-        message += f"; {undone}"
+    undone = _undo(state, "undo")  # the faults in force first: a stopped server answers the cleanup
     removed = _clean(state)
+    torn = _undo(state, "teardown")  # then the systems the run configured, once nothing needs them
+    said = "; ".join(w for w in (undone, torn) if w)
+    if said:
+        message += f"; {said}"
     _record(state, message)
     tail = "storeval removed its files" if removed else "some of storeval's files could not be removed"
     try:
@@ -319,11 +321,12 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
     return f"{what}{where}{ended}"
 
 
-def _undo(state: dict[str, Any]) -> str:
-    """Undo the faults the dead run had in force (a server it stopped, a node it killed): their commands, as
-    the run's fault runner left them in the state (storeval/faults.py). What it said, in a few words."""
+def _undo(state: dict[str, Any], key: str) -> str:
+    """Run the commands the dead run left under ``key``: ``undo``, the faults it had in force (a server it
+    stopped, a node it killed; storeval/faults.py), or ``teardown``, the systems it configured and had not
+    undone (storeval/systems.py). What it said, in a few words."""
     done, failed = [], []
-    for item in [*(state.get("undo") or []), *(state.get("teardown") or [])]:  # faults first, then systems
+    for item in state.get(key) or []:
         try:
             r = subprocess.run(item["argv"], capture_output=True, timeout=float(item.get("timeout") or 60),
                                stdin=subprocess.DEVNULL)
