@@ -127,8 +127,8 @@ def test_sweeps_that_would_plan_billions_of_cells_are_refused_before_expanding(t
     with pytest.raises(InputError) as exc:
         load_study(None, targets=[str(target)], workloads=["bandwidth"], sets=[f"iodepth={values}"],
                    clients=values, repetitions=11)
-    assert str(exc.value) == ("the study has 110,000 cells (targets × parameter combinations × client counts × "
-                              "repetitions; at most 100,000): sweep fewer values or repeat less")
+    assert str(exc.value) == ("the study has 110,000 cells (targets and their settings × parameter combinations × "
+                              "client counts × repetitions; at most 100,000): sweep fewer values or repeat less")
 
 
 # -- case 12: every part of a URL is understood, or refused ------------------------------------------------
