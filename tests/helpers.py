@@ -81,3 +81,22 @@ def exposed(pids: list[int]) -> list[str]:
             if not addr.is_loopback:
                 bad.append(f"{pid} {ip}:{port}")
     return bad
+
+
+POLL_BOUND = 180.0  # seconds: the generous bound of a wait on a busy machine
+
+
+def poll(check, what: str, bound: float = POLL_BOUND, interval: float = 0.05):
+    """Poll ``check()`` until it returns something true (returned); fail naming ``what`` after ``bound`` s."""
+    import time
+
+    import pytest
+
+    deadline = time.monotonic() + bound
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {bound:g} s")
+        time.sleep(interval)

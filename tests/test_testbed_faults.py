@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import socket
-import time
 from pathlib import Path
 
 import psutil
@@ -24,7 +23,7 @@ from storeval.testbed.base import TestbedError, cache_dir, port_open
 from storeval.testbed.faults import ACTIONS, FaultHandle, act, fault_handles
 from storeval.testbed.minio import BUCKET, MINIO_VERSION
 
-from .helpers import storeval
+from .helpers import poll, storeval
 
 MiB = 1 << 20
 BOUND = 180.0  # seconds: the generous bound of every wait below
@@ -39,16 +38,6 @@ needs_hdfs = pytest.mark.skipif(not (shutil.which("java") and shutil.which("mvn"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def poll(check, what: str, bound: float = BOUND):
-    """Poll ``check()`` until it returns something true; fail naming ``what`` after ``bound`` seconds."""
-    deadline = time.monotonic() + bound
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {bound:g} s")
-        time.sleep(0.1)
 
 
 def http_get(port: int, path: str, timeout: float) -> int:

@@ -27,7 +27,7 @@ from storeval.testbed.base import ServerState, TestbedError, port_open
 from storeval.testbed.netns import Netns, Taken, free_subnet, used_networks
 from storeval.testbed.xrootd import XrootdServer, parse_trace, pgwrite_payload
 
-from .helpers import exposed, listening_addresses, load_json, storeval
+from .helpers import exposed, listening_addresses, load_json, poll, storeval
 
 client = pytest.importorskip("XRootD.client")
 from XRootD.client.flags import DirListFlags, MkDirFlags, OpenFlags, QueryCode  # noqa: E402
@@ -69,15 +69,6 @@ def _ours(root: Path) -> list[psutil.Process]:
     return out
 
 
-def poll(check, what: str, bound: float = BOUND):
-    deadline = time.monotonic() + bound
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {bound:g} s")
-        time.sleep(0.05)
 
 
 def ns_listening(pid: int) -> set[int]:

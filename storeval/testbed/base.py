@@ -438,8 +438,12 @@ class Server(ABC):
         ports = ", ".join(f"{k} {v}" for k, v in self.state.ports.items())
         line = f"{self.kind}: {word}"
         if procs:
-            line += f" — {procs}; ports {ports}"
+            line += f" — {procs}; ports {ports}{self.ports_where()}"
         return f"{line}; {todo}" if todo else line
+
+    def ports_where(self) -> str:
+        """Where the ports of :meth:`status` listen, when not on loopback (a network namespace's address)."""
+        return ""
 
     def stop(self) -> list[Left]:
         """Stop exactly the processes this server started; then remove what its ledger proves it made and what

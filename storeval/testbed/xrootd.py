@@ -661,19 +661,11 @@ class XrootdServer(Server):
             return "NOT ANSWERING", f"port {', '.join(closed)}{where} accepts no connection"
         return "running", ""
 
-    def status(self) -> str:
-        """One line: each daemon (up, stopped, DOWN), the ports at the namespace's address, what to do."""
-        word, todo = self.health()
-        names = {"up": "up", "stopped": "stopped (SIGSTOP)", "exited": "DOWN (exited)"}
-        procs = ", ".join(f"{p.name} pid {p.pid} {names[p.condition()]}" for p in self.state.procs)
-        ports = ", ".join(f"{k} {v}" for k, v in self.state.ports.items())
-        line = f"{self.kind}: {word}"
-        if procs:
-            ns = self.netns
-            where = (f" on {ns.ns_addr} (network namespace {ns.name}{'' if ns.exists() else ', gone'}; clients "
-                     f"connect from {ns.host_addr})") if ns else ""
-            line += f" — {procs}; ports {ports}{where}"
-        return f"{line}; {todo}" if todo else line
+    def ports_where(self) -> str:
+        """The namespace's address the ports listen on, and the address clients connect from."""
+        ns = self.netns
+        return (f" on {ns.ns_addr} (network namespace {ns.name}{'' if ns.exists() else ', gone'}; clients "
+                f"connect from {ns.host_addr})") if ns else ""
 
     def targets(self) -> dict[str, dict[str, Any]]:
         return {"xrootd": {"url": f"{self.url}//{EXPORT}", **self.server_counters()}}
