@@ -42,11 +42,9 @@ def identity(system: dict[str, Any] | None) -> tuple:
     if not system:
         return ()
     settings = tuple(sorted((k, repr(v)) for k, v in system.get("settings", {}).items()))
-    if system.get("testbed"):  # its targets' own commands are part of it: targets differing in them do not share
-        return ("testbed", system["testbed"], settings, tuple(system.get("setup", ())),
-                tuple(system.get("teardown", ())))
-    return ("commands", system.get("target", ""), settings, tuple(system.get("setup", ())),
-            tuple(system.get("teardown", ())))
+    commands = (tuple(system.get("setup", ())), tuple(system.get("teardown", ())))  # targets differing in them
+    where = ("testbed", system["testbed"]) if system.get("testbed") else ("commands", system.get("target", ""))
+    return (*where, settings, *commands)
 
 
 def fill(command: str, values: dict[str, Any]) -> str:

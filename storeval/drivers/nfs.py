@@ -87,7 +87,6 @@ class NfsOptions(DriverOptions):
     gid: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None  # AUTH_SYS group (default: this process's)
     resvport: bool | None = None  # bind a source port below 1024 (default: when root; servers may demand it)
     timeout: Duration = 30.0  # per call, and the bound on connecting
-    server_pids: list[Annotated[int, Field(ge=1)]] = []  # its server processes on this host (server-side counters)
 
 
 class NfsHandle(Handle):
