@@ -130,8 +130,17 @@ def run(
             per = f" with at most {spec.clients_per_host} per host" if spec.clients_per_host else ""
             raise InputError(f"clients {max(spec.clients)}: mpiexec started {engine.size} rank(s), room for "
                              f"{engine.capacity()} client(s){per} (start more ranks or lower --clients)")
+        placed = next((g for g in (spec.groups or {}).values() if g.host), None)
+        if placed is not None:
+            raise InputError(f"clients.{placed.name}.host: emulated hosts are this machine's network namespaces, for "
+                             "local clients; under mpiexec give the group hosts: [real host names] or ranks: 0-3")
         if engine.rank != 0:
             raise typer.Exit(engine.serve())
+    elif any(g.hosts or g.ranks for g in (spec.groups or {}).values()):
+        real = next(g for g in spec.groups.values() if g.hosts or g.ranks)
+        raise InputError(f"clients.{real.name}.{'hosts' if real.hosts else 'ranks'}: real hosts and ranks are for "
+                         "the MPI engine (run under mpiexec); locally, place the group on an emulated host with "
+                         "host: NAME")
     elif spec.clients_per_host is not None and max(spec.clients) > spec.clients_per_host:
         raise InputError(f"clients {max(spec.clients)}: without mpiexec every client runs on this host, and "
                          f"clients_per_host is {spec.clients_per_host} (lower --clients, or run under mpiexec "

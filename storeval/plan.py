@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from .core.cell import Cell, TargetSpec
+from .core.network import cell_groups, group_factors
 from .core.system import combinations, identity, swept
 from .spec import Study
 from .workloads import WORKLOADS
@@ -41,6 +42,11 @@ def plan(study: Study) -> list[Cell]:
     for target in study.targets.values():
         for variant, settings in _variants(target):
             blocks.setdefault(identity(variant.system), []).append((variant, settings))
+    # each combination of the swept link settings: the links are changed between cells, nothing is restarted
+    networks: list[tuple[dict | None, dict]] = [(None, {})]
+    if study.network is not None:
+        networks = [({"hosts": dict(study.network.hosts), "links": links}, chosen)
+                    for links, chosen in study.network.combinations()]
     cells: list[Cell] = []
     config = 0
     for targets in blocks.values():
@@ -48,16 +54,23 @@ def plan(study: Study) -> list[Cell]:
         for target, settings in targets:
             for wl in study.workloads.values():
                 for combo in wl.combos:
-                    factors = {**settings, **{k: combo[k] for k in wl.sweeps}}
-                    for n in study.clients:
-                        configs.append((config, target, wl, combo, {**factors, "clients": n}, n))
-                        config += 1
+                    for network, link_factors in networks:
+                        factors = {**settings, **{k: combo[k] for k in wl.sweeps}, **link_factors}
+                        for clients in study.client_combinations():
+                            if isinstance(clients, dict):  # client groups: one count of each
+                                groups, n = cell_groups(study.groups, clients), sum(clients.values())
+                                more = {"clients": n, **group_factors(clients)}
+                            else:
+                                groups, n, more = (), clients, {"clients": clients}
+                            configs.append((config, target, wl, combo, {**factors, **more}, n, groups, network))
+                            config += 1
         for rep in range(study.repetitions):
-            for number, target, wl, combo, factors, n in configs:
+            for number, target, wl, combo, factors, n, groups, network in configs:
                 runs = set(combo.get("phases") or WORKLOADS[wl.kind].PHASES)
                 faults = tuple(f for f in study.faults if f.workload in (None, wl.name)
                                and f.target in (None, target.name) and f.phase in runs)
                 cells.append(Cell(index=len(cells), config=number, target=target, workload=wl.name, kind=wl.kind,
                                   params=combo, factors=factors, clients=n, repetition=rep,
-                                  phase_timeout=study.phase_timeout, faults=faults))
+                                  phase_timeout=study.phase_timeout, faults=faults, groups=groups,
+                                  network=network))
     return cells

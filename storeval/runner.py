@@ -36,6 +36,7 @@ from .environment import collect_environment
 from .errors import StorevalError, one_line
 from .faults import FaultRunner, check_plan
 from .core.cell import Cell
+from .core.network import describe_link, rank_groups, server_endpoint
 from .core.system import identity, label
 from .core.outcome import CellOutcome
 from .spec import Study
@@ -210,6 +211,7 @@ class Runner:
         driver: Driver | None = None
         faults: FaultRunner | None = None
         fault_events: list[dict[str, Any]] = []
+        network_events: list[dict[str, Any]] = []
         try:
             with interrupts.interruptible():
                 cell = self._configure(cell)
@@ -224,10 +226,12 @@ class Runner:
                     self.prepared.add((cell.target.name, key))
             if to_run:
                 driver.ensure_dir(cell_dir)
+                placed = self._placement(cell)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=wl.p,
                                target=cell.target.name, cell_dir=cell_dir, steps=to_run, seed=cell.index,
                                keep_cache=self.study.keep_cache, probe_interval=self.study.probe_interval,
-                               faulted=tuple(sorted({f.phase for f in cell.faults})))
+                               faulted=tuple(sorted({f.phase for f in cell.faults})), **placed)
+                network_events = self._network_event(cell)
                 self.guard.cell(cell, cell_dir)
                 if cell.faults:
                     on_system = (cell.target.system or {}).get("testbed")
@@ -262,13 +266,57 @@ class Runner:
                 phases.append((phase, iteration, outcome.status, outcome.error))
             else:
                 phases.append((phase, iteration, "not-run", None))
-        events = outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
+        events = network_events + outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
                                    if outcome.status == "failed" and not outcome.events else []) + fault_events
         self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,
                               phases=phases, records=outcome.records, events=events, samples=outcome.samples)
         self._note_host(outcome.records)
         bar.done(outcome.status)
         return outcome
+
+    # -- where the clients sit ------------------------------------------------------------------------------
+    def _placement(self, cell: Cell) -> dict[str, Any]:
+        """The job's groups and network namespaces, rank by rank (core/network.py), and the link probes."""
+        if not cell.groups:
+            return {}
+        ranks = rank_groups(cell.groups)
+        net = self.systems.net if cell.network else None
+        netns = tuple(net.netns(g["host"]) if net is not None and g.get("host") else None for g in ranks)
+        return {"groups": tuple(cell.groups), "netns": netns if any(netns) else (),
+                "links": net.probe_spec() if net is not None else {}}
+
+    def _network_event(self, cell: Cell) -> list[dict[str, Any]]:
+        """What the network was for this cell: each host's link as set and, for each group on an emulated
+        host, the round trip to the target's server as requested and as measured (TCP connects over the path)."""
+        net = self.systems.net if cell.network else None
+        if net is None:
+            return []
+        from .testbed.network import measure_rtt
+
+        hosts, links = cell.network["hosts"], cell.network["links"]
+        host_links = {h: links[link] for h, link in hosts.items() if link}
+        server_host = (cell.target.system or {}).get("settings", {}).get("host")
+        endpoint = server_endpoint(cell.target.url, cell.target.options)
+        rtt: dict[str, Any] = {}
+        for g in cell.groups:
+            host = g.get("host")
+            if not host or endpoint is None:
+                continue
+            requested = sum(host_links.get(h, {}).get("rtt", 0.0) for h in {host, server_host} if h)
+            address, port = endpoint
+            try:
+                measured = measure_rtt(net.netns(host), address, port)
+            except Exception as e:  # noqa: BLE001 - a figure of the path, never the cell's failure
+                rtt[g["name"]] = {"requested_s": requested, "error": one_line(e)}
+                continue
+            rtt[g["name"]] = {"requested_s": requested, **measured}
+        groups = {g["name"]: g.get("host") for g in cell.groups}
+        shown = "; ".join(f"{h}: {describe_link(s)}" for h, s in host_links.items()) or "no shaped link"
+        shown_rtt = ", ".join(f"{n} {v['median_s'] * 1e3:.2f} ms (asked {v['requested_s'] * 1e3:g})"
+                              for n, v in rtt.items() if "median_s" in v)
+        return [{"kind": "network", "message": f"links {shown}" + (f"; round trip {shown_rtt}" if shown_rtt else ""),
+                 "detail": {"links": host_links, "hosts": hosts, "groups": groups, "server_host": server_host,
+                            "rtt": rtt}}]
 
     def _clean_cell(self, wl: Any, driver: Driver, cell: Cell, cell_dir: str) -> None:
         """Remove what the cell's clients may have left (files, then the directory; on object stores also the

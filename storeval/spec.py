@@ -28,17 +28,18 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from . import safeyaml
 from .core.cell import TargetSpec
 from .core.faultplan import Fault, parse_plan
+from .core.network import LINK_KEYS, Group, NetworkSpec, group_combinations
 from .core.system import SYSTEM_KEYS, combinations, fill
 from .drivers import NeedsExtra, driver_class, normalize_url
 from .errors import InputError, one_line
 from .fields import Duration, Rate
 from .redact import redact_text, visible
-from .units import UnitError, parse_duration
+from .units import UnitError, parse_duration, parse_rate
 from .workloads import WORKLOADS
 from .workloads.base import Params
 
 TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
-            "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from")
+            "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from", "network")
 TARGET_KEYS = ("url", "description", "limits", *SYSTEM_KEYS)
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
@@ -105,6 +106,12 @@ class Study:
     clients_per_host: int | None = None  # MPI: at most this many clients per host
     faults: list[Fault] = dataclasses.field(default_factory=list)  # the fault plan (core/faultplan.py)
     testbed: str | None = None  # the testbed directory whose fault handles the plan names
+    groups: dict[str, Group] | None = None  # client groups (core/network.py); None: every client alike
+    network: NetworkSpec | None = None  # emulated hosts and links of the testbed network
+
+    def client_combinations(self) -> list[dict[str, int] | int]:
+        """What one configuration's cells vary in clients: the counts, or each combination of the groups'."""
+        return list(group_combinations(self.groups)) if self.groups else list(self.clients)
 
     def resolved(self) -> dict[str, Any]:
         """The fully resolved study, JSON-able (stored with every run, hashed for identity)."""
@@ -123,6 +130,8 @@ class Study:
             **({"description": self.description} if self.description else {}),
             **({"faults": [f.state() for f in self.faults]} if self.faults else {}),
             **({"testbed": self.testbed} if self.testbed else {}),
+            **({"groups": {n: g.to_json() for n, g in self.groups.items()}} if self.groups else {}),
+            **({"network": self.network.to_json()} if self.network else {}),
         }
 
     def hash(self) -> str:
@@ -537,6 +546,186 @@ def read_yaml(path: str) -> dict[str, Any]:
     return data
 
 
+def _as_list(value: Any) -> list[Any]:
+    return [] if value is None else value if isinstance(value, list) else [value]
+
+
+MAX_RTT = 10.0  # seconds: beyond any real path; a typo (12s for 12ms) should not hold a link for minutes
+MAX_HOST_NAME = 64
+
+
+def _host_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_HOST_NAME:
+        raise InputError(f"{where}: {_show(value)} is not a host name (a word such as server1, at most "
+                         f"{MAX_HOST_NAME} characters)")
+    return check_name(value.strip(), where)
+
+
+def _link_value(key: str, value: Any, where: str) -> Any:
+    """One value of a link setting: rate in bytes/s (None: unlimited), rtt/jitter in seconds, loss a fraction."""
+    try:
+        if key == "rate":
+            if value is None or (isinstance(value, str) and value.strip().lower() in ("unlimited", "none")):
+                return None
+            return parse_rate(value)
+        if key in ("rtt", "jitter"):
+            seconds = parse_duration(value)
+            if seconds > MAX_RTT:
+                raise UnitError(f"is longer than {MAX_RTT:g} s (write milliseconds: 12ms)")
+            return seconds
+        if isinstance(value, str) and value.strip().endswith("%"):
+            fraction = float(value.strip()[:-1]) / 100
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            fraction = float(value)
+        else:
+            raise ValueError
+        if not 0 <= fraction < 1 or fraction != fraction:
+            raise UnitError("is not a loss between 0 and 100 % (e.g. 0.1% or 0.001)")
+        return fraction
+    except UnitError as e:
+        raise InputError(f"{where}: {_show(value)} {e}") from None
+    except ValueError:
+        raise InputError(f"{where}: {_show(value)} is not a loss (e.g. 0.1% or 0.001)") from None
+
+
+def _network(raw: Any, where: str = "network") -> NetworkSpec:
+    """``network: {links: {NAME: {rate, rtt, jitter, loss}}, hosts: {HOST: {link: NAME}}}``, a list value swept."""
+    if raw is None:
+        return NetworkSpec()
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: {_show(raw)} is not a mapping (write network: {{links: {{wan: {{rtt: 12ms}}}}}})")
+    for key in raw:
+        if key not in ("links", "hosts"):
+            raise InputError(f"{where}.{key}: unknown key ({_suggest(str(key), ('links', 'hosts'))})")
+    links: dict[str, dict[str, Any]] = {}
+    raw_links = raw.get("links") or {}
+    if not isinstance(raw_links, dict):
+        raise InputError(f"{where}.links: {_show(raw_links)} is not a mapping of link names to settings")
+    for name, settings in raw_links.items():
+        at = f"{where}.links.{visible(str(name))}"
+        check_name(str(name), at)
+        if settings is None:
+            settings = {}
+        if not isinstance(settings, dict):
+            raise InputError(f"{at}: {_show(settings)} is not a mapping of settings (rate, rtt, jitter, loss)")
+        out: dict[str, Any] = {}
+        for key, value in settings.items():
+            if key not in LINK_KEYS:
+                raise InputError(f"{at}.{key}: unknown link setting ({_suggest(str(key), LINK_KEYS)})")
+            if isinstance(value, list):
+                if not value:
+                    raise InputError(f"{at}.{key}: is an empty list (give a value, or a list of values to sweep)")
+                values = [_link_value(key, v, f"{at}.{key}[{i}]") for i, v in enumerate(value)]
+                if len(set(values)) != len(values):
+                    raise InputError(f"{at}.{key}: {_show(value)} repeats a value")
+                out[key] = values if len(values) > 1 else values[0]
+            else:
+                out[key] = _link_value(key, value, f"{at}.{key}")
+        links[str(name)] = out
+    hosts: dict[str, str | None] = {}
+    raw_hosts = raw.get("hosts") or {}
+    if not isinstance(raw_hosts, dict):
+        raise InputError(f"{where}.hosts: {_show(raw_hosts)} is not a mapping of host names to {{link: NAME}}")
+    for name, entry in raw_hosts.items():
+        at = f"{where}.hosts.{visible(str(name))}"
+        host = _host_name(name, at)
+        entry = entry or {}
+        if not isinstance(entry, dict) or any(k != "link" for k in entry):
+            raise InputError(f"{at}: {_show(entry)} is not {{link: NAME}} (or nothing, for an unshaped host)")
+        hosts[host] = _link_name(entry.get("link"), links, f"{at}.link")
+    sweeps: dict[str, str] = {}
+    for name, settings in links.items():
+        for key, value in settings.items():
+            if isinstance(value, list):
+                if key in sweeps:
+                    raise InputError(f"{where}.links.{visible(name)}.{key}: links {sweeps[key]} and {name} both sweep "
+                                     f"{key}; sweep it on one link (the factor is named {key})")
+                sweeps[key] = name
+    return NetworkSpec(links=links, hosts=hosts)
+
+
+def _link_name(link: Any, links: dict[str, Any], where: str) -> str | None:
+    if link is None:
+        return None
+    if not isinstance(link, str) or link not in links:
+        known = ", ".join(sorted(links)) or "none: declare it under network.links"
+        raise InputError(f"{where}: {_show(link)} is not a link of network.links ({known})")
+    return link
+
+
+def _rank_list(value: Any, where: str) -> tuple[int, ...]:
+    """``0-3,8`` or ``[0, 1, 2]`` -> the ranks."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    out: list[int] = []
+    for item in items:
+        text = str(item).strip()
+        try:
+            if isinstance(item, bool):
+                raise ValueError
+            first, _, last = text.partition("-")
+            lo, hi = int(first), int(last) if last else int(first)
+        except ValueError:
+            raise InputError(f"{where}: {_show(item)} is not a rank or a range of ranks (e.g. 0-3,8)") from None
+        if lo < 0 or hi < lo or hi >= MAX_CLIENTS:
+            raise InputError(f"{where}: {_show(item)} is not a range of ranks (e.g. 0-3)")
+        out += [r for r in range(lo, hi + 1) if r not in out]
+    if not out:
+        raise InputError(f"{where}: no ranks given (e.g. 0-3,8)")
+    return tuple(out)
+
+
+GROUP_KEYS = ("count", "host", "link", "hosts", "ranks")
+
+
+def _groups(raw: dict[str, Any], network: NetworkSpec, where: str = "clients") -> tuple[dict[str, Group], NetworkSpec]:
+    """``clients: {NAME: {count: [2, 4], host: H, link: L}}``: the groups, and the network with the hosts they imply."""
+    groups: dict[str, Group] = {}
+    hosts = dict(network.hosts)
+    for name, entry in raw.items():
+        at = f"{where}.{visible(str(name))}"
+        check_name(str(name), at)
+        if isinstance(entry, (int, list)) and not isinstance(entry, bool):
+            entry = {"count": entry}
+        if not isinstance(entry, dict):
+            raise InputError(f"{at}: {_show(entry)} is not a client group (write {name}: {{count: [2, 4], host: "
+                             "server1}})")
+        for key in entry:
+            if key not in GROUP_KEYS:
+                raise InputError(f"{at}.{key}: unknown key ({_suggest(str(key), GROUP_KEYS)})")
+        if "count" not in entry:
+            raise InputError(f"{at}.count: missing (how many clients this group runs, e.g. [2, 4])")
+        counts = entry["count"] if isinstance(entry["count"], list) else [entry["count"]]
+        parsed: list[int] = []
+        for i, c in enumerate(counts):
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_CLIENTS:
+                raise InputError(f"{at}.count: {_show(c)} is not a number of clients (a whole number, 0 to "
+                                 f"{MAX_CLIENTS:,})")
+            if c not in parsed:
+                parsed.append(c)
+        if not parsed:
+            raise InputError(f"{at}.count: no client counts given (e.g. [2, 4])")
+        host = _host_name(entry["host"], f"{at}.host") if entry.get("host") is not None else None
+        link = _link_name(entry.get("link"), network.links, f"{at}.link")
+        if link and not host:
+            raise InputError(f"{at}.link: a link attaches an emulated host; add host: NAME (the clients run there)")
+        real = tuple(_host_name(h, f"{at}.hosts[{i}]") for i, h in enumerate(entry.get("hosts") or []))
+        ranks = _rank_list(entry["ranks"], f"{at}.ranks") if entry.get("ranks") is not None else ()
+        if host and (real or ranks):
+            raise InputError(f"{at}: give host (an emulated host, local clients) or hosts/ranks (MPI), not both")
+        if host:
+            had = hosts.get(host, link)
+            if link is not None and had != link:
+                raise InputError(f"{at}.link: host {host} is attached by link {had or 'none'} elsewhere in the study; "
+                                 "a host has one link (use another host name)")
+            hosts[host] = had
+        groups[str(name)] = Group(name=str(name), counts=tuple(parsed), host=host, link=link, hosts=real, ranks=ranks)
+    if not groups:
+        raise InputError(f"{where}: no client groups (write {where}: {{onboard: {{count: [2]}}}} or a list of counts)")
+    if not any(any(g.counts) for g in groups.values()):
+        raise InputError(f"{where}: every group's count is 0: no cell would run a client")
+    return groups, NetworkSpec(links=network.links, hosts=hosts)
+
+
 def parse_int_list(text: Any, where: str) -> list[int]:
     items = text if isinstance(text, list) else [text] if isinstance(text, int) else str(text).split(",")
     out: list[int] = []
@@ -681,12 +870,23 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     specs = {n: expand_workload(n, kind, params, where_of[n]) for n, (kind, params) in entries.items()}
 
     # factors and engine settings
+    network = _network(raw.get("network"))
+    groups: dict[str, Group] | None = None
     if clients is not None:
+        if isinstance(raw.get("clients"), dict):
+            raise InputError("--clients: the study splits its clients into groups (clients: in the study); change "
+                             "their counts there")
         client_counts = parse_int_list(clients, "--clients")
+    elif isinstance(raw.get("clients"), dict):
+        groups, network = _groups(raw["clients"], network)
+        client_counts = []  # each combination's total, once the number of cells is known to be bounded
     elif "clients" in raw:
         client_counts = parse_int_list(raw["clients"], "clients")
     else:
         client_counts = list(DEFAULT_CLIENTS) if not path else [1]
+    for t in chosen_targets.values():  # a testbed server placed on an emulated host: that host is the network's
+        for host in _as_list(((t.system or {}).get("settings") or {}).get("host")):
+            network.hosts.setdefault(host, None)
     reps = repetitions if repetitions is not None else raw.get("repetitions", DEFAULT_REPETITIONS if default_study else 1)
     if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_REPETITIONS:
         where = "--repetitions" if repetitions is not None else "repetitions"
@@ -720,10 +920,15 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, 1 to "
                          f"{MAX_CLIENTS:,})")
     variants = sum(len(combinations(t.system["settings"])) if t.system else 1 for t in chosen_targets.values())
-    cells = variants * sum(len(w.combos) for w in specs.values()) * len(client_counts) * reps
+    client_variants = math.prod(len(g.counts) for g in groups.values()) if groups else len(client_counts)
+    cells = (variants * sum(len(w.combos) for w in specs.values()) * client_variants
+             * math.prod(len(network.links[link][key]) for key, link in network.swept().items())
+             * reps)
     if cells > MAX_CELLS:
         raise InputError(f"the study has {cells:,} cells (targets and their settings × parameter combinations × client counts × "
                          f"repetitions; at most {MAX_CELLS:,}): sweep fewer values or repeat less")
+    if groups:
+        client_counts = sorted({sum(c.values()) for c in group_combinations(groups)})
     faults = _fault_plan(raw, raw_workloads, specs, {**study_targets, **chosen_targets})  # --target narrows
     bed = raw.get("testbed")
     if bed is not None and (not isinstance(bed, str) or not bed.strip()):
@@ -733,4 +938,5 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,
                  description=str(description) if description is not None else None, keep_cache=keep,
                  probe_interval=interval, placement=place, clients_per_host=per_host, faults=faults,
-                 testbed=bed.strip() if bed else None)
+                 testbed=bed.strip() if bed else None, groups=groups,
+                 network=network if (network.links or network.hosts) else None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .core.cell import Cell, TargetSpec
+from .core.network import describe_link
 from .core.system import fill, identity, label
 from . import interrupts
 from .errors import StorevalError, one_line
@@ -57,6 +59,9 @@ class Systems:
         self._base: str | None = None  # the run's own testbed parent directory, when the study named none
         self._bed: Any = None
         self._started: set[str] = set()  # testbed kinds this run started (and so stops)
+        self.net: Any = None  # the testbed network (testbed/network.py) the cells run on, once made
+        self._net_key: str | None = None  # the hosts and link settings last applied
+        self._net_made = False  # this run made the network (so removes it)
 
     # -- where testbed systems run -----------------------------------------------------------------------------
     @property
@@ -91,6 +96,10 @@ class Systems:
             where = str(self._testbed().dir)
             items += [{"argv": [sys.executable, "-m", "storeval", "testbed", "down", kind, "--dir", where],
                        "what": f"stopped the {kind} testbed", "timeout": 600} for kind in sorted(self._started)]
+        if self._net_made:
+            where = str(self._testbed().dir)
+            items.append({"argv": [sys.executable, "-m", "storeval", "testbed", "network", "--down", "--dir", where],
+                          "what": "removed the emulated network", "timeout": 120})
         self.on_pending(items)
 
     # -- blocks ------------------------------------------------------------------------------------------------
@@ -100,12 +109,20 @@ class Systems:
         system = cell.target.system
         if not system:
             self.leave()
+            self._network(cell)
             return cell
         key = identity(system)
         if self.active is None or self.active.key != key:
             self.leave()
             self.active = _Active(key, system, cell.target)
-            self._bring_up(self.active, cell.target)
+            try:
+                self._network(cell)  # its servers may run on an emulated host: the hosts come first
+            except StorevalError as e:
+                self.active.error = str(e)
+            else:
+                self._bring_up(self.active, cell.target)
+        else:
+            self._network(cell)  # the links may change between two cells of one block (a swept rtt)
         active = self.active
         if active.error:
             raise StorevalError(active.error)
@@ -115,6 +132,61 @@ class Systems:
             except StorevalError as e:
                 raise StorevalError(f"target {cell.target.name} ({label(system['settings'])}): {one_line(e)}") from None
         return dataclasses.replace(cell, target=active.resolved[cell.target.name])
+
+    # -- the emulated network ----------------------------------------------------------------------------------
+    def _network(self, cell: Cell) -> None:
+        """The testbed network at this cell's hosts and link settings (made on first use, links changed in place
+        between cells); StorevalError (one line) if it cannot be."""
+        if not cell.network:
+            return
+        hosts = dict(cell.network["hosts"])
+        links = cell.network["links"]
+        key = json.dumps([hosts, links], sort_keys=True)
+        if key == self._net_key and self.net is not None:
+            return
+        from .testbed.base import TestbedError
+        from .testbed.network import LinkSettings
+
+        bed = self._testbed()
+        settings = {h: LinkSettings(**links[link]) for h, link in hosts.items() if link}
+        began = time.monotonic()
+        try:
+            existed = bed.network() is not None
+            self.net = bed.network_up(hosts, settings)
+        except TestbedError as e:
+            self._net_key = None
+            raise StorevalError(f"the emulated network: {one_line(e)}") from None
+        if not existed:
+            self._net_made = True
+            self._pending()
+        self._net_key = key
+        seconds = round(time.monotonic() - began, 3)
+        shown = "; ".join(f"{h}: {describe_link(links[link]) if link else 'unshaped'}" for h, link in hosts.items())
+        self.events.append({"kind": "network-up" if not existed else "network-set",
+                            "message": f"emulated network {'made' if not existed else 'set'} in {seconds:g} s: {shown}",
+                            "detail": {"hosts": hosts, "links": links, "seconds": seconds}})
+        self.environment["network"] = {"hosts": {h: {"address": self.net.address(h), "link": link}
+                                                 for h, link in hosts.items()},
+                                       "controller": self.net.controller_addr}
+
+    def _network_down(self) -> None:
+        """Remove the emulated network this run made (its servers are stopped first, by ``close``)."""
+        if not self._net_made:
+            return
+        from .testbed.base import TestbedError
+
+        try:
+            self._testbed().network_down()
+            self.events.append({"kind": "network-down", "message": "emulated network removed"})
+        except TestbedError as e:
+            message = (f"could not remove the emulated network of {self._testbed().dir}: {one_line(e)}; "
+                       f"`storeval testbed down --dir {self._testbed().dir}` removes it")
+            self.events.append({"kind": "warning", "message": message})
+            self.log(f"warning: {message}")
+        self._net_made = False
+        self.net = None
+        self._net_key = None
+        self._pending()
 
     def _bring_up(self, active: _Active, target: TargetSpec) -> None:
         system = active.system
@@ -243,6 +315,7 @@ class Systems:
                 self._started.discard(kind)
                 self._pending()
                 self._bed = None  # down removes the testbed directory with its last system: the next up makes it anew
+                self._net_key = None  # and the network with it, when nothing else runs there: made again if needed
                 if left:
                     self.events.append({"kind": "warning", "message": f"{kind} testbed: left {len(left)} path(s) "
                                         f"in {self._testbed().dir}"})
@@ -266,6 +339,7 @@ class Systems:
                 except Exception as e:  # noqa: BLE001
                     self.events.append({"kind": "warning", "message": f"could not stop the {kind} testbed in "
                                         f"{self._testbed().dir}: {one_line(e)}"})
+            self._network_down()
             self._pending()
         if self._base:
             with contextlib.suppress(OSError):

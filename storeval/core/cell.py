@@ -37,10 +37,16 @@ class Cell:
     phase_timeout: float = 3600.0
     extra: dict[str, Any] = field(default_factory=dict)
     faults: tuple[Fault, ...] = ()  # the study's fault plan, as it applies to this cell
+    # client groups in rank order ({"name", "count", "host"}; core/network.py), () when every client is alike
+    groups: tuple[dict[str, Any], ...] = ()
+    # the emulated network this cell runs on: {"hosts": {host: link or None}, "links": {link: settings now}}
+    network: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.factors.items() if k != "clients")
+        shown = ", ".join(f"{k}={v}" for k, v in self.factors.items() if k != "clients" and not k.startswith("clients."))
+        if self.groups:
+            shown = ", ".join(x for x in (shown, " + ".join(f"{g['count']} {g['name']}" for g in self.groups)) if x)
         return f"{self.target.name} · {self.workload}{f' ({shown})' if shown else ''} · {self.clients} client{'s' if self.clients > 1 else ''}"
 
     def state(self, cell_dir: str | None) -> dict[str, Any]:
@@ -48,7 +54,9 @@ class Cell:
         return {"index": self.index, "config": self.config, "target": self.target.name, "url": self.target.url,
                 "options": self.target.options, **({"system": self.target.system} if self.target.system else {}), "workload": self.workload, "kind": self.kind, "params": self.params,
                 "factors": self.factors, "nclients": self.clients, "repetition": self.repetition,
-                "cell_dir": cell_dir, "faults": [f.state() for f in self.faults]}
+                "cell_dir": cell_dir, "faults": [f.state() for f in self.faults],
+                **({"groups": list(self.groups)} if self.groups else {}),
+                **({"network": self.network} if self.network else {})}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Cell:
@@ -56,4 +64,5 @@ class Cell:
                                                                 system=d.get("system")),
                    workload=d["workload"], kind=d["kind"], params=d["params"], factors=d["factors"],
                    clients=d["nclients"], repetition=d["repetition"],
-                   faults=tuple(Fault.from_state(f) for f in d.get("faults", ())))
+                   faults=tuple(Fault.from_state(f) for f in d.get("faults", ())),
+                   groups=tuple(d.get("groups", ())), network=d.get("network"))

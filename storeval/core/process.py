@@ -27,3 +27,27 @@ def alive(pid: int, created: float | None = None) -> bool:
         return (created is None or abs(p.create_time() - created) < 0.5) and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+CLONE_NEWNET = 0x40000000
+RUN_NETNS = "/run/netns"
+
+
+def enter_netns(name: str) -> None:
+    """Move this process into the network namespace ``/run/netns/NAME`` (an emulated host of the testbed's
+    network), before it makes any socket: every connection it opens then starts on that host. Root only;
+    OSError (one line) otherwise."""
+    import ctypes
+    import os
+
+    path = os.path.join(RUN_NETNS, name)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"cannot enter the network namespace {name}: {os.strerror(err)}"
+                               + (" (root is needed)" if os.geteuid() else ""))
+    finally:
+        os.close(fd)
+

@@ -28,6 +28,8 @@ from ..workloads.loaded import make_workload  # loads every workload: the fork s
 from ..workloads.base import ClientContext
 from ..core.comm import Comm
 from ..core.job import Job
+from ..core.network import rank_groups
+from ..core.process import enter_netns
 from ..core.oplog import PhaseRecorder
 from ..core.stop import ClientStopped
 
@@ -36,13 +38,15 @@ Send = Callable[[tuple], None]
 
 def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
              seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None,
-             faulted: tuple[str, ...] = ()) -> Job:
+             faulted: tuple[str, ...] = (), groups: tuple[dict, ...] = (), netns: tuple[str | None, ...] = (),
+             links: dict | None = None) -> Job:
     """The job every client of a cell receives, with where the target's server counters are found."""
     server = server_spec(options)
     return Job(url=url, options=options, kind=kind, params=params, cell_dir=cell_dir,
                steps=tuple((str(p), int(i)) for p, i in steps), seed=seed, keep_cache=keep_cache,
                probe_interval=probe_interval, target=target, server=server,
-               server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted))
+               server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted), groups=tuple(groups),
+               netns=tuple(netns), links=dict(links or {}))
 
 
 # How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the
@@ -84,10 +88,13 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
     driver = wl = ctx = None
     cleaned = False
     try:
+        if job.netns and job.netns[rank]:  # its group's emulated host: every socket it makes starts there
+            enter_netns(job.netns[rank])
         driver = make_driver(job.url, job.options, client=rank)
         driver.name = job.target
         driver.connect()
         wl = make_workload(job.kind, job.params)
+        group = rank_groups(job.groups)[rank]["name"] if job.groups else None
         leader = getattr(comm, "host_leader", rank == 0)
         ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job.cell_dir,
                             seed=job.seed, comm=comm, keep_cache=job.keep_cache, host_leader=leader,
@@ -98,6 +105,8 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
         comm.barrier()
         for seq, (phase, iteration) in enumerate(job.steps):
             rec = PhaseRecorder(rank, phase, progress, iteration)
+            if group is not None:
+                rec.extra["group"] = group
             ctx.server_cache = None
             wl.before_phase(ctx, phase)
             rec.clear_progress()

@@ -156,7 +156,7 @@ class LocalEngine:
                 if on_clients is not None:
                     on_clients(_describe(procs))
                 sampler = start_sampler(ctx, {f"client{r}": p.pid for r, p in enumerate(procs)},
-                                        job.probe_interval)
+                                        job.probe_interval, job.links)
                 watch.loop(out, on_progress, sampler)
         except KeyboardInterrupt as e:  # storeval used without interrupts.install(): Python's own Ctrl-C
             watch.fail("interrupted", watch.current_step(), str(e) or interrupts.reason(None))

@@ -263,6 +263,19 @@ def _shift(msgs: list[tuple], start: dict[str, int] | None, end: dict[str, int] 
     return out
 
 
+def _ranges(ranks: list[int]) -> str:
+    """``0-3,8``: sorted ranks, runs folded."""
+    out: list[str] = []
+    for r in ranks:
+        if out and "-" not in out[-1].split(",")[-1] and int(out[-1]) == r - 1:
+            out[-1] = f"{out[-1]}-{r}"
+        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == r - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out)
+
+
 def participate(job: Job, ranks: list[int], leaders: set[int],
                 on_start: Callable[[tuple], None] | None = None) -> list[tuple] | None:
     """Every world rank calls this for every cell: participants run the client loop; returns their messages.
@@ -342,7 +355,10 @@ class MpiEngine:
                  watcher: PhaseWatcher | None = None) -> CellOutcome:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
         w = world()
-        ranks = self.order[:nclients]
+        try:
+            ranks = self.choose(job, nclients)
+        except ValueError as e:
+            return CellOutcome(status="failed", error=str(e))
         if on_clients is not None:
             on_clients([{"rank": r, "pid": self.procs[r][0], "created": self.procs[r][1], "host": self.procs[r][2],
                          "coordinator": r == 0} for r in ranks])
@@ -384,6 +400,26 @@ class MpiEngine:
                                    "message": f"{who} did not stop within {GRACE_SECONDS:g} s"})
         outcome.note_late_stop()
         return outcome
+
+    def choose(self, job: Job, nclients: int) -> list[int]:
+        """The world ranks of a cell, in client order: the first ``nclients`` in placement order or, for a study
+        with client groups, each group's count taken (in placement order) from the ranks its ``hosts`` or
+        ``ranks`` rule allows, group after group — so a client's group is known from its position. ValueError
+        (one line) when a group's rule leaves too few ranks."""
+        if not job.groups:
+            return self.order[:nclients]
+        chosen: list[int] = []
+        for g in job.groups:
+            hosts, allowed = set(g.get("hosts") or ()), set(g.get("ranks") or ())
+            fits = [r for r in self.order if r not in chosen and (not hosts or self.hosts[r] in hosts)
+                    and (not allowed or r in allowed)]
+            if len(fits) < g["count"]:
+                rule = (f"on {', '.join(sorted(hosts))}" if hosts else "") + (
+                    f"{' and ' if hosts else ''}among ranks {_ranges(sorted(allowed))}" if allowed else "")
+                raise ValueError(f"client group {g['name']} needs {g['count']} ranks{' ' + rule if rule else ''}; the "
+                                 f"job has {len(fits)} left there (start more ranks with mpiexec, or lower its count)")
+            chosen += fits[:g["count"]]
+        return chosen
 
     def _context(self) -> Any:
         if self.ctx is None:

@@ -20,11 +20,13 @@ import time
 from typing import Any
 
 from .counters import flatten, snapshot
+from .links import link_counters
 
 END = None  # the last message of the stream
 
 
-def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: int) -> None:
+def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: int,
+                 links: dict[str, Any] | None = None) -> None:
     """Sample until the coordinator says stop (any message on ``conn``, or its end of it closing) or ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     from ..core.process import set_process_name
@@ -37,7 +39,10 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
 
     def take() -> None:
         t = time.perf_counter_ns()
-        conn.send([(t, probe, device, metric, value) for probe, device, metric, value in flatten(snapshot(pids))])
+        snap = snapshot(pids)
+        if links:  # the emulated hosts and links (probes/links.py)
+            snap["link"] = link_counters(links)
+        conn.send([(t, probe, device, metric, value) for probe, device, metric, value in flatten(snap)])
 
     try:
         take()
@@ -59,12 +64,12 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
 class Sampler:
     """The coordinator's handle on one cell's probe side process (every engine's: it samples this host)."""
 
-    def __init__(self, ctx: Any, pids: dict[str, int], interval: float) -> None:
+    def __init__(self, ctx: Any, pids: dict[str, int], interval: float, links: dict[str, Any] | None = None) -> None:
         self.rows: list[tuple[int, str, str, str, float]] = []
         # one duplex pipe: samples come back on it, and a word on it (or its closing) says stop. Not an
         # Event: setting one waits for every process waiting on it to wake, a killed one never does.
         self.conn, theirs = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=sampler_main, args=(pids, interval, theirs, os.getpid()),
+        self.proc = ctx.Process(target=sampler_main, args=(pids, interval, theirs, os.getpid(), links),
                                 name="storeval-sampler", daemon=True)
         try:
             self.proc.start()
@@ -122,8 +127,9 @@ class Sampler:
         return self.rows
 
 
-def start_sampler(ctx: Any, pids: dict[str, int], interval: float) -> Sampler | None:
+def start_sampler(ctx: Any, pids: dict[str, int], interval: float,
+                  links: dict[str, Any] | None = None) -> Sampler | None:
     """The probe side process of a cell, or None when sampling is off."""
     if not interval or interval <= 0:
         return None
-    return Sampler(ctx, pids, interval)
+    return Sampler(ctx, pids, interval, links)
