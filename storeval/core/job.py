@@ -28,5 +28,6 @@ class Job:
     server_pids: tuple[int, ...] = ()
     faulted: tuple[str, ...] = ()  # phases a fault plan strikes: their writes are read back and checked after
     groups: tuple[dict[str, Any], ...] = ()  # the cell's client groups in rank order (core/network.py), or ()
+    members: tuple[str, ...] = ()  # client (rank in the cell) -> the name of its group
     netns: tuple[str | None, ...] = ()  # rank -> the network namespace (emulated host) it runs in, None: this one
     links: dict[str, Any] = field(default_factory=dict)  # the emulated links the probe side process samples

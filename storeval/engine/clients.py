@@ -46,7 +46,8 @@ def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, 
                steps=tuple((str(p), int(i)) for p, i in steps), seed=seed, keep_cache=keep_cache,
                probe_interval=probe_interval, target=target, server=server,
                server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted), groups=tuple(groups),
-               netns=tuple(netns), links=dict(links or {}))
+               members=tuple(g["name"] for g in rank_groups(tuple(groups))), netns=tuple(netns),
+               links=dict(links or {}))
 
 
 # How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the
@@ -94,7 +95,7 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
         driver.name = job.target
         driver.connect()
         wl = make_workload(job.kind, job.params)
-        group = rank_groups(job.groups)[rank]["name"] if job.groups else None
+        group = job.members[rank] if job.members else None
         leader = getattr(comm, "host_leader", rank == 0)
         ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job.cell_dir,
                             seed=job.seed, comm=comm, keep_cache=job.keep_cache, host_leader=leader,

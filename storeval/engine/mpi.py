@@ -23,6 +23,8 @@ run the very same client loop as local processes (engine/clients.py) over a sub-
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import socket
 import threading
@@ -356,9 +358,11 @@ class MpiEngine:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
         w = world()
         try:
-            ranks = self.choose(job, nclients)
+            ranks, members = self.choose(job, nclients)
         except ValueError as e:
             return CellOutcome(status="failed", error=str(e))
+        if members:
+            job = dataclasses.replace(job, members=members)
         if on_clients is not None:
             on_clients([{"rank": r, "pid": self.procs[r][0], "created": self.procs[r][1], "host": self.procs[r][2],
                          "coordinator": r == 0} for r in ranks])
@@ -401,14 +405,15 @@ class MpiEngine:
         outcome.note_late_stop()
         return outcome
 
-    def choose(self, job: Job, nclients: int) -> list[int]:
+    def choose(self, job: Job, nclients: int) -> tuple[list[int], tuple[str, ...]]:
         """The world ranks of a cell, in client order: the first ``nclients`` in placement order or, for a study
         with client groups, each group's count taken (in placement order) from the ranks its ``hosts`` or
-        ``ranks`` rule allows, group after group — so a client's group is known from its position. ValueError
-        (one line) when a group's rule leaves too few ranks."""
+        ``ranks`` rule allows, group after group, and each client's group; rank 0 (whose thread is the
+        coordinator's client) first when it takes part. ValueError (one line) when a rule leaves too few ranks."""
         if not job.groups:
-            return self.order[:nclients]
+            return self.order[:nclients], ()
         chosen: list[int] = []
+        names: list[str] = []
         for g in job.groups:
             hosts, allowed = set(g.get("hosts") or ()), set(g.get("ranks") or ())
             fits = [r for r in self.order if r not in chosen and (not hosts or self.hosts[r] in hosts)
@@ -419,7 +424,12 @@ class MpiEngine:
                 raise ValueError(f"client group {g['name']} needs {g['count']} ranks{' ' + rule if rule else ''}; the "
                                  f"job has {len(fits)} left there (start more ranks with mpiexec, or lower its count)")
             chosen += fits[:g["count"]]
-        return chosen
+            names += [g["name"]] * g["count"]
+        if 0 in chosen:  # rank 0 (the coordinator's own client) is always the cell's first client
+            i = chosen.index(0)
+            chosen.insert(0, chosen.pop(i))
+            names.insert(0, names.pop(i))
+        return chosen, tuple(names)
 
     def _context(self) -> Any:
         if self.ctx is None:
