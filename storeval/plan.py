@@ -11,6 +11,10 @@ setup command) is the exception one level up: each combination of its settings
 is a block of cells of its own — brought up once, measured with repetitions as
 outer loop inside the block, then taken down — and targets that share one
 configured system (same testbed kind and settings) share the block.
+
+Link settings of the emulated network (core/network.py) are factors like a workload's parameters: changing one
+between cells costs nothing. With client groups, a configuration's cells are the combinations of the groups'
+counts, each cell carrying its groups in rank order.
 """
 
 from __future__ import annotations
