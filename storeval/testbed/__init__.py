@@ -33,6 +33,8 @@ from typing import Any
 import yaml
 
 from .base import Server, ServerState, TestbedError, save_json
+from .netns import Taken
+from .network import LinkSettings, Network
 from .owned import FOREIGN, Ledger, Left, NotOwned, describe
 
 # kind -> "module:Class"; imported on use so a missing optional piece only affects its own server
@@ -79,6 +81,7 @@ class Testbed:
         self.ledger: Ledger | None = None  # the testbed directory's own ledger, once loaded or made
         self.targets_record: dict[str, Any] | None = None  # what storeval wrote as the targets file
         self._servers: dict[str, Server] = {}
+        self.network: Network | None = None  # the emulated hosts and links, once planned (state "network")
 
     def _at(self, directory: Path) -> None:
         self.dir = directory
@@ -132,6 +135,13 @@ class Testbed:
             raise self._refuse(why)
         if not isinstance(data.get("servers", {}), dict):
             raise self._refuse(f"{self.state_file.name} is damaged")
+        self.network = None
+        if data.get("network") is not None:
+            try:
+                self.network = Network.from_json(data["network"])
+            except TestbedError:
+                raise self._refuse(f"{self.state_file.name}: the record of the network is damaged") from None
+            self.network.on_change = self._journal
         self.ledger = ledger
         self.targets_record = data.get("targets_file") if isinstance(data.get("targets_file"), dict) else None
         return data
@@ -161,7 +171,8 @@ class Testbed:
         assert self.ledger is not None
         save_json(self.state_file, {"format": STATE_FORMAT, "testbed": self.ledger.to_json(),
                                     "targets_file": self.targets_record,
-                                    "servers": {k: s.state.to_json() for k, s in servers.items()}})
+                                    "servers": {k: s.state.to_json() for k, s in servers.items()},
+                                    "network": self.network.to_json() if self.network is not None else None})
 
     def _journal(self) -> None:
         """Save the state now: called whenever a server recorded a new directory, file or process."""
@@ -267,14 +278,18 @@ class Testbed:
             if why:
                 raise NotOwned(f"{self.targets_file} exists and {why}: storeval replaces only its own targets file; "
                                "move it away (or choose another --dir)")
-            if self.ledger is None:  # a new testbed: the directory must be new or empty
-                self.ledger = Ledger()
-                self.ledger.on_change = self._journal
-                self.ledger.anchor(self.dir, rule=STATE_RULE)
-            self.ledger.on_change = self._journal
+            self._anchor()
             if not locked:
                 stack.enter_context(self._locked())
             return self._up(servers, kinds, options, log)
+
+    def _anchor(self) -> None:
+        """The testbed directory's ledger: made (the directory new or empty) when there is no testbed here yet."""
+        if self.ledger is None:
+            self.ledger = Ledger()
+            self.ledger.on_change = self._journal
+            self.ledger.anchor(self.dir, rule=STATE_RULE)
+        self.ledger.on_change = self._journal
 
     def _up(self, servers: dict[str, Server], kinds: list[str], options: dict[str, dict[str, Any]], log) -> dict[str, Server]:
         self._servers = servers
@@ -299,6 +314,12 @@ class Testbed:
                                        f"away, then `storeval testbed up {kind}` again")
                     del servers[kind]
                     self._save(servers)
+                host = options.get(kind, {}).get("host")
+                place = getattr(server_class(kind), "place", None)
+                if host is not None and place is None:
+                    raise TestbedError(f"{kind}: cannot run on an emulated host (--host) yet; start it without one")
+                if host is not None:
+                    self._network_up({host: None}, {}, log, keep_links=True)
                 server = server_class(kind)(self.dir / kind, options.get(kind, {}))
                 server.on_change = self._journal
                 server.state.info["options"] = options.get(kind, {})
@@ -306,6 +327,10 @@ class Testbed:
                 try:
                     log(f"{kind}: installing (first use can take minutes)…")
                     server.install()
+                    if host is not None:
+                        assert self.network is not None
+                        server.place(self.network.netns(host), self.network.address(host))
+                        log(f"{kind}: on emulated host {host} ({self.network.address(host)})")
                     log(f"{kind}: starting")
                     server.start()
                     self._save(servers)
@@ -351,6 +376,8 @@ class Testbed:
                 self._save(servers)
             stayed = self._update_targets(servers, log)
             left_all += [stayed] if stayed else []
+            if self.network is not None and (not kinds or not any(s.state.procs for s in servers.values())):
+                self._network_down(log)  # the last server (or everything) goes: the emulated network with it
             if servers:
                 return left_all
             # no server has anything left: the state, the marker and the directory itself
@@ -363,10 +390,90 @@ class Testbed:
             left_all += self.ledger.remove(_claims_state)
             return left_all
 
+    # -- the emulated network ------------------------------------------------------------------------------
+    def network_up(self, hosts: dict[str, str | None], links: dict[str, LinkSettings] | None = None, *,
+                   log=print) -> Network:
+        """The emulated network with ``hosts`` (host -> link name or None) in it: planned (and recorded) then made,
+        or grown by the hosts it lacks; each host's link then gets its settings from ``links`` (name ->
+        settings). A host that exists with another link is refused in one line."""
+        with contextlib.ExitStack() as stack:
+            locked = stack.enter_context(self._locked())
+            self._servers = self.load()
+            self._anchor()
+            if not locked:
+                stack.enter_context(self._locked())
+            return self._network_up(hosts, links or {}, log)
+
+    def _network_up(self, hosts: dict[str, str | None], links: dict[str, LinkSettings], log,
+                    keep_links: bool = False) -> Network:
+        for name, link in hosts.items():
+            if link is not None and link not in links and not keep_links:
+                raise TestbedError(f"emulated host {name}: link '{link}' has no settings (links: "
+                                   f"{', '.join(links) or 'none'})")
+        for name, setting in links.items():
+            setting.check(f"link {name}")
+        net = self.network
+        if net is not None:
+            for name, link in hosts.items():
+                had = net.hosts.get(name)
+                if had is not None and had.link != link and not (keep_links and link is None):
+                    raise TestbedError(f"emulated host {name} exists with link {had.link or 'none'}, not "
+                                       f"{link or 'none'}: `storeval testbed down` first")
+            missing = {k: v for k, v in hosts.items() if k not in net.hosts}
+            if missing:
+                log(f"network: adding hosts {', '.join(missing)}")
+                net.add_hosts(missing)
+        else:
+            for _ in range(8):
+                net = Network.plan(hosts)
+                net.on_change = self._journal
+                self.network = net
+                self._journal()  # recorded before anything is made
+                try:
+                    log(f"network: making {net.subnet} with hosts {', '.join(hosts) or 'none'}")
+                    net.create()
+                    break
+                except Taken:
+                    self.network = None  # someone else's names: nothing was made; plan again
+                    self._journal()
+            else:
+                raise TestbedError("no free names for the emulated network after 8 tries; try again")
+        assert self.network is not None
+        for name, link in hosts.items():
+            if link is not None and link in links:
+                self.network.set_link(name, links[link])
+        self._journal()
+        return self.network
+
+    def set_link(self, host: str, settings: LinkSettings, *, log=print) -> Network:
+        """Change the link of emulated host ``host`` now (the host, and the network, made with a link if absent)."""
+        settings.check(f"link of {host}")
+        with contextlib.ExitStack() as stack:
+            locked = stack.enter_context(self._locked())
+            self._servers = self.load()
+            self._anchor()
+            if not locked:
+                stack.enter_context(self._locked())
+            net = self.network
+            if net is None or host not in net.hosts:
+                net = self._network_up({host: host}, {host: settings}, log)
+            else:
+                net.set_link(host, settings)
+            self._journal()
+            return net
+
+    def _network_down(self, log) -> None:
+        """Remove the emulated network (recorded until it is gone; TestbedError naming what stays)."""
+        assert self.network is not None
+        self.network.remove()
+        log(f"network {self.network.subnet}: removed (hosts {', '.join(self.network.hosts) or 'none'})")
+        self.network = None
+        self._journal()
+
     def status(self) -> list[str]:
         """One line per server saying what is true now; then anything left that is not storeval's."""
         servers = self.load()
-        lines = []
+        lines = self.network.status() if self.network is not None else []
         for s in servers.values():
             left = s.ledger.remove(s.claims, dry_run=True) if not s.state.procs else []
             lines.append(f"{s.kind}: stopped; left {describe(left)}: move them away, then `storeval testbed down` "
