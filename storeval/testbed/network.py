@@ -43,7 +43,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .base import Proc, TestbedError, spawn, wait_until
+import psutil
+
+from .base import Proc, TestbedError, spawn, terminate, wait_until
 from .netns import (GONE_WAIT, IP_TIMEOUT, RUN_NETNS, Taken, _ip, add_netns, free_subnet, link_exists, netns_exists,
                     netns_pids, release_run_netns, used_networks)
 
@@ -469,6 +471,7 @@ class Network:
                     Proc(**h.relay).stop(grace=5)
                 except TestbedError as e:
                     stays.append(str(e))
+        stays += self._stop_unrecorded_relays()
         for name in [*(h.netns for h in self.hosts.values()), self.switch]:
             if netns_exists(name):
                 kept = netns_pids(name)
@@ -489,6 +492,26 @@ class Network:
         release_run_netns()
         if stays:
             raise TestbedError(f"network {self.token}: left {'; '.join(stays)}")
+
+    def _stop_unrecorded_relays(self) -> list[str]:
+        """Relays a create killed between starting them and recording them: processes inside this network's
+        switch namespace (its name carries the token: only this network's relays are ever put there) running the
+        relay on this network's files."""
+        if not netns_exists(self.switch):
+            return []
+        found = []
+        for pid in netns_pids(self.switch):
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                args = p.cmdline()
+                if "storeval.testbed.relay" in args and any(a.startswith(self.workdir + "/") for a in args):
+                    found.append(p)
+        try:
+            terminate(found, 5)
+        except psutil.AccessDenied:
+            return [f"relay processes {' '.join(str(p.pid) for p in found)} (not allowed to stop them)"]
+        return [f"relay pid {p.pid} (did not end after SIGKILL)" for p in found if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
 
     def _remove_files(self) -> None:
         """The relays' files (only the names storeval writes) and the directory, when nothing else is in it."""

@@ -12,8 +12,9 @@ a 64 KiB TCP segment that veth passes as one GSO frame crosses the relay as one 
 to be completed by the kernel — without it, re-injected frames would carry bad checksums or exceed the MTU.
 ``PACKET_IGNORE_OUTGOING`` keeps the relay from reading what it sent itself.
 
-Loss is per MTU-sized segment: a GSO frame of k segments is dropped whole with probability 1-(1-p)^k (as if
-any of its segments had been lost; TCP then resends what the receiver did not acknowledge).
+Loss is per MTU-sized segment, as on a real link: a GSO frame of k segments loses something with probability
+1-(1-p)^k; a TCP/IPv4 frame then loses only the segments drawn (:func:`cut_segments` writes the surviving runs
+back as shorter frames), any other frame is dropped whole. ``dropped_loss`` counts segments.
 
 One thread: ``select`` (microsecond timeouts) until the next frame's deadline (it never spins), then a non-blocking drain of both
 sockets, then every frame whose time has come is sent. Each direction's frames wait in a ring buffer of
@@ -22,7 +23,7 @@ sockets, then every frame whose time has come is sent. Each direction's frames w
 come from a JSON file, read again on SIGHUP (a live change between cells). Statistics are written atomically to a JSON
 file every half second and at exit: per direction (``up`` = u→r, from the host; ``down`` = r→u, to the host)
 frames, bytes, dropped_loss, dropped_queue, dropped_send, queue_max_bytes and the delay really added
-(held_mean_s, held_p50_s, held_p90_s of the recent frames). As root it asks for SCHED_FIFO priority 10, so a busy
+(held_mean_s, held_p50_s, held_p90_s of the recent frames since the settings last changed). As root it asks for SCHED_FIFO priority 10, so a busy
 machine does not stretch the delay.
 
 Run: ``python -m storeval.testbed.relay --up-if U --down-if R --settings FILE --stats FILE``.
@@ -85,6 +86,96 @@ def open_socket(ifname: str) -> socket.socket:
     s.bind((ifname, ETH_P_ALL))
     s.setblocking(False)
     return s
+
+
+TCP_GSO = (1, 4)  # VIRTIO_NET_HDR_GSO_TCPV4, _TCPV6 (the ECN bit, 0x80, masked off)
+ETH_IPV4 = b"\x08\x00"
+
+
+def _fold(total: int) -> int:
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def _pseudo(ip: bytes | memoryview, tcp_len: int) -> int:
+    """The TCP pseudo-header's one's-complement sum (not complemented), as a partial checksum is seeded."""
+    return _fold(sum(struct.unpack_from("!4H", ip, 12)) + 6 + tcp_len)
+
+
+def cut_segments(view: memoryview, at: int, n: int, loss: float, rng: random.Random) -> tuple[list[tuple[int, int]], int] | None:
+    """Lose single MTU-sized segments of a TCP/IPv4 GSO frame held at ``view[at:at+n]``: each of its k segments
+    is lost with probability ``loss`` (at least one: the caller drew that one is), and what survives is written
+    back in place as shorter frames — runs of consecutive segments, each with its IP length, TCP sequence number,
+    flags and partial checksum seed set as the kernel's own segmentation would. Returns ([(start, size)…],
+    segments lost), or None when the frame is not one this can cut (then the whole frame is lost)."""
+    flags, gso_type, _, gso_size, csum_start, csum_offset = VNET_HDR.unpack_from(view, at)
+    eth = at + VNET_HDR.size
+    if gso_type & 0x7F != 1 or not gso_size or bytes(view[eth + 12:eth + 14]) != ETH_IPV4:
+        return None
+    ip = eth + 14
+    ihl = (view[ip] & 0x0F) * 4
+    if view[ip + 9] != 6 or ihl < 20:
+        return None
+    tcp = ip + ihl
+    thl = (view[tcp + 12] >> 4) * 4
+    head = tcp + thl  # payload starts here
+    payload = at + n - head
+    if thl < 20 or payload <= gso_size:
+        return None
+    (check,) = struct.unpack_from("!H", view, tcp + 16)
+    if check != _pseudo(view[ip:ip + 20], n - (tcp - at)):
+        return None  # not seeded as expected: leave it to the whole-frame drop
+    k = -(-payload // gso_size)
+    lost = [rng.random() < loss for _ in range(k)]
+    if not any(lost):
+        lost[rng.randrange(k)] = True  # the caller's draw said at least one is lost
+    runs, i = [], 0
+    while i < k:
+        if lost[i]:
+            i += 1
+            continue
+        j = i
+        while j < k and not lost[j]:
+            j += 1
+        runs.append((i, j))
+        i = j
+    header = bytes(view[at:head])  # vnet + ethernet + IP + TCP headers of the original
+    data = bytes(view[head:at + n])
+    (seq,) = struct.unpack_from("!I", header, tcp - at + 4)
+    (ip_id,) = struct.unpack_from("!H", header, ip - at + 4)
+    tcp_flags = header[tcp - at + 13]
+    out, pos = [], at
+    for a, b in runs:
+        chunk = data[a * gso_size:min(b * gso_size, payload)]
+        h = bytearray(header)
+        segs = b - a
+        if segs > 1:
+            VNET_HDR.pack_into(h, 0, flags, gso_type, head - eth, gso_size, csum_start, csum_offset)
+        else:
+            VNET_HDR.pack_into(h, 0, flags, 0, head - eth, 0, csum_start, csum_offset)  # one segment: no GSO
+        i0 = ip - at
+        struct.pack_into("!H", h, i0 + 2, ihl + thl + len(chunk))
+        struct.pack_into("!H", h, i0 + 4, (ip_id + a) & 0xFFFF)
+        struct.pack_into("!H", h, i0 + 10, 0)
+        struct.pack_into("!H", h, i0 + 10, 0xFFFF - _fold(sum(struct.unpack_from(f"!{ihl // 2}H", h, i0))))
+        t0 = tcp - at
+        struct.pack_into("!I", h, t0 + 4, (seq + a * gso_size) & 0xFFFFFFFF)
+        f = tcp_flags
+        if b < k:
+            f &= ~0x09  # FIN and PSH only on the last segment
+        if a > 0:
+            f &= ~0x80  # CWR only on the first
+        h[t0 + 13] = f
+        struct.pack_into("!H", h, t0 + 16, _pseudo(h[i0:i0 + 20], thl + len(chunk)))
+        size = len(h) + len(chunk)
+        if pos + size > at + FRAME_MAX:
+            return None
+        view[pos:pos + len(h)] = h
+        view[pos + len(h):pos + size] = chunk
+        out.append((pos, size))
+        pos += size
+    return out, sum(lost)
 
 
 class Direction:
@@ -171,21 +262,26 @@ class Relay:
                 continue
             if n < VNET_HDR.size:
                 continue
+            pieces = None
             if loss > 0:
-                _, gso_type, hdr_len, gso_size, _, _ = VNET_HDR.unpack_from(view, at)
-                segments = max(1, -(-(n - VNET_HDR.size - hdr_len) // gso_size)) if gso_type and gso_size else 1
+                _, gso_type, _, gso_size, _, _ = VNET_HDR.unpack_from(view, at)
+                segments = max(1, -(-(n - VNET_HDR.size - 54) // gso_size)) if gso_type and gso_size else 1
                 if rng.random() < 1 - (1 - loss) ** segments:
-                    d.dropped_loss += 1
-                    continue
+                    pieces = cut_segments(view, at, n, loss, rng) if segments > 1 else None
+                    if pieces is None or not pieces[0]:  # the whole frame is lost
+                        d.dropped_loss += segments
+                        continue
+                    d.dropped_loss += pieces[1]
             due = now + one_way
             if jitter > 0:
                 due += rng.uniform(-jitter, jitter)
             if due < d.last_due:
                 due = d.last_due  # order kept
             d.last_due = due
-            queue.append((due, now, at, n))
-            d.tail = at + n
-            d.queued += n
+            for start, size in (pieces[0] if pieces else ((at, n),)):
+                queue.append((due, now, start, size))
+                d.tail = start + size
+                d.queued += size
             if d.queued > d.queue_max:
                 d.queue_max = d.queued
 
@@ -234,6 +330,8 @@ class Relay:
                     self.reloads += 1
                     for d in self.dirs:
                         d.resize(self.capacity())
+                        d.held_sum, d.held_count = 0.0, 0  # the delay added under these settings, from now on
+                        d.held_recent.clear()
             now = clock()
             wake = next_stats
             for d in self.dirs:
