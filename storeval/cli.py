@@ -687,14 +687,19 @@ def _loss(text: str) -> float:
 
 
 @testbed_app.command("network")
-def testbed_network(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
+def testbed_network(
+    down: bool = typer.Option(False, "--down", help="Remove the emulated network (its servers stopped first)."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
     """Show the emulated network: hosts, addresses, links and their counters (bytes, packets, drops, queues)."""
     from .testbed import Testbed
     from .units import format_size
 
     bed = Testbed(directory)
-    bed.load()
-    net = bed.network
+    if down:
+        bed.network_down(log=_testbed_log)
+        return
+    net = bed.network()
     if net is None:
         print("no emulated network here (`storeval testbed up KIND --host H` or `storeval testbed link HOST` makes one)")
         return
@@ -727,8 +732,8 @@ def testbed_link(
     from .units import parse_duration, parse_rate
 
     bed = Testbed(directory)
-    bed.load()
-    now = bed.network.link_settings(host) if bed.network is not None and host in bed.network.hosts else LinkSettings()
+    net = bed.network()
+    now = net.link_settings(host) if net is not None and host in net.hosts else LinkSettings()
     if rate is not None:
         now.rate = None if rate.strip().lower() in ("none", "unlimited", "0") else \
             _link_value("--rate", rate, parse_rate, "1gbit")

@@ -144,8 +144,9 @@ class _Current:
         self._bed = bed
 
     def __getattr__(self, name: str):
-        assert self._bed.network is not None
-        return getattr(self._bed.network, name)
+        net = self._bed.network()
+        assert net is not None
+        return getattr(net, name)
 
 
 @pytest.fixture(scope="module")
@@ -347,3 +348,19 @@ def test_remove_after_a_create_killed_half_way(tmp_path):
     _assert_gone(net)
     # relays the killed create started were never recorded (nobody saved them): found in its switch, stopped
     assert not [p for p in psutil.process_iter(["cmdline"]) if net.workdir in " ".join(p.info["cmdline"] or [])]
+
+
+def test_cli_network_down_removes_the_network_and_the_empty_testbed(tmp_path):
+    d = tmp_path / "tb"
+    r = storeval("testbed", "link", "far", "--rtt", "2ms", "--dir", str(d))
+    assert r.rc == 0, r.err
+    net = Network.from_json(json.loads((d / "state.json").read_text())["network"])
+    spec = net.probe_spec()
+    assert spec == {"far": {"netns": net.netns("far"), "dev": "eth0", "tbf": [],
+                            "relay_stats": f"{net.workdir}/relay-1.stats.json"}}
+    r = storeval("testbed", "network", "--down", "--dir", str(d))
+    assert r.rc == 0, r.err
+    _assert_gone(net)
+    assert not d.exists()
+    r = storeval("testbed", "network", "--down", "--dir", str(d))
+    assert r.rc == 0 and "no emulated network" in r.err, r

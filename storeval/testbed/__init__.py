@@ -81,7 +81,7 @@ class Testbed:
         self.ledger: Ledger | None = None  # the testbed directory's own ledger, once loaded or made
         self.targets_record: dict[str, Any] | None = None  # what storeval wrote as the targets file
         self._servers: dict[str, Server] = {}
-        self.network: Network | None = None  # the emulated hosts and links, once planned (state "network")
+        self._net: Network | None = None  # the emulated hosts and links, once planned (state "network")
 
     def _at(self, directory: Path) -> None:
         self.dir = directory
@@ -135,13 +135,13 @@ class Testbed:
             raise self._refuse(why)
         if not isinstance(data.get("servers", {}), dict):
             raise self._refuse(f"{self.state_file.name} is damaged")
-        self.network = None
+        self._net = None
         if data.get("network") is not None:
             try:
-                self.network = Network.from_json(data["network"])
+                self._net = Network.from_json(data["network"])
             except TestbedError:
                 raise self._refuse(f"{self.state_file.name}: the record of the network is damaged") from None
-            self.network.on_change = self._journal
+            self._net.on_change = self._journal
         self.ledger = ledger
         self.targets_record = data.get("targets_file") if isinstance(data.get("targets_file"), dict) else None
         return data
@@ -172,7 +172,7 @@ class Testbed:
         save_json(self.state_file, {"format": STATE_FORMAT, "testbed": self.ledger.to_json(),
                                     "targets_file": self.targets_record,
                                     "servers": {k: s.state.to_json() for k, s in servers.items()},
-                                    "network": self.network.to_json() if self.network is not None else None})
+                                    "network": self._net.to_json() if self._net is not None else None})
 
     def _journal(self) -> None:
         """Save the state now: called whenever a server recorded a new directory, file or process."""
@@ -328,9 +328,9 @@ class Testbed:
                     log(f"{kind}: installing (first use can take minutes)…")
                     server.install()
                     if host is not None:
-                        assert self.network is not None
-                        server.place(self.network.netns(host), self.network.address(host))
-                        log(f"{kind}: on emulated host {host} ({self.network.address(host)})")
+                        assert self._net is not None
+                        server.place(self._net.netns(host), self._net.address(host))
+                        log(f"{kind}: on emulated host {host} ({self._net.address(host)})")
                     log(f"{kind}: starting")
                     server.start()
                     self._save(servers)
@@ -376,26 +376,51 @@ class Testbed:
                 self._save(servers)
             stayed = self._update_targets(servers, log)
             left_all += [stayed] if stayed else []
-            if self.network is not None and (not kinds or not any(s.state.procs for s in servers.values())):
+            if self._net is not None and (not kinds or not any(s.state.procs for s in servers.values())):
                 self._network_down(log)  # the last server (or everything) goes: the emulated network with it
-            if servers:
-                return left_all
-            # no server has anything left: the state, the marker and the directory itself
-            inside = self.ledger.remove(_claims_state, dry_run=True)
-            if inside:
-                left_all += inside
-                log(f"left {describe(inside)}: {self.dir} stays with them and its state "
-                    "(move them away, then `storeval testbed down` again)")
-                return left_all
-            left_all += self.ledger.remove(_claims_state)
+            return self._finish(servers, left_all, log)
+
+    def _finish(self, servers: dict[str, Server], left_all: list[Left], log) -> list[Left]:
+        """With no server and no network left: the state, the marker and the directory itself."""
+        assert self.ledger is not None
+        if servers or self._net is not None:
             return left_all
+        inside = self.ledger.remove(_claims_state, dry_run=True)
+        if inside:
+            left_all += inside
+            log(f"left {describe(inside)}: {self.dir} stays with them and its state "
+                "(move them away, then `storeval testbed down` again)")
+            return left_all
+        left_all += self.ledger.remove(_claims_state)
+        return left_all
 
     # -- the emulated network ------------------------------------------------------------------------------
+    def network(self) -> Network | None:
+        """The emulated network this testbed directory records now (None: none)."""
+        self.load()
+        return self._net
+
+    def network_down(self, *, log=print) -> list[Left]:
+        """Remove the emulated network (its servers keep running where they are, if any: stop them first); with
+        no server left, the testbed directory goes too. TestbedError names what stays."""
+        with self._locked():
+            servers = self.load()
+            if self.ledger is None or self._net is None:
+                log(f"no emulated network in {self.dir}: nothing to remove")
+                return []
+            self.ledger.on_change = self._journal
+            placed = sorted(k for k, s in servers.items() if s.state.procs and s.state.info.get("placement"))
+            if placed:
+                raise TestbedError(f"{', '.join(placed)} run on the emulated network: `storeval testbed down "
+                                   f"{' '.join(placed)}` first")
+            self._network_down(log)
+            return self._finish(servers, [], log)
+
     def network_up(self, hosts: dict[str, str | None], links: dict[str, LinkSettings] | None = None, *,
                    log=print) -> Network:
         """The emulated network with ``hosts`` (host -> link name or None) in it: planned (and recorded) then made,
         or grown by the hosts it lacks; each host's link then gets its settings from ``links`` (name ->
-        settings). A host that exists with another link is refused in one line."""
+        settings, or host -> settings). A host that exists with another link is refused in one line."""
         with contextlib.ExitStack() as stack:
             locked = stack.enter_context(self._locked())
             self._servers = self.load()
@@ -407,12 +432,12 @@ class Testbed:
     def _network_up(self, hosts: dict[str, str | None], links: dict[str, LinkSettings], log,
                     keep_links: bool = False) -> Network:
         for name, link in hosts.items():
-            if link is not None and link not in links and not keep_links:
+            if link is not None and link not in links and name not in links and not keep_links:
                 raise TestbedError(f"emulated host {name}: link '{link}' has no settings (links: "
                                    f"{', '.join(links) or 'none'})")
         for name, setting in links.items():
             setting.check(f"link {name}")
-        net = self.network
+        net = self._net
         if net is not None:
             for name, link in hosts.items():
                 had = net.hosts.get(name)
@@ -427,23 +452,24 @@ class Testbed:
             for _ in range(8):
                 net = Network.plan(hosts)
                 net.on_change = self._journal
-                self.network = net
+                self._net = net
                 self._journal()  # recorded before anything is made
                 try:
                     log(f"network: making {net.subnet} with hosts {', '.join(hosts) or 'none'}")
                     net.create()
                     break
                 except Taken:
-                    self.network = None  # someone else's names: nothing was made; plan again
+                    self._net = None  # someone else's names: nothing was made; plan again
                     self._journal()
             else:
                 raise TestbedError("no free names for the emulated network after 8 tries; try again")
-        assert self.network is not None
+        assert self._net is not None
         for name, link in hosts.items():
-            if link is not None and link in links:
-                self.network.set_link(name, links[link])
+            setting = links.get(link, links.get(name)) if link is not None else None  # by link name, or by host
+            if setting is not None:
+                self._net.set_link(name, setting)
         self._journal()
-        return self.network
+        return self._net
 
     def set_link(self, host: str, settings: LinkSettings, *, log=print) -> Network:
         """Change the link of emulated host ``host`` now (the host, and the network, made with a link if absent)."""
@@ -454,7 +480,7 @@ class Testbed:
             self._anchor()
             if not locked:
                 stack.enter_context(self._locked())
-            net = self.network
+            net = self._net
             if net is None or host not in net.hosts:
                 net = self._network_up({host: host}, {host: settings}, log)
             else:
@@ -464,16 +490,16 @@ class Testbed:
 
     def _network_down(self, log) -> None:
         """Remove the emulated network (recorded until it is gone; TestbedError naming what stays)."""
-        assert self.network is not None
-        self.network.remove()
-        log(f"network {self.network.subnet}: removed (hosts {', '.join(self.network.hosts) or 'none'})")
-        self.network = None
+        assert self._net is not None
+        self._net.remove()
+        log(f"network {self._net.subnet}: removed (hosts {', '.join(self._net.hosts) or 'none'})")
+        self._net = None
         self._journal()
 
     def status(self) -> list[str]:
         """One line per server saying what is true now; then anything left that is not storeval's."""
         servers = self.load()
-        lines = self.network.status() if self.network is not None else []
+        lines = self._net.status() if self._net is not None else []
         for s in servers.values():
             left = s.ledger.remove(s.claims, dry_run=True) if not s.state.procs else []
             lines.append(f"{s.kind}: stopped; left {describe(left)}: move them away, then `storeval testbed down` "

@@ -453,6 +453,17 @@ class Network:
             out[h.name] = {k: float(v) for k, v in c.items()}
         return out
 
+    def probe_spec(self) -> dict[str, dict[str, Any]]:
+        """Where the link probe (probes/links.py) reads each host: its namespace and interface, its link's tbf
+        queues ([namespace, device] pairs: what it sends, what it receives) and its relay's statistics file."""
+        out = {}
+        for h in self.hosts.values():
+            rate = LinkSettings.from_json(h.settings).rate
+            out[h.name] = {"netns": h.netns, "dev": "eth0",
+                           "tbf": [[h.netns, "eth0"], [self.switch, h.peer_if]] if h.link and rate else [],
+                           "relay_stats": str(self._files(h)["stats"]) if h.link else None}
+        return out
+
     def _host_qdisc(self, h: HostInfo) -> dict[str, Any] | None:
         for q in _json(_tc(h.netns, "-s", "-j", "qdisc", "show", "dev", "eth0", check=False).stdout):
             if q.get("root"):

@@ -22,8 +22,9 @@ sockets, then every frame whose time has come is sent. Each direction's frames w
 ``dropped_queue``. Settings (``rtt``, ``jitter``, ``loss``, ``rate``, ``queue_bytes``; see :func:`read_settings`)
 come from a JSON file, read again on SIGHUP (a live change between cells). Statistics are written atomically to a JSON
 file every half second and at exit: per direction (``up`` = u→r, from the host; ``down`` = r→u, to the host)
-frames, bytes, dropped_loss, dropped_queue, dropped_send, queue_max_bytes and the delay really added
-(held_mean_s, held_p50_s, held_p90_s of the recent frames since the settings last changed). As root it asks for SCHED_FIFO priority 10, so a busy
+frames, bytes, dropped_loss, dropped_queue, dropped_send, queue_bytes, queue_max_bytes and the delay really
+added (held_mean_s, held_p50_s, held_p90_s of the recent frames since the settings last changed); at the top
+level the two directions together (dropped_loss, dropped_queue, queue_bytes, held_mean_s). As root it asks for SCHED_FIFO priority 10, so a busy
 machine does not stretch the delay.
 
 Run: ``python -m storeval.testbed.relay --up-if U --down-if R --settings FILE --stats FILE``.
@@ -311,8 +312,14 @@ class Relay:
         return None
 
     def write_stats(self) -> None:
+        up, down = self.dirs
+        count = up.held_count + down.held_count
         data = {"pid": os.getpid(), "started": self.started, "time": time.time(), "settings": self.settings,
-                "reloads": self.reloads, "up": self.dirs[0].stats(), "down": self.dirs[1].stats()}
+                "reloads": self.reloads, "up": up.stats(), "down": down.stats(),
+                # both directions together, for readers that want one figure per link
+                "dropped_loss": up.dropped_loss + down.dropped_loss, "dropped_queue": up.dropped_queue + down.dropped_queue,
+                "queue_bytes": up.queued + down.queued,
+                "held_mean_s": (up.held_sum + down.held_sum) / count if count else 0.0}
         tmp = f"{self.stats_file}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(data, f)
