@@ -16,16 +16,18 @@ Loss is per MTU-sized segment, as on a real link: a GSO frame of k segments lose
 1-(1-p)^k; a TCP/IPv4 frame then loses only the segments drawn (:func:`cut_segments` writes the surviving runs
 back as shorter frames), any other frame is dropped whole. ``dropped_loss`` counts segments.
 
-One thread: ``select`` (microsecond timeouts) until the next frame's deadline (it never spins), then a non-blocking drain of both
-sockets, then every frame whose time has come is sent. Each direction's frames wait in a ring buffer of
-``queue_bytes`` (received into it and sent from it, never copied); a full ring drops, counted as
-``dropped_queue``. Settings (``rtt``, ``jitter``, ``loss``, ``rate``, ``queue_bytes``; see :func:`read_settings`)
-come from a JSON file, read again on SIGHUP (a live change between cells). Statistics are written atomically to a JSON
-file every half second and at exit: per direction (``up`` = u→r, from the host; ``down`` = r→u, to the host)
-frames, bytes, dropped_loss, dropped_queue, dropped_send, queue_bytes, queue_max_bytes and the delay really
-added (held_mean_s, held_p50_s, held_p90_s of the recent frames since the settings last changed); at the top
-level the two directions together (dropped_loss, dropped_queue, queue_bytes, held_mean_s). As root it asks for SCHED_FIFO priority 10, so a busy
-machine does not stretch the delay.
+One thread: ``select`` (microsecond timeouts, unlike ``epoll``) until the next frame's deadline (it never
+spins), then a non-blocking drain of both sockets, then every frame whose time has come is sent. Each
+direction's frames wait in a ring buffer of ``queue_bytes`` (received into it and sent from it, never copied);
+a full ring drops, counted as ``dropped_queue``; a send the qdisc refuses (a full tbf) is retried shortly, as a
+router's queue would. Settings (``rtt``, ``jitter``, ``loss``, ``rate``, ``queue_bytes``; see
+:func:`read_settings`) come from a JSON file, read again on SIGHUP (a live change between cells). Statistics
+are written atomically to a JSON file every half second and at exit: per direction (``up`` = u→r, from the
+host; ``down`` = r→u, to the host) frames, bytes, dropped_loss, dropped_queue, dropped_send, queue_bytes,
+queue_max_bytes and the delay really added (held_mean_s, held_p50_s, held_p90_s of the recent frames since the
+settings last changed); at the top level the two directions together (dropped_loss, dropped_queue,
+queue_bytes, held_mean_s). As root it asks for SCHED_FIFO priority 10, so a busy machine does not stretch the
+delay.
 
 Run: ``python -m storeval.testbed.relay --up-if U --down-if R --settings FILE --stats FILE``.
 """
@@ -104,7 +106,8 @@ def _pseudo(ip: bytes | memoryview, tcp_len: int) -> int:
     return _fold(sum(struct.unpack_from("!4H", ip, 12)) + 6 + tcp_len)
 
 
-def cut_segments(view: memoryview, at: int, n: int, loss: float, rng: random.Random) -> tuple[list[tuple[int, int]], int] | None:
+def cut_segments(view: memoryview, at: int, n: int, loss: float,
+                 rng: random.Random) -> tuple[list[tuple[int, int]], int] | None:
     """Lose single MTU-sized segments of a TCP/IPv4 GSO frame held at ``view[at:at+n]``: each of its k segments
     is lost with probability ``loss`` (at least one: the caller drew that one is), and what survives is written
     back in place as shorter frames — runs of consecutive segments, each with its IP length, TCP sequence number,
