@@ -12,6 +12,12 @@ that ``down`` can act on. ``storeval-testbed.yaml`` is replaced or removed only 
 storeval wrote (device, inode and SHA-256 in the state). What ``down`` cannot prove is its own (a user's
 file inside a server's directory) stays, with the directories leading to it, and is named in one line;
 the state keeps the rest recorded so that ``down`` again finishes once it is moved away.
+
+The testbed may also hold an emulated network (:mod:`.network`: hosts as network namespaces on a bridge, links
+with rate, delay and loss), recorded in the state as ``"network"`` before anything of it is made. A server whose
+options carry ``host`` runs on that emulated host (made, without a link, if absent) through ``Server.place``.
+The network goes with the last server (``down`` of every kind, or of the last one running), with
+``network_down``, and after a killed ``up`` with the next ``down``, from what the state recorded.
 """
 
 from __future__ import annotations
