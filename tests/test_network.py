@@ -364,3 +364,48 @@ def test_cli_network_down_removes_the_network_and_the_empty_testbed(tmp_path):
     assert not d.exists()
     r = storeval("testbed", "network", "--down", "--dir", str(d))
     assert r.rc == 0 and "no emulated network" in r.err, r
+
+
+def _minio_placeable() -> str | None:
+    """Why MinIO cannot be placed on an emulated host here (None: it can)."""
+    from storeval.testbed.base import Server, cache_dir
+    from storeval.testbed.minio import MINIO_VERSION, MinioServer
+
+    if getattr(Server, "place", None) is None or "host" not in MinioServer.options_help:
+        return "testbed servers cannot be placed on emulated hosts in this tree (Server.place)"
+    if not (cache_dir() / "bin" / f"minio-{MINIO_VERSION}").exists():
+        return "no MinIO binary is cached"
+    return None
+
+
+def test_a_server_on_an_emulated_host_and_down_removes_the_network(tmp_path):
+    why = _minio_placeable()
+    if why:
+        pytest.skip(why)
+    from .helpers import exposed
+
+    d = tmp_path / "tb"
+    r = storeval("testbed", "up", "minio", "--host", "server1", "--dir", str(d), timeout=600)
+    assert r.rc == 0, r.err
+    bed = Testbed(d, targets_file=tmp_path / "storeval-testbed.yaml")
+    net = bed.network()
+    assert net is not None and list(net.hosts) == ["server1"] and net.hosts["server1"].link is None
+    server = bed.load()["minio"]
+    address = net.address("server1")
+    assert server.state.info["placement"]["netns"] == net.netns("server1")
+    targets = bed.targets()
+    assert targets and all(address in json.dumps(t) for t in targets.values()), targets  # URL or endpoint
+    assert exposed([p.pid for p in server.state.procs]) == []  # nothing listens in the root namespace
+    port = server.state.ports["api"] if "api" in server.state.ports else next(iter(server.state.ports.values()))
+    with socket.create_connection((address, port), timeout=10):  # the controller reaches it
+        pass
+    # a client host behind a 4 ms link reaches it too, 4 ms away
+    bed.network_up({"client-net": "wan"}, {"wan": LinkSettings(rtt=0.004)}, log=lambda m: None)
+    got = measure_rtt(bed.network().netns("client-net"), address, port, count=20)
+    assert abs(got["median_s"] - 0.004) <= 0.0004 + 0.0003, got
+    r = storeval("testbed", "network", "--down", "--dir", str(d))
+    assert r.rc == 1 and "minio run on the emulated network" in r.err, r
+    r = storeval("testbed", "down", "--dir", str(d))
+    assert r.rc == 0, r.err
+    _assert_gone(net)
+    assert not d.exists()
