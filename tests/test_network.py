@@ -251,7 +251,22 @@ def test_loss_shows_in_relay_stats_and_counters_move(bed, net):
     bed.set_link("client-net", LinkSettings(), log=lambda m: None)
 
 
+def test_enter_netns_names_a_missing_namespace():
+    from storeval.testbed.network import enter_netns
+
+    with pytest.raises(TestbedError, match=r"^network namespace svn-000000-9 does not exist \(is the testbed network "
+                                           r"up\?\)$"):
+        enter_netns("svn-000000-9")
+
+
 def test_link_on_a_host_without_one_and_refusals(bed, net):
+    bed.network_up({"plain": None}, {}, log=lambda m: None)  # grows the running network
+    assert net.hosts["plain"].link is None and net.hosts["plain"].index == 3
+    assert _connects(net.netns("plain"), net.address("server1"))
+    bed.set_link("plain", LinkSettings(rtt=0.004), log=lambda m: None)  # off the bridge, behind a relay now
+    assert net.hosts["plain"].link == "plain" and psutil.pid_exists(net.hosts["plain"].relay["pid"])
+    got = measure_rtt(net.netns("plain"), net.address("server1"), PORT, count=20)
+    assert abs(got["median_s"] - 0.004) <= 0.0004 + 0.0003, got
     with pytest.raises(TestbedError, match="exists with link wan, not none"):
         bed.network_up({"client-net": None}, {}, log=lambda m: None)
     with pytest.raises(TestbedError, match="link 'lan' has no settings"):

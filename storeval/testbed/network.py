@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import ipaddress
 import json
 import os
 import secrets
@@ -270,8 +271,23 @@ class Network:
         _ip("-n", self.switch, "link", "set", "c0", "master", "br0")
         _ip("-n", self.switch, "link", "set", "c0", "up")
         _ip("link", "set", self.controller_if, "up")
+        clash = self._clash()
+        if clash:
+            raise TestbedError(f"emulated network {self.subnet}: {clash} took an address of it at the same time; "
+                               "`storeval testbed down`, then try again")
         for info in self.hosts.values():
             self._make_host(info)
+
+    def _clash(self) -> str | None:
+        """Another interface of the root namespace with an address in this subnet (a concurrent plan)."""
+        net = ipaddress.ip_network(self.subnet)
+        for line in _ip("-o", "-4", "addr", "show").stdout.splitlines():
+            parts = line.split()
+            if len(parts) > 3 and parts[1] != self.controller_if and parts[2] == "inet":
+                with contextlib.suppress(ValueError):
+                    if ipaddress.ip_interface(parts[3]).network.overlaps(net):
+                        return parts[1]
+        return None
 
     def add_hosts(self, hosts: dict[str, str | None]) -> None:
         """Grow a running network by the hosts not in it yet (recorded through ``on_change`` first)."""
