@@ -617,6 +617,8 @@ def testbed_up(
                                                               "disperse."),
     hdfs_datanodes: Optional[int] = typer.Option(None, "--hdfs-datanodes", min=1, max=16,
                                                  help="Datanodes of the HDFS mini-cluster (as --servers)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Emulated host (a network namespace of the testbed's "
+                                                             "network) the servers run on; made if absent."),
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
 ) -> None:
     """Install (first time) and start testbed servers; write storeval-testbed.yaml with a target for each."""
@@ -626,6 +628,12 @@ def testbed_up(
     for kind in kinds:
         if kind not in SERVERS:
             raise InputError(f"testbed up {kind}: unknown server (choose from {', '.join(SERVERS)})")
+    if host is not None:
+        placeable = [k for k in SERVERS if "host" in server_class(k).options_help]
+        for kind in kinds:
+            if kind not in placeable:
+                raise InputError(f"testbed up {kind} --host: {kind} cannot run on an emulated host (those that can: "
+                                 f"{', '.join(placeable) or 'none yet'})")
     given = {k: v for k, v in (("servers", count), ("type", kind_of)) if v is not None}
     options: dict[str, dict[str, Any]] = {}
     for kind in kinds:
@@ -636,6 +644,8 @@ def testbed_up(
                 or not any(k in server_class(other).options_help for other in kinds)}
         if kind == "hdfs" and hdfs_datanodes is not None:
             mine["servers"] = hdfs_datanodes
+        if host is not None:
+            mine["host"] = host  # every kind named runs on that host
         options[kind] = server_class(kind).check_options(mine)
     bed = Testbed(directory)
     bed.up(kinds, options, log=_testbed_log)
@@ -661,6 +671,93 @@ def testbed_down(
     from .testbed import Testbed
 
     Testbed(directory).down(servers or None, log=_testbed_log)
+
+
+def _link_value(option: str, text: str, parse, example: str) -> float:
+    """One value of `testbed link`, or one line naming the option, the value and an example."""
+    from .units import UnitError
+
+    try:
+        value = parse(text)
+    except (UnitError, ValueError):
+        raise InputError(f"testbed link {option} {text!r}: not a valid value (e.g. {option} {example})") from None
+    if not value == value or value < 0:  # NaN or negative
+        raise InputError(f"testbed link {option} {text!r}: not a valid value (e.g. {option} {example})")
+    return value
+
+
+def _loss(text: str) -> float:
+    """``0.1%`` (a percentage) or ``0.001`` (a fraction) as a fraction below 1."""
+    t = text.strip()
+    value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    if not 0 <= value < 1:
+        raise ValueError(text)
+    return value
+
+
+@testbed_app.command("network")
+def testbed_network(
+    down: bool = typer.Option(False, "--down", help="Remove the emulated network (its servers stopped first)."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
+    """Show the emulated network: hosts, addresses, links and their counters (bytes, packets, drops, queues)."""
+    from .testbed import Testbed
+    from .units import format_size
+
+    bed = Testbed(directory)
+    if down:
+        bed.network_down(log=_testbed_log)
+        return
+    net = bed.network()
+    if net is None:
+        print("no emulated network here (`storeval testbed up KIND --host H` or `storeval testbed link HOST` makes one)")
+        return
+    print("\n".join(net.status()))
+    for name, c in net.counters().items():
+        line = (f"  {name}: sent {format_size(c['tx_bytes'])} ({c['tx_packets']:.0f} packets), received "
+                f"{format_size(c['rx_bytes'])} ({c['rx_packets']:.0f} packets), drops {c['drops']:.0f}")
+        if c.get("rate_bytes_s"):
+            line += (f"; tbf out: backlog {format_size(c['out_backlog_bytes'])}, drops {c['out_qdisc_drops']:.0f}"
+                     f"; in: backlog {format_size(c['in_backlog_bytes'])}, drops {c['in_qdisc_drops']:.0f}")
+        if "relay_up_frames" in c:
+            line += (f"; relay delay added {c['relay_up_held_p50_s'] * 1e3:.2f}/{c['relay_down_held_p50_s'] * 1e3:.2f} ms"
+                     f" (out/in median), lost {c['relay_up_dropped_loss'] + c['relay_down_dropped_loss']:.0f}, "
+                     f"queue drops {c['relay_up_dropped_queue'] + c['relay_down_dropped_queue']:.0f}")
+        print(line)
+
+
+@testbed_app.command("link")
+def testbed_link(
+    host: str = typer.Argument(..., help="Emulated host whose link changes (made, with a link, if absent)."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Rate each way: 1gbit, 125MB/s; `none` for unlimited."),
+    rtt: Optional[str] = typer.Option(None, "--rtt", help="Round-trip delay the link adds: 12ms (half each way)."),
+    jitter: Optional[str] = typer.Option(None, "--jitter", help="± on each way's delay, order kept: 1ms."),
+    loss: Optional[str] = typer.Option(None, "--loss", help="Loss each way: 0.1% (or a fraction, 0.001)."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
+    """Change one emulated host's link now (rate, delay, jitter, loss); values not given stay as they are."""
+    from .testbed import Testbed, TestbedError
+    from .testbed.network import LinkSettings
+    from .units import parse_duration, parse_rate
+
+    bed = Testbed(directory)
+    net = bed.network()
+    now = net.link_settings(host) if net is not None and host in net.hosts else LinkSettings()
+    if rate is not None:
+        now.rate = None if rate.strip().lower() in ("none", "unlimited", "0") else \
+            _link_value("--rate", rate, parse_rate, "1gbit")
+    if rtt is not None:
+        now.rtt = _link_value("--rtt", rtt, parse_duration, "12ms")
+    if jitter is not None:
+        now.jitter = _link_value("--jitter", jitter, parse_duration, "1ms")
+    if loss is not None:
+        now.loss = _link_value("--loss", loss, _loss, "0.1%")
+    try:
+        now.check(f"testbed link {host}")
+    except TestbedError as e:
+        raise InputError(str(e)) from None
+    net = bed.set_link(host, now, log=_testbed_log)
+    print(f"{host} ({net.address(host)}): {now.describe()}")
 
 
 @testbed_app.command("datanode")

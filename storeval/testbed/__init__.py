@@ -12,6 +12,12 @@ that ``down`` can act on. ``storeval-testbed.yaml`` is replaced or removed only 
 storeval wrote (device, inode and SHA-256 in the state). What ``down`` cannot prove is its own (a user's
 file inside a server's directory) stays, with the directories leading to it, and is named in one line;
 the state keeps the rest recorded so that ``down`` again finishes once it is moved away.
+
+The testbed may also hold an emulated network (:mod:`.network`: hosts as network namespaces on a bridge, links
+with rate, delay and loss), recorded in the state as ``"network"`` before anything of it is made. A server whose
+options carry ``host`` runs on that emulated host (made, without a link, if absent) through ``Server.place``.
+The network goes with the last server (``down`` of every kind, or of the last one running), with
+``network_down``, and after a killed ``up`` with the next ``down``, from what the state recorded.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from typing import Any
 import yaml
 
 from .base import Server, ServerState, TestbedError, save_json
+from .netns import Taken
+from .network import LinkSettings, Network
 from .owned import FOREIGN, Ledger, Left, NotOwned, describe
 
 # kind -> "module:Class"; imported on use so a missing optional piece only affects its own server
@@ -79,6 +87,7 @@ class Testbed:
         self.ledger: Ledger | None = None  # the testbed directory's own ledger, once loaded or made
         self.targets_record: dict[str, Any] | None = None  # what storeval wrote as the targets file
         self._servers: dict[str, Server] = {}
+        self._net: Network | None = None  # the emulated hosts and links, once planned (state "network")
 
     def _at(self, directory: Path) -> None:
         self.dir = directory
@@ -132,6 +141,13 @@ class Testbed:
             raise self._refuse(why)
         if not isinstance(data.get("servers", {}), dict):
             raise self._refuse(f"{self.state_file.name} is damaged")
+        self._net = None
+        if data.get("network") is not None:
+            try:
+                self._net = Network.from_json(data["network"])
+            except TestbedError:
+                raise self._refuse(f"{self.state_file.name}: the record of the network is damaged") from None
+            self._net.on_change = self._journal
         self.ledger = ledger
         self.targets_record = data.get("targets_file") if isinstance(data.get("targets_file"), dict) else None
         return data
@@ -161,7 +177,8 @@ class Testbed:
         assert self.ledger is not None
         save_json(self.state_file, {"format": STATE_FORMAT, "testbed": self.ledger.to_json(),
                                     "targets_file": self.targets_record,
-                                    "servers": {k: s.state.to_json() for k, s in servers.items()}})
+                                    "servers": {k: s.state.to_json() for k, s in servers.items()},
+                                    "network": self._net.to_json() if self._net is not None else None})
 
     def _journal(self) -> None:
         """Save the state now: called whenever a server recorded a new directory, file or process."""
@@ -267,14 +284,18 @@ class Testbed:
             if why:
                 raise NotOwned(f"{self.targets_file} exists and {why}: storeval replaces only its own targets file; "
                                "move it away (or choose another --dir)")
-            if self.ledger is None:  # a new testbed: the directory must be new or empty
-                self.ledger = Ledger()
-                self.ledger.on_change = self._journal
-                self.ledger.anchor(self.dir, rule=STATE_RULE)
-            self.ledger.on_change = self._journal
+            self._anchor()
             if not locked:
                 stack.enter_context(self._locked())
             return self._up(servers, kinds, options, log)
+
+    def _anchor(self) -> None:
+        """The testbed directory's ledger: made (the directory new or empty) when there is no testbed here yet."""
+        if self.ledger is None:
+            self.ledger = Ledger()
+            self.ledger.on_change = self._journal
+            self.ledger.anchor(self.dir, rule=STATE_RULE)
+        self.ledger.on_change = self._journal
 
     def _up(self, servers: dict[str, Server], kinds: list[str], options: dict[str, dict[str, Any]], log) -> dict[str, Server]:
         self._servers = servers
@@ -299,6 +320,12 @@ class Testbed:
                                        f"away, then `storeval testbed up {kind}` again")
                     del servers[kind]
                     self._save(servers)
+                host = options.get(kind, {}).get("host")
+                place = getattr(server_class(kind), "place", None)
+                if host is not None and place is None:
+                    raise TestbedError(f"{kind}: cannot run on an emulated host (--host) yet; start it without one")
+                if host is not None:
+                    self._network_up({host: None}, {}, log, keep_links=True)
                 server = server_class(kind)(self.dir / kind, options.get(kind, {}))
                 server.on_change = self._journal
                 server.state.info["options"] = options.get(kind, {})
@@ -306,6 +333,10 @@ class Testbed:
                 try:
                     log(f"{kind}: installing (first use can take minutes)…")
                     server.install()
+                    if host is not None:
+                        assert self._net is not None
+                        server.place(self._net.netns(host), self._net.address(host))
+                        log(f"{kind}: on emulated host {host} ({self._net.address(host)})")
                     log(f"{kind}: starting")
                     server.start()
                     self._save(servers)
@@ -351,22 +382,130 @@ class Testbed:
                 self._save(servers)
             stayed = self._update_targets(servers, log)
             left_all += [stayed] if stayed else []
-            if servers:
-                return left_all
-            # no server has anything left: the state, the marker and the directory itself
-            inside = self.ledger.remove(_claims_state, dry_run=True)
-            if inside:
-                left_all += inside
-                log(f"left {describe(inside)}: {self.dir} stays with them and its state "
-                    "(move them away, then `storeval testbed down` again)")
-                return left_all
-            left_all += self.ledger.remove(_claims_state)
+            if self._net is not None and (not kinds or not any(s.state.procs for s in servers.values())):
+                self._network_down(log)  # the last server (or everything) goes: the emulated network with it
+            return self._finish(servers, left_all, log)
+
+    def _finish(self, servers: dict[str, Server], left_all: list[Left], log) -> list[Left]:
+        """With no server and no network left: the state, the marker and the directory itself."""
+        assert self.ledger is not None
+        if servers or self._net is not None:
             return left_all
+        inside = self.ledger.remove(_claims_state, dry_run=True)
+        if inside:
+            left_all += inside
+            log(f"left {describe(inside)}: {self.dir} stays with them and its state "
+                "(move them away, then `storeval testbed down` again)")
+            return left_all
+        left_all += self.ledger.remove(_claims_state)
+        return left_all
+
+    # -- the emulated network ------------------------------------------------------------------------------
+    def network(self) -> Network | None:
+        """The emulated network this testbed directory records now (None: none)."""
+        self.load()
+        return self._net
+
+    def network_down(self, *, log=print) -> list[Left]:
+        """Remove the emulated network (its servers keep running where they are, if any: stop them first); with
+        no server left, the testbed directory goes too. TestbedError names what stays."""
+        with self._locked():
+            servers = self.load()
+            if self.ledger is None or self._net is None:
+                log(f"no emulated network in {self.dir}: nothing to remove")
+                return []
+            self.ledger.on_change = self._journal
+            placed = sorted(k for k, s in servers.items() if s.state.procs and s.state.info.get("placement"))
+            if placed:
+                raise TestbedError(f"{', '.join(placed)} run on the emulated network: `storeval testbed down "
+                                   f"{' '.join(placed)}` first")
+            self._network_down(log)
+            return self._finish(servers, [], log)
+
+    def network_up(self, hosts: dict[str, str | None], links: dict[str, LinkSettings] | None = None, *,
+                   log=print) -> Network:
+        """The emulated network with ``hosts`` (host -> link name or None) in it: planned (and recorded) then made,
+        or grown by the hosts it lacks; each host's link then gets its settings from ``links`` (name ->
+        settings, or host -> settings). A host that exists with another link is refused in one line."""
+        with contextlib.ExitStack() as stack:
+            locked = stack.enter_context(self._locked())
+            self._servers = self.load()
+            self._anchor()
+            if not locked:
+                stack.enter_context(self._locked())
+            return self._network_up(hosts, links or {}, log)
+
+    def _network_up(self, hosts: dict[str, str | None], links: dict[str, LinkSettings], log,
+                    keep_links: bool = False) -> Network:
+        for name, link in hosts.items():
+            if link is not None and link not in links and name not in links and not keep_links:
+                raise TestbedError(f"emulated host {name}: link '{link}' has no settings (links: "
+                                   f"{', '.join(links) or 'none'})")
+        for name, setting in links.items():
+            setting.check(f"link {name}")
+        net = self._net
+        if net is not None:
+            for name, link in hosts.items():
+                had = net.hosts.get(name)
+                if had is not None and had.link != link and not (keep_links and link is None):
+                    raise TestbedError(f"emulated host {name} exists with link {had.link or 'none'}, not "
+                                       f"{link or 'none'}: `storeval testbed down` first")
+            missing = {k: v for k, v in hosts.items() if k not in net.hosts}
+            if missing:
+                log(f"network: adding hosts {', '.join(missing)}")
+                net.add_hosts(missing)
+        else:
+            for _ in range(8):
+                net = Network.plan(hosts)
+                net.on_change = self._journal
+                self._net = net
+                self._journal()  # recorded before anything is made
+                try:
+                    log(f"network: making {net.subnet} with hosts {', '.join(hosts) or 'none'}")
+                    net.create()
+                    break
+                except Taken:
+                    self._net = None  # someone else's names: nothing was made; plan again
+                    self._journal()
+            else:
+                raise TestbedError("no free names for the emulated network after 8 tries; try again")
+        assert self._net is not None
+        for name, link in hosts.items():
+            setting = links.get(link, links.get(name)) if link is not None else None  # by link name, or by host
+            if setting is not None:
+                self._net.set_link(name, setting)
+        self._journal()
+        return self._net
+
+    def set_link(self, host: str, settings: LinkSettings, *, log=print) -> Network:
+        """Change the link of emulated host ``host`` now (the host, and the network, made with a link if absent)."""
+        settings.check(f"link of {host}")
+        with contextlib.ExitStack() as stack:
+            locked = stack.enter_context(self._locked())
+            self._servers = self.load()
+            self._anchor()
+            if not locked:
+                stack.enter_context(self._locked())
+            net = self._net
+            if net is None or host not in net.hosts:
+                net = self._network_up({host: host}, {host: settings}, log)
+            else:
+                net.set_link(host, settings)
+            self._journal()
+            return net
+
+    def _network_down(self, log) -> None:
+        """Remove the emulated network (recorded until it is gone; TestbedError naming what stays)."""
+        assert self._net is not None
+        self._net.remove()
+        log(f"network {self._net.subnet}: removed (hosts {', '.join(self._net.hosts) or 'none'})")
+        self._net = None
+        self._journal()
 
     def status(self) -> list[str]:
         """One line per server saying what is true now; then anything left that is not storeval's."""
         servers = self.load()
-        lines = []
+        lines = self._net.status() if self._net is not None else []
         for s in servers.values():
             left = s.ledger.remove(s.claims, dry_run=True) if not s.state.procs else []
             lines.append(f"{s.kind}: stopped; left {describe(left)}: move them away, then `storeval testbed down` "

@@ -80,18 +80,45 @@ def used_networks() -> list[ipaddress.IPv4Network]:
     return out
 
 
-def free_subnet(used: list[ipaddress.IPv4Network], rng: random.Random | None = None) -> ipaddress.IPv4Network:
-    """A random /30 of :data:`POOL` that overlaps none of ``used`` (a default route, 0.0.0.0/0, is no overlap:
-    a more specific route wins)."""
+def free_subnet(used: list[ipaddress.IPv4Network], rng: random.Random | None = None,
+                prefix: int = PREFIX) -> ipaddress.IPv4Network:
+    """A random /``prefix`` of :data:`POOL` that overlaps none of ``used`` (a default route, 0.0.0.0/0, is no
+    overlap: a more specific route wins)."""
     rng = rng or random.SystemRandom()
     taken = [n for n in used if n.prefixlen > 0]
-    count = POOL.num_addresses >> (32 - PREFIX)
+    count = POOL.num_addresses >> (32 - prefix)
     for _ in range(PLAN_ATTEMPTS):
-        net = ipaddress.ip_network((int(POOL.network_address) + (rng.randrange(1, count - 1) << (32 - PREFIX)), PREFIX))
+        net = ipaddress.ip_network((int(POOL.network_address) + (rng.randrange(1, count - 1) << (32 - prefix)), prefix))
         if not any(net.overlaps(n) for n in taken):
             return net
-    raise TestbedError(f"no free /{PREFIX} in {POOL} for a network namespace: this host's addresses and routes "
+    raise TestbedError(f"no free /{prefix} in {POOL} for a network namespace: this host's addresses and routes "
                        "cover it; remove some")
+
+
+def add_netns(name: str) -> None:
+    """``ip netns add NAME`` (it refuses a name that exists: what it makes is only ever our own), noting in
+    :data:`MOUNT_MARK` when this was the ``ip netns add`` that bind-mounted ``/run/netns``."""
+    was_mounted = mounted(RUN_NETNS)
+    _ip("netns", "add", name)
+    if not was_mounted and mounted(RUN_NETNS):
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(MOUNT_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "w") as f:
+                f.write(MOUNT_MARK_TEXT)
+
+
+def netns_exists(name: str) -> bool:
+    return os.path.exists(os.path.join(RUN_NETNS, name))
+
+
+def netns_pids(name: str) -> list[int]:
+    """The processes inside the namespace ``name`` now."""
+    proc = _ip("netns", "pids", name, check=False)
+    return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
+
+
+def link_exists(name: str, netns: str | None = None) -> bool:
+    return _ip(*(("-n", netns) if netns else ()), "link", "show", "dev", name, check=False).returncode == 0
 
 
 class Taken(TestbedError):
@@ -136,13 +163,7 @@ class Netns:
         interface took an address of this /30 meanwhile (what was made stays for :meth:`remove`)."""
         if self.exists() or _ip("link", "show", "dev", self.host_if, check=False).returncode == 0:
             raise Taken(f"network namespace {self.name} or link {self.host_if} exists already")
-        was_mounted = mounted(RUN_NETNS)
-        _ip("netns", "add", self.name)  # refuses a name that exists: only ever our own
-        if not was_mounted and mounted(RUN_NETNS):
-            with contextlib.suppress(FileExistsError):
-                fd = os.open(MOUNT_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-                with os.fdopen(fd, "w") as f:
-                    f.write(MOUNT_MARK_TEXT)
+        add_netns(self.name)  # refuses a name that exists: only ever our own
         # the pair is made with its inner end already inside: never both ends in the host namespace
         _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if, "netns", self.name)
         _ip("link", "set", "dev", self.host_if, "addrgenmode", "none")  # no IPv6 link-local address
@@ -172,7 +193,7 @@ class Netns:
 
     # -- using -------------------------------------------------------------------------------------------
     def exists(self) -> bool:
-        return os.path.exists(os.path.join(RUN_NETNS, self.name))
+        return netns_exists(self.name)
 
     def link_up(self) -> bool:
         """Whether the host end is there and up (the namespace and its pair as made)."""
@@ -189,8 +210,7 @@ class Netns:
 
     def pids(self) -> list[int]:
         """The processes inside the namespace now."""
-        proc = _ip("netns", "pids", self.name, check=False)
-        return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
+        return netns_pids(self.name)
 
     # -- removing ------------------------------------------------------------------------------------------
     def remove(self) -> None:
@@ -232,4 +252,5 @@ def release_run_netns() -> None:
         os.unlink(MOUNT_MARK)
 
 
-__all__ = ["Netns", "Taken", "require_root", "release_run_netns", "free_subnet", "used_networks"]
+__all__ = ["Netns", "Taken", "require_root", "release_run_netns", "free_subnet", "used_networks", "add_netns",
+           "netns_exists", "netns_pids", "link_exists"]
