@@ -55,7 +55,7 @@ def test_groups_and_a_swept_link_plan_the_product_with_factors_named_after_them(
     assert c.network == {"hosts": {"server1": None, "client-net": "wan"},
                          "links": {"wan": {"rate": 125e6, "rtt": 0.0, "jitter": 0.0, "loss": 0.001}}}
     assert first[0].groups == ({"name": "onboard", "count": 2, "host": "server1"},)  # a group of 0 is left out
-    assert c.label == f"here · bw (rtt=0.0, 2 onboard + 2 external) · 4 clients"
+    assert c.label == "here · bw (rtt=0ms, 2 onboard + 2 external) · 4 clients"
     # the state a watchdog rebuilds a cell from keeps them
     from storeval.core.cell import Cell
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .faultplan import Fault
+from .network import LINK_KEYS, factor_text
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class Cell:
 
     @property
     def label(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.factors.items() if k != "clients" and not k.startswith("clients."))
+        shown = ", ".join(f"{k}={factor_text(k, v) if k in LINK_KEYS else v}" for k, v in self.factors.items()
+                          if k != "clients" and not k.startswith("clients."))
         if self.groups:
             shown = ", ".join(x for x in (shown, " + ".join(f"{g['count']} {g['name']}" for g in self.groups)) if x)
         return f"{self.target.name} · {self.workload}{f' ({shown})' if shown else ''} · {self.clients} client{'s' if self.clients > 1 else ''}"

@@ -105,6 +105,19 @@ def group_factors(counts: dict[str, int]) -> dict[str, int]:
     return {f"clients.{n}": c for n, c in counts.items()}
 
 
+def factor_text(key: str, value: Any) -> str:
+    """A link factor as it is written in a study (``12ms``, ``1Gbit/s``, ``0.1%``); other factors as they are."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "unlimited" if key == "rate" and value is None else str(value)
+    if key in ("rtt", "jitter"):
+        return f"{value * 1e3:g}ms"
+    if key == "rate":
+        return f"{value * 8 / 1e9:g}Gbit/s" if value >= 125e6 else f"{value * 8 / 1e6:g}Mbit/s"
+    if key == "loss":
+        return f"{value * 100:g}%"
+    return str(value)
+
+
 def describe_link(settings: dict[str, Any]) -> str:
     """``rate 1 Gbit/s, rtt 12 ms, loss 0.1 %`` — what a link is set to, for events and progress lines."""
     parts = []
@@ -142,4 +155,4 @@ def server_endpoint(url: str, options: dict[str, Any]) -> tuple[str, int] | None
 
 
 __all__ = ["server_endpoint", "Group", "NetworkSpec", "LINK_KEYS", "LINK_DEFAULTS", "group_combinations", "cell_groups", "rank_groups",
-           "group_factors", "describe_link"]
+           "group_factors", "describe_link", "factor_text"]

@@ -46,8 +46,7 @@ def enter_netns(name: str) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.setns(fd, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
-            raise OSError(err, f"cannot enter the network namespace {name}: {os.strerror(err)}"
-                               + (" (root is needed)" if os.geteuid() else ""))
+            raise OSError(err, os.strerror(err) + (" (root is needed)" if os.geteuid() else ""))
     finally:
         os.close(fd)
 

@@ -90,7 +90,11 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
     cleaned = False
     try:
         if job.netns and job.netns[rank]:  # its group's emulated host: every socket it makes starts there
-            enter_netns(job.netns[rank])
+            try:
+                enter_netns(job.netns[rank])
+            except OSError as e:
+                raise OSError(e.errno, f"client {rank} cannot enter its group's host (network namespace "
+                                       f"{job.netns[rank]}): {e.strerror or e}") from None
         driver = make_driver(job.url, job.options, client=rank)
         driver.name = job.target
         driver.connect()

@@ -30,7 +30,6 @@ removal deletes is what this plan made. Root is needed.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import ipaddress
 import json
 import os
@@ -46,8 +45,9 @@ from typing import Any, Callable
 
 import psutil
 
+from ..core import process
 from .base import Proc, TestbedError, spawn, terminate, wait_until
-from .netns import (GONE_WAIT, IP_TIMEOUT, RUN_NETNS, Taken, _ip, add_netns, free_subnet, link_exists, netns_exists,
+from .netns import (GONE_WAIT, IP_TIMEOUT, Taken, _ip, add_netns, free_subnet, link_exists, netns_exists,
                     netns_pids, release_run_netns, used_networks)
 
 NET_PREFIX = 24
@@ -57,7 +57,6 @@ TBF_LATENCY_MIN = 0.01  # seconds of queue a tbf holds at least (it holds one ro
 TBF_BURST_MIN = 128 << 10  # bytes: below the GSO frame size TCP stalls (TESTBED-NOTES)
 TCP_MEM_MAX = 64 << 20  # each host's TCP buffers may grow this far (a WAN-tuned host: 1 Gbit/s × 50 ms fits)
 RELAY_READY = 15.0
-CLONE_NEWNET = 0x40000000
 
 
 @dataclass
@@ -578,21 +577,16 @@ def _json(text: str) -> list[dict[str, Any]]:
 
 def enter_netns(name: str) -> None:
     """Move the calling thread into the network namespace ``name`` (``/run/netns/<name>``): sockets made after
-    this live there. One-line TestbedError when not root or the namespace is missing."""
+    this live there (:func:`storeval.core.process.enter_netns`, which the clients use). One-line TestbedError
+    when not root or the namespace is missing."""
     if os.geteuid() != 0:
         raise TestbedError(f"entering network namespace {name} needs root: run storeval as root")
-    path = os.path.join(RUN_NETNS, name)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        process.enter_netns(name)
+    except FileNotFoundError:
         raise TestbedError(f"network namespace {name} does not exist (is the testbed network up?)") from None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise TestbedError(f"cannot enter network namespace {name}: {os.strerror(err)}")
-    finally:
-        os.close(fd)
+    except OSError as e:
+        raise TestbedError(f"cannot enter network namespace {name}: {e.strerror or e}") from None
 
 
 def connect_times(address: str, port: int, count: int, pause: float = 0.01) -> list[float]:
