@@ -9,7 +9,7 @@ through ``Store.load_run`` / ``load_samples`` and the real ``storeval report`` c
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +21,7 @@ from storeval.analysis.table import summary_table
 from storeval.core.records import NS, PhaseRecord
 from storeval.report.document import run_document
 from storeval.report.html import render_report
-from storeval.report.terminal import print_scaling, print_summary, print_table
+from storeval.report.terminal import print_scaling, print_summary, table_rows
 from storeval.store import Store
 
 from .helpers import load_json, storeval
@@ -229,3 +229,64 @@ def test_measured_rtt_is_shown_beside_the_requested_and_flagged_when_off(run):
     text = out.export_text()
     assert "requested vs measured RTT" in text
     assert "12 ms" in text and "14.9 ms ✗" in text
+
+
+def _figures(html: str) -> dict:
+    """The charts' JSON the page's script reads."""
+    m = re.search(r'<script type="application/json" id="storeval-figures">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def test_the_html_report_shows_groups_links_and_rtt(run, tmp_path):
+    path = tmp_path / "report.html"
+    html = render_report(run.data, run.cells, run.summary, run.samples)
+    path.write_text(html, encoding="utf-8")
+    tables = tables_of(path)
+    summary = tables["summary-table"]
+    assert summary[0] == ["target", "workload", "clients", "group", "read MiB/s", "write MiB/s", "ops/s · events/s",
+                          "notes"]
+    assert [row[3] for row in summary[1:4]] == ["all", "onboard", "external"]
+    assert summary[1:] == table_rows(summary_table(run.summary))
+    fair = tables["fairness-table"]
+    assert [row[3:6] for row in fair[1:4]] == [["all", "4", "0.598"], ["onboard", "2", "0.900"],
+                                               ["external", "2", "1.00"]]
+    assert ["t · bw clients.onboard=2 clients.external=2", "4", "read", "client-net", "40.0", "40.0", "0.500",
+            "100% ✗", "7.50", "64 KiB", "–"] in tables["links-table"]
+    assert ["t · sk clients.external=2 rtt=12ms strategy=basket", "external", "12 ms", "14.9 ms ✗",
+            "16.4 ms"] in tables["rtt-table"]
+    assert re.search(r'<h2 id="network">Network</h2>', html)
+    rtt = next(t for t in tables.values() if t and t[0][:5] == ["target", "workload", "phase", "held fixed", "figure"]
+               and "rtt=0ms" in t[0])
+    assert ["t", "sk", "skim", "clients.external=2, strategy=basket, clients=2", "events/s", "1,000", "600", "200",
+            "events/s"] in rtt
+    figures = _figures(html)
+    fairness = next(f for f in figures.values() if f["layout"]["title"]["text"].startswith(
+        "t · bw · read · 4 clients (clients.onboard=2 clients.external=2): per-client MiB/s"))
+    assert [(d["name"], d["x"]) for d in fairness["data"]] == [("group onboard", ["client 0", "client 1"]),
+                                                              ("group external", ["client 2", "client 3"])]
+    assert fairness["data"][0]["marker"]["color"] != fairness["data"][1]["marker"]["color"]
+    assert "onboard Jain 0.900, external Jain 1.000" in fairness["layout"]["title"]["text"]
+    link = next(f for f in figures.values() if f["layout"]["title"]["text"].startswith("cell 0:")
+                and "emulated links" in f["layout"]["title"]["text"])
+    rx = next(d for d in link["data"] if d["name"] == "link client-net rx MiB/s")
+    assert rx["y"] == [40.0, 40.0, 40.0, 0.0]
+    assert any(d["name"] == "link client-net rate 40 MiB/s" and d["y"] == [40.0, 40.0] for d in link["data"])
+    assert next(d for d in link["data"] if d["name"] == "link client-net drops/s")["y"] == [3.0, 3.0, 3.0, 3.0]
+    cpu = next(f for f in figures.values() if f["layout"]["title"]["text"] == "sk · skim: CPU efficiency "
+               "(CPU s / wall s) vs rtt")
+    assert [(d["x"], d["y"]) for d in cpu["data"]] == [([0.0, 12.0, 50.0], pytest.approx([0.8, 0.6, 0.4]))] * 2
+
+
+def test_storeval_report_prints_groups_side_by_side(run, tmp_path):
+    r = storeval("report", str(run.tmp / "storeval-results"), "--json", str(tmp_path / "out.json"))
+    assert r.rc == 0, r.err
+    assert "Fairness per client group" in r.out and "Network — requested vs measured RTT" in r.out
+    doc = load_json(tmp_path / "out.json")
+    rows = [(row["workload"], row.get("group"), row["read_MiBps"]["mean"]) for row in doc["table"]
+            if row["workload"] == "bw"]
+    assert rows == [("bw", None, pytest.approx(200.0)), ("bw", "onboard", pytest.approx(200.0)),
+                    ("bw", "external", pytest.approx(200.0))]
+    s = next(s for s in doc["summary"] if s["workload"] == "bw" and s["factors"]["clients.onboard"] == 2)
+    assert {g: x["bandwidth_MiBps"]["mean"] for g, x in s["groups"].items()} == {
+        "onboard": pytest.approx(200.0), "external": pytest.approx(40.0)}
+    assert [x for x in doc["scaling_settings"] if x["along"] == "rtt"][0]["series"][1]["rtt"] == "12ms"

@@ -292,7 +292,7 @@ def print_summary(summary: list[ConfigSummary], console: Console | None = None) 
 
 
 def _ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{sig(seconds * 1e3)} ms"
+    return "–" if seconds is None else f"{seconds * 1e3:.3g} ms"
 
 
 def _where(r: ConfigSummary) -> str:
