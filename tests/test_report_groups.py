@@ -290,3 +290,14 @@ def test_storeval_report_prints_groups_side_by_side(run, tmp_path):
     assert {g: x["bandwidth_MiBps"]["mean"] for g, x in s["groups"].items()} == {
         "onboard": pytest.approx(200.0), "external": pytest.approx(40.0)}
     assert [x for x in doc["scaling_settings"] if x["along"] == "rtt"][0]["series"][1]["rtt"] == "12ms"
+
+
+def test_compare_compares_each_group_on_its_own(run):
+    from storeval.report.compare import compare
+
+    changes, only_a, only_b, differ = compare(run.summary, run.summary)
+    groups = {(c.phase, c.clients, c.figure): c.percent for c in changes if "group" in c.phase
+              and c.factors == {"clients.onboard": 2, "clients.external": 2}}
+    assert groups[("read · group onboard", 2, "bandwidth")] == 0.0
+    assert groups[("read · group external", 2, "bandwidth")] == 0.0
+    assert only_a == only_b == differ == []
