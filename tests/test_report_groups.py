@@ -9,6 +9,7 @@ through ``Store.load_run`` / ``load_samples`` and the real ``storeval report`` c
 from __future__ import annotations
 
 import json
+import os
 import re
 from types import SimpleNamespace
 
@@ -25,7 +26,7 @@ from storeval.report.terminal import print_scaling, print_summary, table_rows
 from storeval.store import Store
 
 from .helpers import load_json, storeval
-from .test_report import tables_of
+from .test_report import ARTIFACTS, tables_of
 
 MiB = 1 << 20
 LINK = 40 * MiB  # the external host's emulated link: 40 MiB/s (335.5 Mbit/s)
@@ -301,3 +302,47 @@ def test_compare_compares_each_group_on_its_own(run):
     assert groups[("read · group onboard", 2, "bandwidth")] == 0.0
     assert groups[("read · group external", 2, "bandwidth")] == 0.0
     assert only_a == only_b == differ == []
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's chromium, installed through apt if it is missing (never a browser download)."""
+    from storeval.testbed.base import TestbedError, apt_install
+
+    if not os.path.exists("/usr/bin/chromium"):
+        try:
+            apt_install("chromium")
+        except TestbedError as e:
+            pytest.skip(str(e))
+    return "/usr/bin/chromium"
+
+
+def test_the_groups_report_draws_every_chart_in_chromium(run, tmp_path, chromium):
+    """The charts' dicts are valid plotly: every chart draws, offline, without an error."""
+    from playwright.sync_api import sync_playwright
+
+    path = tmp_path / "report.html"
+    path.write_text(render_report(run.data, run.cells, run.summary, run.samples), encoding="utf-8")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--disable-background-networking", "--no-first-run", "--disable-extensions"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(path.as_uri())
+            page.wait_for_function("[...document.querySelectorAll('.chart')]"
+                                   ".every(e => e.dataset.rendered === '1')", timeout=120_000)
+            n = page.locator(".chart").count()
+            drawn = page.eval_on_selector_all(".chart", "els => els.filter(e => e.querySelector('svg.main-svg')"
+                                                        " && e.querySelectorAll('.trace, .bars, .point').length)"
+                                                        ".length")
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.locator("#fairness-0").screenshot(path=str(ARTIFACTS / "report-groups-fairness.png"))
+            link = page.locator(".chart[aria-label*='emulated links']").first
+            link.screenshot(path=str(ARTIFACTS / "report-groups-link.png"))
+        finally:
+            browser.close()
+    assert errors == [] and drawn == n and n >= 8
