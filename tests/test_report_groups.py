@@ -291,6 +291,8 @@ def test_storeval_report_prints_groups_side_by_side(run, tmp_path):
     assert {g: x["bandwidth_MiBps"]["mean"] for g, x in s["groups"].items()} == {
         "onboard": pytest.approx(200.0), "external": pytest.approx(40.0)}
     assert [x for x in doc["scaling_settings"] if x["along"] == "rtt"][0]["series"][1]["rtt"] == "12ms"
+    assert doc["cells"][2 + 1]["rtt"]["external"] == {"requested_s": 0.012, "median_s": 0.0149,
+                                                      "p90_s": pytest.approx(0.01639), "off": True}
 
 
 def test_compare_compares_each_group_on_its_own(run):

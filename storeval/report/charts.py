@@ -78,14 +78,16 @@ LINE_FIGURES = {"events_per_s": "events/s", "cpu_efficiency": "CPU efficiency (C
 
 
 def _x_of(along: str) -> tuple[float, str, dict[str, Any]]:
-    """How a scaling chart's x axis shows ``along``: counts on a log axis (doubling steps), link settings on a
-    linear one from zero (RTT and jitter in ms, rate in MiB/s, loss in %)."""
+    """How a scaling chart's x axis shows ``along``: counts on a log axis (doubling steps), a client group's
+    count and link settings on a linear one from zero (RTT and jitter in ms, rate in MiB/s, loss in %)."""
     if along in ("rtt", "jitter"):
         return 1e3, f"{along} (ms)", {"title": {"text": f"{along} (ms)"}, "rangemode": "tozero"}
     if along == "rate":
         return 1 / MiB, "link rate (MiB/s)", {"title": {"text": "link rate (MiB/s)"}, "rangemode": "tozero"}
     if along == "loss":
         return 100.0, "loss (%)", {"title": {"text": "loss (%)"}, "rangemode": "tozero"}
+    if along.startswith("clients."):  # a group's count may be 0 (the other groups alone): linear from zero
+        return 1.0, along, {"title": {"text": along}, "rangemode": "tozero", "dtick": 1}
     return 1.0, along, {"title": {"text": along}, "type": "log", "dtick": 0.30103}
 
 
