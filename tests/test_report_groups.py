@@ -50,12 +50,11 @@ def rec(rank: int, group: str, nbytes: int, start_s: float, end_s: float, phase:
 
 
 def network(rtt: float = 0.0, measured: float | None = None, groups: dict | None = None) -> dict:
-    groups = groups if groups is not None else {"onboard": {"host": "server1", "count": 2},
-                                                "external": {"host": "client-net", "count": 2}}
+    """The runner's ``network`` event: the links of the hosts that have one, where each group with clients sits."""
+    groups = groups if groups is not None else {"onboard": "server1", "external": "client-net"}
     return {"kind": "network", "message": "links and measured RTT", "detail": {
-        "links": {"server1": {"rate": None, "rtt": 0.0, "jitter": 0.0, "loss": 0.0},
-                  "client-net": {"rate": LINK, "rtt": rtt, "jitter": 0.0, "loss": 0.0}},
-        "groups": groups,
+        "links": {"client-net": {"rate": LINK, "rtt": rtt, "jitter": 0.0, "loss": 0.0}},
+        "hosts": {"server1": None, "client-net": "wan"}, "groups": groups, "server_host": "server1",
         "rtt": {"onboard": {"requested_s": 0.0, "median_s": 0.0001, "p90_s": 0.0002},
                 "external": {"requested_s": rtt, "median_s": rtt if measured is None else measured,
                              "p90_s": (rtt if measured is None else measured) * 1.1}}}}
@@ -110,18 +109,19 @@ def run(tmp_path_factory):
     alone = [rec(0, "external", 100 * MiB, 0.0, 1.0), rec(1, "external", 100 * MiB, 0.0, 1.0)]
     store.write_cell(run_id, cell(1, 1, "bw", "bandwidth", {"clients.onboard": 0, "clients.external": 2}, 2),
                      status="ok", error=None, started=None, phases=[("read", 0, "ok", None)], records=alone,
-                     events=[network(groups={"external": {"host": "client-net", "count": 2}})],
+                     events=[network(groups={"external": "client-net"})],
                      samples=link_samples([0, 40, 80]))
     index = 2
     for strategy in ("basket", "ttreecache"):
         for rtt, seconds in (("0ms", 0.0), ("12ms", 0.012), ("50ms", 0.05)):
             events = SKIM[(strategy, rtt)]
             measured = 0.0149 if rtt == "12ms" and strategy == "basket" else None  # 24 % off: rtt-off
-            store.write_cell(run_id, cell(index, 2 + index, "sk", "skim", {"clients.external": 2, "rtt": rtt,
+            # the factor holds the value (seconds), as the plan makes it; the reports write it as the study did
+            store.write_cell(run_id, cell(index, 2 + index, "sk", "skim", {"clients.external": 2, "rtt": seconds,
                                                                           "strategy": strategy}, 2),
                              status="ok", error=None, started=None, phases=[("skim", 0, "ok", None)],
                              records=[skim_rec(0, events, 2.0, CPU[rtt]), skim_rec(1, events, 2.0, CPU[rtt])],
-                             events=[network(seconds, measured, {"external": {"host": "client-net", "count": 2}})])
+                             events=[network(seconds, measured, {"external": "client-net"})])
             index += 1
     store.end_run(run_id, "ok")
     data = store.load_run(run_id)
@@ -220,11 +220,11 @@ def test_rtt_is_a_factor_charted_like_a_system_setting(run):
 
 def test_measured_rtt_is_shown_beside_the_requested_and_flagged_when_off(run):
     skims = {(s.factors["strategy"], s.factors["rtt"]): s for s in run.summary if s.kind == "skim"}
-    off = skims[("basket", "12ms")]
+    off = skims[("basket", 0.012)]
     assert off.rtt["external"] == {"requested_s": 0.012, "median_s": 0.0149, "p90_s": pytest.approx(0.01639),
                                    "off": True, "cells": 1}
     assert [w["code"] for w in off.warnings] == ["rtt-off"]
-    assert skims[("ttreecache", "12ms")].rtt["external"]["off"] is False
+    assert skims[("ttreecache", 0.012)].rtt["external"]["off"] is False
     out = Console(record=True, width=220)
     print_summary(run.summary, out)
     text = out.export_text()
@@ -348,3 +348,16 @@ def test_the_groups_report_draws_every_chart_in_chromium(run, tmp_path, chromium
         finally:
             browser.close()
     assert errors == [] and drawn == n and n >= 8
+
+
+def test_the_link_limit_needs_every_group_with_clients_behind_a_rate_limited_link():
+    from storeval.analysis.links import link_limits
+
+    detail = {"links": {"a": {"rate": 1e8}, "b": {"rate": 2e8}, "c": {"rate": None, "rtt": 0.01}},
+              "groups": {"x": "a", "y": "b", "z": "c"}}
+    assert link_limits(detail, {"clients.x": 1, "clients.y": 2, "clients.z": 0}) == {
+        "links": {"a": 1e8, "b": 2e8}, "link_rate": 3e8}  # z has no clients here; a and b add up
+    assert link_limits(detail, {"clients.x": 1, "clients.y": 1, "clients.z": 1}) == {
+        "links": {"a": 1e8, "b": 2e8}}  # z's link has no rate: no limit for the whole
+    assert link_limits({**detail, "groups": {"x": "a", "y": None}}, {}) == {"links": {"a": 1e8, "b": 2e8}}
+    assert link_limits({**detail, "groups": {"x": "a", "w": "a"}}, {}) == {"links": {"a": 1e8}, "link_rate": 1e8}

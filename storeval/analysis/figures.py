@@ -460,7 +460,7 @@ def analyze(run: RunData, exclude_outliers: bool = False,
     for row in samples or ():
         if row[2] == "link":
             per_cell[row[0]].append(row[1:])
-    cells = [cell_figures(c, {**where.get(c.target, {}).get("path", {}), **link_limits(network_event(events[c.cell_id]))},
+    cells = [cell_figures(c, {**where.get(c.target, {}).get("path", {}), **link_limits(network_event(events[c.cell_id]), c.factors)},
                           limits.get(c.target, {}), events[c.cell_id], per_cell.get(c.cell_id))
              for c in run.cells]
     return cells, summarize_run(cells, exclude_outliers)

@@ -7,9 +7,11 @@ Inputs, as the runner stores them:
   ``rx_packets``, ``tx_packets``, ``drops``, ``tbf_drops``, ``relay_dropped_loss``, ``relay_dropped_queue``) and
   gauges (``tbf_backlog_bytes``, ``relay_held_mean_s`` — any metric with ``backlog`` or ``held`` in its name),
   with perf_counter_ns timestamps on the clock the clients' phase records use;
-* one event of kind ``network`` per cell: ``{"links": {host: {"rate": bytes/s | None, "rtt", "jitter", "loss"}},
-  "rtt": {group: {"requested_s", "median_s", "p90_s"}}}``, optionally ``"groups": {group: {"host", "count"}}``
-  (where each group's clients sit) and ``"link_rate"`` (the limit, when the runner computed it itself).
+* one event of kind ``network`` per cell (runner.py): ``{"links": {host: {"rate": bytes/s | None, "rtt", "jitter",
+  "loss"}}`` (the hosts with a link), ``"hosts": {host: link name | None}``, ``"groups": {group: host | None}``
+  (where each group with clients sits; None: the root namespace, unshaped), ``"server_host"``, ``"rtt": {group:
+  {"requested_s", "median_s", "p90_s", ...} or {"requested_s", "error"}}}``; a ``"link_rate"`` there (the limit,
+  had the runner computed it) is taken as it is.
 
 Rules, stated so a reader can check them:
 
@@ -42,7 +44,19 @@ RULE = (f"link-saturated: a phase's traffic through a rate-limited link (the lar
 
 def is_gauge(metric: str) -> bool:
     """A value at a moment (queue length, mean delay), not a counter that only grows."""
-    return "backlog" in metric or "held" in metric
+    return "backlog" in metric or "held" in metric or metric.endswith("queue_bytes")
+
+
+def link_text(key: str, value: Any) -> str:
+    """A link setting as a study writes it (``12ms``, ``1Gbit/s``, ``0.1%``) from its value (seconds, bytes/s,
+    fraction); text and other factors as they are."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or key not in ("rtt", "jitter", "rate", "loss"):
+        return str(value)
+    if key in ("rtt", "jitter"):
+        return f"{value * 1e3:g}ms"
+    if key == "rate":
+        return f"{value * 8 / 1e9:g}Gbit/s" if value >= 125e6 else f"{value * 8 / 1e6:g}Mbit/s"
+    return f"{value * 100:g}%"
 
 
 def network_event(events: list[dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -51,9 +65,11 @@ def network_event(events: list[dict[str, Any]] | None) -> dict[str, Any] | None:
     return found[-1] if found else None
 
 
-def link_limits(network: dict[str, Any] | None) -> dict[str, Any]:
+def link_limits(network: dict[str, Any] | None, factors: dict[str, Any] | None = None) -> dict[str, Any]:
     """``where`` additions from a cell's network event: ``links`` (host → rate, bytes/s, of every rate-limited
-    link) and ``link_rate`` (the sum over the hosts every client group sits behind, when all of them do)."""
+    link) and ``link_rate`` (the sum over the hosts every client group sits behind, when all of them do). A
+    group is ``{name: host}`` or ``{name: {"host", "count"}}``; one whose ``clients.<name>`` factor is 0 has
+    no clients in the cell."""
     if not network:
         return {}
     rates = {h: float(s["rate"]) for h, s in (network.get("links") or {}).items()
@@ -64,8 +80,13 @@ def link_limits(network: dict[str, Any] | None) -> dict[str, Any]:
     if network.get("link_rate"):
         out["link_rate"] = float(network["link_rate"])
         return out
-    hosts = [g.get("host") for g in (network.get("groups") or {}).values()
-             if isinstance(g, dict) and g.get("count", 1)]
+    hosts = []
+    for name, g in (network.get("groups") or {}).items():
+        host, count = (g.get("host"), g.get("count")) if isinstance(g, dict) else (g, None)
+        if count is None:
+            count = (factors or {}).get(f"clients.{name}", 1)
+        if count:
+            hosts.append(host)
     if hosts and all(h in rates for h in hosts):
         behind = dict.fromkeys(hosts)
         out["links"] = {h: rates[h] for h in behind}
@@ -155,7 +176,8 @@ def rtt_rows(network: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
         off = None
         if req is not None and med is not None:
             off = abs(med - req) > max(RTT_OFF * req, RTT_FLOOR_S)
-        out[group] = {"requested_s": req, "median_s": med, "p90_s": r.get("p90_s"), "off": off}
+        out[group] = {"requested_s": req, "median_s": med, "p90_s": r.get("p90_s"), "off": off,
+                      **({"error": r["error"]} if r.get("error") else {})}
     return out
 
 
@@ -178,9 +200,10 @@ def summarize_rtt(networks: list[dict[str, dict[str, Any]]]) -> dict[str, dict[s
         p90s = [r["p90_s"] for r in rows if r.get("p90_s") is not None]
         req = next((r["requested_s"] for r in rows if r.get("requested_s") is not None), None)
         med = statistics.median(meds) if meds else None
+        errors = [r["error"] for r in rows if r.get("error")]
         out[g] = {"requested_s": req, "median_s": med, "p90_s": statistics.median(p90s) if p90s else None,
                   "off": (abs(med - req) > max(RTT_OFF * req, RTT_FLOOR_S)) if med is not None and req is not None
-                  else None, "cells": len(rows)}
+                  else None, "cells": len(rows), **({"error": errors[0]} if errors else {})}
     return out
 
 

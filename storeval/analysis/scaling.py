@@ -10,8 +10,8 @@ Which figure a workload's lines follow (MiB/s, ops/s …) it declares itself (``
 Beside the number of clients and swept system settings (issue 16), the x may be a client group's count
 (``clients.<group>``, issue 17: one series per group of the whole phase's aggregate, and one of the group's
 own aggregate) or a swept link setting (``rtt``, ``rate``, ``jitter``, ``loss``: seed 003's skim over a WAN).
-Link settings written as text (``12ms``, ``1Gbit``, ``0.1%``) are charted by their value (seconds, bytes/s,
-fraction) and labelled as written. Each point also carries the mean of the workload figures LINE_FIGURES
+Link settings are charted by their value (seconds, bytes/s, fraction; text such as ``12ms`` is read) and
+labelled as a study writes them (``12ms``). Each point also carries the mean of the workload figures LINE_FIGURES
 (the skim's events/s and CPU efficiency) when the phase has them.
 """
 
@@ -21,6 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from .figures import CellFigures
+from .links import link_text
 from ..stats import summarize
 from ..workloads import workload_class
 
@@ -70,7 +71,7 @@ def scaling(cells: list[CellFigures], along: str = "clients", group: str | None 
         x = numeric(along, raw)
         if x is None:
             continue
-        labels[x] = raw
+        labels[x] = link_text(along, raw) if along in LINK_FACTORS else raw
         other = {k: v for k, v in cf.cell.factors.items() if k not in ("clients", along)}
         if along != "clients" and not along.startswith("clients."):
             other["clients"] = cf.cell.clients

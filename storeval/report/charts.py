@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
+from ..analysis.links import link_text
 from ..store import CellRow
 from ..workloads import workload_class
 from ..workloads.base import Chart
@@ -29,7 +30,7 @@ def _layout(title: str, x: str, y: str, **more: Any) -> dict[str, Any]:
 
 
 def _factors(factors: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in factors.items() if k != "clients")
+    return " ".join(f"{k}={link_text(k, v)}" for k, v in factors.items() if k != "clients")
 
 
 def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
@@ -46,7 +47,7 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
         for s in series:
             pts = [p for p in s["series"] if p["aggregate"] is not None]
             name = " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
-                             *(f"{k}={v}" for k, v in s["factors"].items())])
+                             *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())])
             data.append({"type": "scatter", "mode": "lines+markers", "name": name,
                          "x": [p["x"] * scale for p in pts], "y": [p["aggregate"] for p in pts],
                          "error_y": {"type": "data", "array": [p["aggregate_stderr"] or 0 for p in pts],
@@ -65,7 +66,7 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
                 continue
             data = [{"type": "scatter", "mode": "lines+markers",
                      "name": " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
-                                       *(f"{k}={v}" for k, v in s["factors"].items())]),
+                                       *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())]),
                      "x": [p["x"] * scale for p in pts], "y": [p[key] for p in pts]} for s, pts in lines]
             title = f"{workload} · {phase}: {label} vs {along}"
             out.append((title, {"data": data, "layout": _layout(title, x_title, label, xaxis=xaxis,

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.figures import ConfigSummary
-from ..analysis.links import SATURATED
+from ..analysis.links import SATURATED, link_text
 from ..stats import Summary
 from ..analysis.table import rep_notes
 from ..spec import is_size_param
@@ -47,6 +47,8 @@ def fmt_factors(kind: str, factors: dict[str, Any]) -> str:
             v = format_size_compact(v)
         elif isinstance(v, list):
             v = "+".join(map(str, v))
+        else:
+            v = link_text(k, v)  # rtt=12ms, rate=1Gbit/s, loss=0.1% (issue 17)
         parts.append(f"{k}={v}")
     return " ".join(parts)
 
@@ -143,7 +145,7 @@ LINE_WORDS = {"events_per_s": ("events/s", "events/s"), "cpu_efficiency": ("CPU 
 
 def held_fixed(s: dict[str, Any]) -> str:
     """The factors a scaling line holds fixed, and the client group whose own aggregate it follows."""
-    text = ", ".join(f"{k}={v}" for k, v in s["factors"].items())
+    text = ", ".join(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())
     return f"group {s['group']} (its own aggregate)" + (f"; {text}" if text else "") if s.get("group") else text
 
 
@@ -343,8 +345,9 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
     for r in summary:
         for group, x in r.rtt.items():
             key = (r.target, r.workload, tuple(sorted((k, str(v)) for k, v in r.factors.items())), group)
-            rtt.setdefault(key, [_where(r), group, _ms(x.get("requested_s")),
-                                 _ms(x.get("median_s")) + (" ✗" if x.get("off") else ""), _ms(x.get("p90_s"))])
+            measured = f"not measured: {x['error']}" if x.get("error") and x.get("median_s") is None else (
+                _ms(x.get("median_s")) + (" ✗" if x.get("off") else ""))
+            rtt.setdefault(key, [_where(r), group, _ms(x.get("requested_s")), measured, _ms(x.get("p90_s"))])
     if rtt:
         tables.append({"id": "rtt-table", "title": "Network — requested vs measured RTT per client group",
                        "columns": ["configuration", "group", "requested", "measured median", "measured p90"],
