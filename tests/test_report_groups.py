@@ -361,3 +361,12 @@ def test_the_link_limit_needs_every_group_with_clients_behind_a_rate_limited_lin
         "links": {"a": 1e8, "b": 2e8}}  # z's link has no rate: no limit for the whole
     assert link_limits({**detail, "groups": {"x": "a", "y": None}}, {}) == {"links": {"a": 1e8, "b": 2e8}}
     assert link_limits({**detail, "groups": {"x": "a", "w": "a"}}, {}) == {"links": {"a": 1e8}, "link_rate": 1e8}
+
+
+def test_the_link_limit_is_not_applied_to_a_local_file_system():
+    from storeval.analysis.sanity import _rate_limits
+
+    links = {"link_rate": 1e8, "links": {"a": 1e8}}
+    assert [n for n, _, _ in _rate_limits({}, {**links, "medium": "network"}, "read", 1)] == ["link_rate"]
+    assert _rate_limits({}, {**links, "medium": "device", "device": "sda"}, "read", 1) == []
+    assert _rate_limits({}, {**links, "medium": "memory"}, "read", 1) == []

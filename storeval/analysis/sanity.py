@@ -202,11 +202,13 @@ def server_cache(fig: Any, records: list[PhaseRecord]) -> None:
 
 def _rate_limits(limits: dict[str, float], where: dict[str, Any], direction: str | None,
                  hosts: int) -> list[tuple[str, float, str]]:
-    """(name, bytes/s, where it comes from) of the limits a phase's rate must respect. An emulated link's rate
-    comes first, whatever the medium: the clients' traffic passes through it."""
+    """(name, bytes/s, where it comes from) of the limits a phase's rate must respect. The emulated links' rate
+    comes first when the target is reached over the network (or its medium is not known): the clients' traffic
+    passes through those links."""
     if direction not in ("read", "write"):
         return []
-    if where.get("link_rate"):
+    # a local file system's bytes never cross the clients' links
+    if where.get("link_rate") and where.get("medium") in ("network", None):
         links = where.get("links") or {}
         named = " + ".join(f"{h} {format_rate(r)}" if len(links) > 1 else h for h, r in links.items())
         return [("link_rate", where["link_rate"] * (1 + LINK_TOLERANCE),
