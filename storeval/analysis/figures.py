@@ -22,6 +22,8 @@ from ..core.records import NS, PhaseRecord
 from ..histogram import Histogram
 from ..store import CellRow, RunData
 from .fairness import fairness
+from .links import (link_limits, link_series, link_traffic, network_event, rtt_rows, rtt_warnings, saturation_warnings,
+                    summarize_links, summarize_rtt)
 from .sanity import check, moved
 from .timeline import phase_timeline
 from ..stats import Summary, mean_stderr, summarize
@@ -41,9 +43,11 @@ class ClientStat:
     MiBps: float | None
     ops_per_s: float | None
     extra: dict[str, Any] = field(default_factory=dict)  # the workload's own figures (skim: events, counters …)
+    group: str | None = None  # the client group it belonged to (issue 17), None without groups
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "host": self.host, "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
+        return {"rank": self.rank, "host": self.host, **({"group": self.group} if self.group else {}),
+                "bytes": self.bytes, "ops": self.ops, "seconds": self.seconds,
                 "cpu_seconds": self.cpu_seconds, "MiBps": self.MiBps, "ops_per_s": self.ops_per_s,
                 "cpu_seconds_per_MB": self.cpu_seconds / (self.bytes / 1e6) if self.bytes else None, **self.extra}
 
@@ -83,6 +87,8 @@ class PhaseFigures:
     io_engines: list[str] = field(default_factory=list)  # what ran the timed loop (workloads/kernel.py), when said
     timeline: dict[str, Any] | None = None  # all clients' work per second, with the faults (analysis/timeline.py)
     written_check: dict[str, Any] | None = None  # what was read back after a faulted write (analysis/guards.py)
+    groups: dict[str, "PhaseFigures"] = field(default_factory=dict)  # each client group's own figures (issue 17)
+    links: dict[str, dict[str, Any]] | None = None  # emulated host → its link's traffic in the phase (links.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,8 +111,19 @@ class PhaseFigures:
             "timeline": self.timeline,
             **({"written_check": self.written_check} if self.written_check else {}),
             "client_stats": [c.as_dict() for c in self.client_stats],
+            **({"groups": {name: g.group_dict() for name, g in self.groups.items()}} if self.groups else {}),
+            **({"links": self.links} if self.links else {}),
             **self.extra,
         }
+
+    def group_dict(self) -> dict[str, Any]:
+        """A client group's figures in the JSON: its aggregate over its own span, per-client rates, fairness."""
+        return {"clients": self.clients, "ranks": [c.rank for c in self.client_stats], "bytes": self.bytes,
+                "ops": self.ops, "seconds": self.seconds, "bandwidth_MiBps": self.bandwidth_MiBps,
+                "ops_per_s": self.ops_per_s,
+                "client_MiBps": {"mean": self.client_MiBps[0], "stderr": self.client_MiBps[1]},
+                "client_ops_per_s": {"mean": self.client_ops_per_s[0], "stderr": self.client_ops_per_s[1]},
+                "fairness": self.fairness, **self.extra}
 
 
 def bytes_until(rec: PhaseRecord, t_ns: int) -> float:
@@ -131,8 +148,10 @@ def bytes_until(rec: PhaseRecord, t_ns: int) -> float:
 def phase_figures(phase: str, status: str, reason: str | None, records: list[PhaseRecord], nclients: int,
                   include_barrier: bool = False, iteration: int = 0, workload: Any = None,
                   where: dict[str, Any] | None = None, limits: dict[str, float] | None = None,
-                  params: dict[str, Any] | None = None) -> PhaseFigures:
+                  params: dict[str, Any] | None = None, per_group: bool = True) -> PhaseFigures:
     fig = PhaseFigures(phase=phase, status=status, reason=reason, clients=nclients, iteration=iteration)
+    if per_group:
+        fig.groups = group_figures(phase, status, reason, records, include_barrier, iteration, workload, params)
     for r in records:
         for kind, count in r.errors.items():
             fig.errors[kind] = fig.errors.get(kind, 0) + count
@@ -176,8 +195,8 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
         extra = workload.client_extra(r.extra, secs, r.cpu_seconds) if workload is not None else {}
         fig.client_stats.append(ClientStat(rank=r.rank, host=r.host, bytes=r.bytes, ops=r.ops, seconds=secs,
                                            cpu_seconds=r.cpu_seconds, MiBps=r.bytes / MiB / secs, ops_per_s=r.ops / secs,
-                                           extra=extra))
-    fig.fairness = fairness(fig.client_stats)
+                                           extra=extra, group=r.extra.get("group")))
+    fig.fairness = fairness(fig.client_stats, {n: g.fairness for n, g in fig.groups.items()})
     direction = workload.direction(phase, params or {}) if workload is not None else None
     check(fig, records, where or {}, limits or {}, direction, len({r.host for r in records}))
     if workload is not None:
@@ -192,15 +211,37 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
     return fig
 
 
+def group_figures(phase: str, status: str, reason: str | None, records: list[PhaseRecord], include_barrier: bool,
+                  iteration: int, workload: Any, params: dict[str, Any] | None) -> dict[str, PhaseFigures]:
+    """Each client group's figures, computed as for a phase of its clients alone: the aggregate is the sum of the
+    group's bytes over the group's own span (its first start → its last end), per-client rates and fairness
+    among its clients. Its flags and warnings stay with the whole phase's figures (the phase tables say them)."""
+    by_group: dict[str, list[PhaseRecord]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: r.rank):
+        if r.extra.get("group"):
+            by_group[r.extra["group"]].append(r)
+    out = {}
+    for name, recs in by_group.items():
+        g = phase_figures(phase, status, reason, recs, len(recs), include_barrier, iteration, workload, None, None,
+                          params, per_group=False)
+        g.flags, g.warnings = [], []
+        out[name] = g
+    return out
+
+
 @dataclass
 class CellFigures:
     cell: CellRow
     phases: list[PhaseFigures]
+    rtt: dict[str, dict[str, Any]] = field(default_factory=dict)  # group → requested / measured RTT (links.py)
+    network: dict[str, Any] | None = None  # the cell's network event: its links' settings
 
 
 def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dict[str, float] | None = None,
-                 events: list[dict[str, Any]] | None = None) -> CellFigures:
-    """The figures of each phase of ``cell``; ``events`` are the cell's (its faults go on the timelines)."""
+                 events: list[dict[str, Any]] | None = None, samples: list[tuple] | None = None) -> CellFigures:
+    """The figures of each phase of ``cell``; ``events`` are the cell's (its faults go on the timelines, its
+    ``network`` event gives the links' rates and the measured RTT); ``samples`` its probe samples ((t, probe,
+    device, metric, value): the ``link`` ones give each emulated link's traffic per phase)."""
     from ..workloads import WORKLOADS
 
     workload = WORKLOADS.get(cell.kind)
@@ -215,7 +256,19 @@ def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dic
         struck = [e for e in events or () if e.get("phase") == fig.phase
                   and (e.get("detail") or {}).get("iteration", 0) == fig.iteration]
         fig.timeline = phase_timeline(by_step.get((fig.phase, fig.iteration), []), struck)
-    return CellFigures(cell=cell, phases=phases)
+    network = network_event(events)
+    rtt = rtt_rows(network)
+    series = link_series(samples or [])
+    rates = {h: float(s["rate"]) for h, s in ((network or {}).get("links") or {}).items()
+             if isinstance(s, dict) and s.get("rate")}
+    for fig in phases:
+        recs = by_step.get((fig.phase, fig.iteration), [])
+        if series and recs and fig.status == "ok":
+            fig.links = link_traffic(series, min(r.start_ns for r in recs), max(r.end_ns for r in recs), rates)
+            fig.warnings += [w for w in saturation_warnings(fig.links) if w not in fig.warnings]
+        if fig.status == "ok":
+            fig.warnings += [w for w in rtt_warnings(rtt) if w not in fig.warnings]
+    return CellFigures(cell=cell, phases=phases, rtt=rtt, network=network)
 
 
 @dataclass
@@ -249,6 +302,13 @@ class ConfigSummary:
     amplification: Summary | None = None  # bytes the target moved / bytes asked for (read or write phases)
     moved_sources: list[str] = field(default_factory=list)  # where those moved bytes were counted (sanity.py)
     io_engines: list[str] = field(default_factory=list)  # what ran the timed loops of its phases (kernel.py)
+    jain: Summary | None = None  # fairness among the clients (fairness.py), over repetitions
+    cov: Summary | None = None
+    spread: Summary | None = None
+    group: str | None = None  # set on a client group's own summary (issue 17)
+    groups: dict[str, "ConfigSummary"] = field(default_factory=dict)  # each client group's summary
+    rtt: dict[str, dict[str, Any]] = field(default_factory=dict)  # group → requested / measured RTT (links.py)
+    links: dict[str, dict[str, Any]] = field(default_factory=dict)  # emulated host → its link's traffic
 
     def as_dict(self) -> dict[str, Any]:
         def s(x: Summary | None) -> dict | None:
@@ -264,7 +324,11 @@ class ConfigSummary:
                 "warnings": self.warnings, "flags": self.flags, "errors": self.errors, "outliers": self.outliers,
                 "outlier_rule": OUTLIER_RULE, "outliers_excluded": self.outliers_excluded,
                 "amplification": s(self.amplification), "moved_sources": self.moved_sources,
-                **({"io_engines": self.io_engines} if self.io_engines else {})}
+                **({"io_engines": self.io_engines} if self.io_engines else {}),
+                **({"jain": s(self.jain), "cov": s(self.cov), "spread": s(self.spread)} if self.jain else {}),
+                **({"group": self.group, "clients": self.clients} if self.group else {}),
+                **({"groups": {name: g.as_dict() for name, g in self.groups.items()}} if self.groups else {}),
+                **({"rtt": self.rtt} if self.rtt else {}), **({"links": self.links} if self.links else {})}
 
 
 OUTLIER_MADS = 3.0
@@ -299,44 +363,65 @@ def summarize_run(cells: list[CellFigures], exclude_outliers: bool = False) -> l
             if key not in groups:
                 order.append(key)
             groups[key].append((cf.cell, ph))
+    by_cell = {cf.cell.cell_id: cf for cf in cells}
     out = []
     for key in order:
         items = groups[key]
-        cell0 = items[0][0]
-        flagged = outliers([(c, ph) for c, ph in items if ph.status == "ok"])
-        flagged_ids = {id(ph) for _, ph in flagged}
-        ok = [ph for _, ph in items if ph.status == "ok" and not (exclude_outliers and id(ph) in flagged_ids)]
-        warnings: list[dict[str, str]] = []
-        flags: list[dict[str, str]] = []
-        errors: dict[str, int] = {}
-        seen: dict[str, int] = {}
-        for _, ph in items:
-            warnings += [w for w in ph.warnings if w not in warnings]
-            flags += [f for f in ph.flags if f not in flags]
-            for code in {x["code"] for x in (*ph.flags, *ph.warnings)}:
-                seen[code] = seen.get(code, 0) + 1
-            for k, v in ph.errors.items():
-                errors[k] = errors.get(k, 0) + v
-        out.append(ConfigSummary(
-            target=cell0.target, workload=cell0.workload, kind=cell0.kind, factors=cell0.factors,
-            params=cell0.params, clients=cell0.clients, phase=key[1], repetitions=len({c.cell_id for c, _ in items}),
-            statuses=[ph.status for _, ph in items],
-            bandwidth=summarize([ph.bandwidth_MiBps for ph in ok]),
-            ops_per_s=summarize([ph.ops_per_s for ph in ok]),
-            stonewall=summarize([ph.stonewall_MiBps for ph in ok if ph.stonewall_MiBps is not None]),
-            latency_p50_us=summarize([ph.latency_us.get("p50") for ph in ok if ph.latency_us.get("p50") is not None]),
-            latency_p99_us=summarize([ph.latency_us.get("p99") for ph in ok if ph.latency_us.get("p99") is not None]),
-            per_client_MiBps=summarize([ph.client_MiBps[0] for ph in ok if ph.client_MiBps[0] is not None]),
-            cpu_seconds_per_GB=summarize([ph.cpu_seconds / (ph.bytes / 1e9) for ph in ok if ph.bytes]),
-            extras=_extra_summaries(ok),
-            reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors,
-            outliers=[{"cell": c.cell_id, "repetition": c.repetition, "iteration": ph.iteration,
-                       "value": key_figure(ph)} for c, ph in flagged],
-            outliers_excluded=exclude_outliers and bool(flagged), flags=flags, seen=seen,
-            amplification=summarize([a for ph in ok if (a := _amplification(ph)) is not None]),
-            moved_sources=list(dict.fromkeys(src for ph in ok if (src := (ph.probes or {}).get("moved_source")))),
-            io_engines=sorted({e for _, ph in items for e in ph.io_engines})))
+        summary = _config_summary(items, key[1], exclude_outliers)
+        names = list(dict.fromkeys(name for _, ph in items for name in ph.groups))
+        for name in names:  # each client group summarised as its own configuration (issue 17)
+            mine = [(c, ph.groups[name]) for c, ph in items if name in ph.groups]
+            g = _config_summary(mine, key[1], exclude_outliers)
+            g.group, g.clients = name, mine[0][1].clients
+            g.flags, g.warnings, g.seen = [], [], {}
+            summary.groups[name] = g
+        summary.rtt = summarize_rtt([by_cell[i].rtt for i in dict.fromkeys(c.cell_id for c, _ in items)
+                                     if by_cell[i].rtt])
+        summary.links = summarize_links([ph.links for _, ph in items if ph.links])
+        out.append(summary)
     return out
+
+
+def _config_summary(items: list[tuple[CellRow, PhaseFigures]], phase: str, exclude_outliers: bool) -> ConfigSummary:
+    """One configuration's phase summarised over its repetitions (and iterations)."""
+    cell0 = items[0][0]
+    flagged = outliers([(c, ph) for c, ph in items if ph.status == "ok"])
+    flagged_ids = {id(ph) for _, ph in flagged}
+    ok = [ph for _, ph in items if ph.status == "ok" and not (exclude_outliers and id(ph) in flagged_ids)]
+    warnings: list[dict[str, str]] = []
+    flags: list[dict[str, str]] = []
+    errors: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for _, ph in items:
+        warnings += [w for w in ph.warnings if w not in warnings]
+        flags += [f for f in ph.flags if f not in flags]
+        for code in {x["code"] for x in (*ph.flags, *ph.warnings)}:
+            seen[code] = seen.get(code, 0) + 1
+        for k, v in ph.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    fair = [ph.fairness for ph in ok if ph.fairness]
+    return ConfigSummary(
+        target=cell0.target, workload=cell0.workload, kind=cell0.kind, factors=cell0.factors,
+        params=cell0.params, clients=cell0.clients, phase=phase, repetitions=len({c.cell_id for c, _ in items}),
+        statuses=[ph.status for _, ph in items],
+        bandwidth=summarize([ph.bandwidth_MiBps for ph in ok]),
+        ops_per_s=summarize([ph.ops_per_s for ph in ok]),
+        stonewall=summarize([ph.stonewall_MiBps for ph in ok if ph.stonewall_MiBps is not None]),
+        latency_p50_us=summarize([ph.latency_us.get("p50") for ph in ok if ph.latency_us.get("p50") is not None]),
+        latency_p99_us=summarize([ph.latency_us.get("p99") for ph in ok if ph.latency_us.get("p99") is not None]),
+        per_client_MiBps=summarize([ph.client_MiBps[0] for ph in ok if ph.client_MiBps[0] is not None]),
+        cpu_seconds_per_GB=summarize([ph.cpu_seconds / (ph.bytes / 1e9) for ph in ok if ph.bytes]),
+        extras=_extra_summaries(ok),
+        reason=next((ph.reason for _, ph in items if ph.reason), None), warnings=warnings, errors=errors,
+        outliers=[{"cell": c.cell_id, "repetition": c.repetition, "iteration": ph.iteration,
+                   "value": key_figure(ph)} for c, ph in flagged],
+        outliers_excluded=exclude_outliers and bool(flagged), flags=flags, seen=seen,
+        amplification=summarize([a for ph in ok if (a := _amplification(ph)) is not None]),
+        moved_sources=list(dict.fromkeys(src for ph in ok if (src := (ph.probes or {}).get("moved_source")))),
+        io_engines=sorted({e for _, ph in items for e in ph.io_engines}),
+        jain=summarize([f["jain"] for f in fair if f.get("jain") is not None]),
+        cov=summarize([f["cov"] for f in fair if f.get("cov") is not None]),
+        spread=summarize([f["spread"] for f in fair if f.get("spread") is not None]))
 
 
 def _amplification(ph: PhaseFigures) -> float | None:
@@ -362,12 +447,20 @@ def _extra_summaries(phases: list[PhaseFigures]) -> dict[str, Summary]:
     return {k: s for k, vs in sorted(values.items()) if (s := summarize(vs)) is not None}
 
 
-def analyze(run: RunData, exclude_outliers: bool = False) -> tuple[list[CellFigures], list[ConfigSummary]]:
+def analyze(run: RunData, exclude_outliers: bool = False,
+            samples: list[tuple] | None = None) -> tuple[list[CellFigures], list[ConfigSummary]]:
+    """Every cell's figures and the configurations' summaries. ``samples``: the run's probe samples
+    (``Store.load_samples``), for the emulated links' traffic per phase; without them links are not judged."""
     where = run.environment.get("targets", {})
     limits = {name: t.get("limits", {}) for name, t in run.study.get("targets", {}).items()}
     events: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in run.events:
         events[e.get("cell")].append(e)
-    cells = [cell_figures(c, where.get(c.target, {}).get("path", {}), limits.get(c.target, {}), events[c.cell_id])
+    per_cell: dict[int, list[tuple]] = defaultdict(list)
+    for row in samples or ():
+        if row[2] == "link":
+            per_cell[row[0]].append(row[1:])
+    cells = [cell_figures(c, {**where.get(c.target, {}).get("path", {}), **link_limits(network_event(events[c.cell_id]), c.factors)},
+                          limits.get(c.target, {}), events[c.cell_id], per_cell.get(c.cell_id))
              for c in run.cells]
     return cells, summarize_run(cells, exclude_outliers)

@@ -8,7 +8,9 @@ For each phase:
 * ``read_amplification`` / ``write_amplification`` — bytes that moved (device, or network) / bytes the
   workload asked for: Lustre's read-ahead in seed 000 moved 1.7 times what the skim needed;
 * flags ``not-physical`` — a rate above a declared limit (``limits:`` of the target) or above the link speed
-  of the interface, with the limit named (the 26 million IOPS of seed 002 were cache);
+  of the interface, with the limit named (the 26 million IOPS of seed 002 were cache); or more than
+  LINK_TOLERANCE above ``where["link_rate"]``, the sum of the rates of the emulated links every client sits
+  behind (issue 17, links.py), naming those links;
 * flag ``stalled`` — no client completed an operation for longer than the stall limit (``limits: {stall:
   2s}`` of the target, default 2 s, or STALL_LATENCIES times the median latency when operations are that
   slow), with every such interval (its start in the phase and its length), or errors were retried inside an
@@ -45,6 +47,7 @@ REPORTED = {"server_minio": "server (minio metrics)", "server_jmx": "server (dat
 SERVER_CACHE = 0.1  # server disk reads short of what it served by more than this fraction: its cache served it
 MIN_SECONDS = 0.2  # CPU accounting is too coarse to judge shorter phases
 STALL_SECONDS = 2.0  # no operation completed by any client for this long is a stall (target limits: stall)
+LINK_TOLERANCE = 0.05  # an aggregate this much above the emulated links' rate is not physical (counting slack)
 STALL_LATENCIES = 10  # ... or for this many median operations, when operations are that slow
 
 
@@ -149,9 +152,10 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
     rate = fig.bytes / fig.seconds if fig.bytes else 0.0
     for name, limit, source in _rate_limits(limits, where, direction, hosts):
         if rate > limit:
+            said = (f"is more than {LINK_TOLERANCE:.0%} above the {source}" if name == "link_rate"
+                    else f"exceeds the {source} {name} limit of {format_rate(limit)}")
             fig.flags.append({"code": "not-physical", "message": (
-                f"{format_rate(rate)} exceeds the {source} {name} limit of {format_rate(limit)}: "
-                "not physical — cache (or compression) suspected")})
+                f"{format_rate(rate)} {said}: not physical — cache (or compression) suspected")})
     if limits.get("iops") and fig.ops_per_s and fig.ops_per_s > limits["iops"]:
         fig.flags.append({"code": "not-physical", "message": (
             f"{fig.ops_per_s:,.0f} ops/s exceeds the declared iops limit of {limits['iops']:,.0f}: "
@@ -198,9 +202,19 @@ def server_cache(fig: Any, records: list[PhaseRecord]) -> None:
 
 def _rate_limits(limits: dict[str, float], where: dict[str, Any], direction: str | None,
                  hosts: int) -> list[tuple[str, float, str]]:
-    """(name, bytes/s, where it comes from) of the limits a phase's rate must respect."""
+    """(name, bytes/s, where it comes from) of the limits a phase's rate must respect. The emulated links' rate
+    comes first when the target is reached over the network (or its medium is not known): the clients' traffic
+    passes through those links."""
     if direction not in ("read", "write"):
         return []
+    # a local file system's bytes never cross the clients' links
+    if where.get("link_rate") and where.get("medium") in ("network", None):
+        links = where.get("links") or {}
+        named = " + ".join(f"{h} {format_rate(r)}" if len(links) > 1 else h for h, r in links.items())
+        return [("link_rate", where["link_rate"] * (1 + LINK_TOLERANCE),
+                 f"{format_rate(where['link_rate'])} of emulated link{'s' if len(links) > 1 else ''} "
+                 f"{named or '?'} (the links every client sits behind)")] + _rate_limits(
+                     limits, {**where, "link_rate": None}, direction, hosts)
     if where.get("medium") == "device":
         key = f"device_{direction}"
         return [(key, limits[key], "declared")] if limits.get(key) else []

@@ -6,6 +6,13 @@ Rules, stated so a reader can check them:
   95 % of the largest one — where adding workers stops paying.
 
 Which figure a workload's lines follow (MiB/s, ops/s …) it declares itself (``Workload.report.scaling``).
+
+Beside the number of clients and swept system settings (issue 16), the x may be a client group's count
+(``clients.<group>``, issue 17: one series per group of the whole phase's aggregate, and one of the group's
+own aggregate) or a swept link setting (``rtt``, ``rate``, ``jitter``, ``loss``: seed 003's skim over a WAN).
+Link settings are charted by their value (seconds, bytes/s, fraction; text such as ``12ms`` is read) and
+labelled as a study writes them (``12ms``). Each point also carries the mean of the workload figures LINE_FIGURES
+(the skim's events/s and CPU efficiency) when the phase has them.
 """
 
 from __future__ import annotations
@@ -14,11 +21,33 @@ from collections import defaultdict
 from typing import Any
 
 from .figures import CellFigures
+from .links import link_text
 from ..stats import summarize
 from ..workloads import workload_class
 
 SATURATION = 0.90
 PEAK = 0.95
+LINK_FACTORS = ("rtt", "rate", "jitter", "loss")
+LINE_FIGURES = ("events_per_s", "cpu_efficiency")
+
+
+def numeric(along: str, value: Any) -> float | None:
+    """The x of a factor value: numbers as they are, link settings written as text by their value."""
+    from ..units import UnitError, parse_duration, parse_rate
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if not isinstance(value, str) or along not in LINK_FACTORS:
+        return None
+    try:
+        if along == "loss":
+            text = value.strip()
+            return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        return parse_rate(value) if along == "rate" else parse_duration(value)
+    except (ValueError, UnitError):
+        return None
 
 
 def first_reaching(series: list[tuple[int, float]], fraction: float) -> int | None:
@@ -29,26 +58,36 @@ def first_reaching(series: list[tuple[int, float]], fraction: float) -> int | No
     return min(x for x, y in series if y >= fraction * top)
 
 
-def scaling(cells: list[CellFigures], along: str = "clients") -> list[dict[str, Any]]:
+def scaling(cells: list[CellFigures], along: str = "clients", group: str | None = None) -> list[dict[str, Any]]:
     """Per target, workload, phase and other factor values: the aggregate figure against ``along`` — the number of
-    clients, or a numeric system setting such as ``servers`` (seed 002's throughput vs storage servers)."""
-    groups: dict[tuple, dict[Any, list[tuple[float | None, float | None]]]] = defaultdict(lambda: defaultdict(list))
+    clients, a numeric system setting such as ``servers`` (seed 002's throughput vs storage servers), a client
+    group's count ``clients.<group>`` or a link setting such as ``rtt``. ``group``: follow that client group's
+    own aggregate instead of the whole phase's."""
+    groups: dict[tuple, dict[Any, list[tuple]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[tuple, dict[str, Any]] = {}
+    labels: dict[Any, Any] = {}
     for cf in cells:
-        x = cf.cell.clients if along == "clients" else cf.cell.factors.get(along)
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raw = cf.cell.clients if along == "clients" else cf.cell.factors.get(along)
+        x = numeric(along, raw)
+        if x is None:
             continue
+        labels[x] = link_text(along, raw) if along in LINK_FACTORS else raw
         other = {k: v for k, v in cf.cell.factors.items() if k not in ("clients", along)}
-        if along != "clients":
+        if along != "clients" and not along.startswith("clients."):
             other["clients"] = cf.cell.clients
         for ph in cf.phases:
             if ph.status != "ok":
                 continue
+            if group is not None:
+                if group not in ph.groups:
+                    continue
+                ph = ph.groups[group]
             key = (cf.cell.target, cf.cell.workload, ph.phase, tuple(sorted((k, str(v)) for k, v in other.items())))
             meta[key] = {"target": cf.cell.target, "workload": cf.cell.workload, "kind": cf.cell.kind, "phase": ph.phase,
-                         "factors": other, "along": along}
+                         "factors": other, "along": along, **({"group": group} if group is not None else {})}
             declared = workload_class(cf.cell.kind).report.scaling
-            groups[key][x].append((declared.aggregate(ph), declared.per_client(ph)))
+            groups[key][x].append((declared.aggregate(ph), declared.per_client(ph),
+                                   {k: ph.extra[k] for k in LINE_FIGURES if isinstance(ph.extra.get(k), (int, float))}))
     out = []
     for key, by_x in groups.items():
         if len(by_x) < 2:
@@ -59,9 +98,11 @@ def scaling(cells: list[CellFigures], along: str = "clients") -> list[dict[str, 
             values = by_x[n]
             agg = summarize([v[0] for v in values])
             per = summarize([v[1] for v in values if v[1] is not None])
-            series.append({along: n, "x": n, "aggregate": agg.mean if agg else None,
+            lines = {k: summarize([v[2][k] for v in values if k in v[2]]) for k in LINE_FIGURES}
+            series.append({along: labels.get(n, n), "x": n, "aggregate": agg.mean if agg else None,
                            "aggregate_stderr": agg.stderr if agg else None,
-                           "per_client": per.mean if per else None, "repetitions": len(values)})
+                           "per_client": per.mean if per else None, "repetitions": len(values),
+                           **{k: s.mean for k, s in lines.items() if s is not None}})
         points = [(s["x"], s["aggregate"]) for s in series if s["aggregate"] is not None]
         out.append({**meta[key], "figure": figure, "series": series,
                     "saturation_clients": first_reaching(points, SATURATION),
@@ -81,4 +122,9 @@ def along_settings(cells: list[CellFigures], study: dict[str, Any]) -> list[dict
             if isinstance(v, list) and k not in names:
                 names.append(k)
     names.sort(key=lambda k: k != "servers")
-    return [s for name in names for s in scaling(cells, along=name)]
+    swept = {k for cf in cells for k in cf.cell.factors}
+    names += [k for k in LINK_FACTORS if k in swept and k not in names]  # issue 17: a link setting swept
+    out = [s for name in names for s in scaling(cells, along=name)]
+    for name in sorted(k for k in swept if k.startswith("clients.")):  # a client group's count (issue 17)
+        out += scaling(cells, along=name) + scaling(cells, along=name, group=name.removeprefix("clients."))
+    return out

@@ -12,6 +12,11 @@ What each workload puts in the read, write and rate columns it declares itself (
   ``randwrite``); copy's download / upload; skim's bytes requested per second (read).
 * rate: ops/s for bandwidth (of the read phase) and for the main metadata phases (dir-create, file-create,
   file-stat, file-remove; all of them are in the phase table); events/s for the skim.
+
+With client groups (issue 17) the client counts of the groups (factors ``clients.<group>``) are swept like
+``clients``: each row takes the best over them, and beneath the row of all clients comes one row per group
+(``group``), its figures taken from the group's own summaries (the group's aggregate over its own span) at the
+group's client count.
 """
 
 from __future__ import annotations
@@ -82,39 +87,53 @@ def _notes(rows: list[ConfigSummary]) -> list[str]:
     return list(notes)
 
 
+def _counted(k: str) -> bool:
+    """A factor that counts clients (all of them, or a group's): the table takes the best over it."""
+    return k == "clients" or k.startswith("clients.")
+
+
 def summary_table(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
     groups: dict[tuple, list[ConfigSummary]] = defaultdict(list)
     for r in summary:
-        other = tuple(sorted((k, str(v)) for k, v in r.factors.items() if k != "clients"))
+        other = tuple(sorted((k, str(v)) for k, v in r.factors.items() if not _counted(k)))
         groups[(r.target, r.workload, other)].append(r)
     rows = []
     for (target, workload, _), members in groups.items():
-        kind = members[0].kind
-        factors = {k: v for k, v in members[0].factors.items() if k != "clients"}
-        by_phase: dict[str, list[ConfigSummary]] = defaultdict(list)
-        for r in members:
-            by_phase[r.phase].append(r)
-        report = workload_class(kind).report
-        read, write = _first_best(report.read, by_phase), _first_best(report.write, by_phase)
-        rates: dict[str, dict[str, Any]] = {}
-        rate = report.rate
-        if rate is not None and rate.each_phase:
-            shown = [ph for ph in rate.phases or () if ph in by_phase] or list(by_phase)
-            for phase, rs in ((ph, by_phase[ph]) for ph in shown):
-                best = _best([_figure(rate.value(r), r.clients, phase, rate.scale) for r in rs])
-                if best is not None:
-                    rates[phase] = best
-        elif rate is not None:
-            if rate.phases is None:  # the phase the read (else the write) figure came from
-                source = read["phase"] if read else (write["phase"] if write else None)
-            else:
-                source = next((ph for ph in rate.phases if ph in by_phase), None)
-            best = _best([_figure(rate.value(r), r.clients, source, rate.scale)
-                          for r in by_phase.get(source, [])]) if source else None
-            if best is not None:
-                rates[source] = best
-        rate_unit = rate.unit if rate is not None else ""
-        rows.append({"target": target, "workload": workload, "kind": kind, "factors": factors,
-                     "clients": sorted({r.clients for r in members}), "read_MiBps": read, "write_MiBps": write,
-                     "rate_unit": rate_unit, "rates": rates, "notes": _notes(members)})
+        rows.append(_row(target, workload, members))
+        names = list(dict.fromkeys(n for r in members for n in r.groups))
+        for name in names if len(names) > 1 else ():  # one group alone is the row of all clients
+            mine = [r.groups[name] for r in members if name in r.groups]
+            rows.append({**_row(target, workload, mine), "group": name})
     return rows
+
+
+def _row(target: str, workload: str, members: list[ConfigSummary]) -> dict[str, Any]:
+    """One row of the table from a configuration's summaries over the client counts (or a group's)."""
+    kind = members[0].kind
+    factors = {k: v for k, v in members[0].factors.items() if not _counted(k)}
+    by_phase: dict[str, list[ConfigSummary]] = defaultdict(list)
+    for r in members:
+        by_phase[r.phase].append(r)
+    report = workload_class(kind).report
+    read, write = _first_best(report.read, by_phase), _first_best(report.write, by_phase)
+    rates: dict[str, dict[str, Any]] = {}
+    rate = report.rate
+    if rate is not None and rate.each_phase:
+        shown = [ph for ph in rate.phases or () if ph in by_phase] or list(by_phase)
+        for phase, rs in ((ph, by_phase[ph]) for ph in shown):
+            best = _best([_figure(rate.value(r), r.clients, phase, rate.scale) for r in rs])
+            if best is not None:
+                rates[phase] = best
+    elif rate is not None:
+        if rate.phases is None:  # the phase the read (else the write) figure came from
+            source = read["phase"] if read else (write["phase"] if write else None)
+        else:
+            source = next((ph for ph in rate.phases if ph in by_phase), None)
+        best = _best([_figure(rate.value(r), r.clients, source, rate.scale)
+                      for r in by_phase.get(source, [])]) if source else None
+        if best is not None:
+            rates[source] = best
+    rate_unit = rate.unit if rate is not None else ""
+    return {"target": target, "workload": workload, "kind": kind, "factors": factors,
+            "clients": sorted({r.clients for r in members}), "read_MiBps": read, "write_MiBps": write,
+            "rate_unit": rate_unit, "rates": rates, "notes": _notes(members)}

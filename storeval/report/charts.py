@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
+from ..analysis.links import link_text
 from ..store import CellRow
 from ..workloads import workload_class
 from ..workloads.base import Chart
@@ -29,7 +30,7 @@ def _layout(title: str, x: str, y: str, **more: Any) -> dict[str, Any]:
 
 
 def _factors(factors: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in factors.items() if k != "clients")
+    return " ".join(f"{k}={link_text(k, v)}" for k, v in factors.items() if k != "clients")
 
 
 def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
@@ -41,23 +42,54 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
     for (workload, phase, figure, _), series in by_chart.items():
         unit = workload_class(series[0]["kind"]).report.scaling.unit
         along = series[0].get("along", "clients")
+        scale, x_title, xaxis = _x_of(along)
         data = []
         for s in series:
             pts = [p for p in s["series"] if p["aggregate"] is not None]
-            name = " ".join([s["target"], *(f"{k}={v}" for k, v in s["factors"].items())])
+            name = " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
+                             *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())])
             data.append({"type": "scatter", "mode": "lines+markers", "name": name,
-                         "x": [p["x"] for p in pts], "y": [p["aggregate"] for p in pts],
+                         "x": [p["x"] * scale for p in pts], "y": [p["aggregate"] for p in pts],
                          "error_y": {"type": "data", "array": [p["aggregate_stderr"] or 0 for p in pts],
                                      "visible": True}})
             data.append({"type": "scatter", "mode": "lines", "name": f"{name} per client", "line": {"dash": "dot"},
-                         "x": [p["x"] for p in pts], "y": [p["per_client"] for p in pts], "visible": "legendonly"})
+                         "x": [p["x"] * scale for p in pts], "y": [p["per_client"] for p in pts],
+                         "visible": "legendonly"})
         title = f"{workload} · {phase}: aggregate {unit} vs {along}"
-        out.append((title, {"data": data, "layout": _layout(title, along, f"aggregate {unit}",
-                                                            xaxis={"title": {"text": along}, "type": "log",
-                                                                   "dtick": 0.30103},
+        out.append((title, {"data": data, "layout": _layout(title, x_title, f"aggregate {unit}", xaxis=xaxis,
                                                             yaxis={"title": {"text": f"aggregate {unit}"},
                                                                    "rangemode": "tozero"})}))
+        for key, label in LINE_FIGURES.items():  # seed 003: events/s and CPU efficiency vs RTT, one line each
+            lines = [(s, [p for p in s["series"] if p.get(key) is not None]) for s in series]
+            lines = [(s, pts) for s, pts in lines if pts]
+            if not lines:
+                continue
+            data = [{"type": "scatter", "mode": "lines+markers",
+                     "name": " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
+                                       *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())]),
+                     "x": [p["x"] * scale for p in pts], "y": [p[key] for p in pts]} for s, pts in lines]
+            title = f"{workload} · {phase}: {label} vs {along}"
+            out.append((title, {"data": data, "layout": _layout(title, x_title, label, xaxis=xaxis,
+                                                                yaxis={"title": {"text": label},
+                                                                       "rangemode": "tozero"})}))
     return out
+
+
+LINE_FIGURES = {"events_per_s": "events/s", "cpu_efficiency": "CPU efficiency (CPU s / wall s)"}
+
+
+def _x_of(along: str) -> tuple[float, str, dict[str, Any]]:
+    """How a scaling chart's x axis shows ``along``: counts on a log axis (doubling steps), a client group's
+    count and link settings on a linear one from zero (RTT and jitter in ms, rate in MiB/s, loss in %)."""
+    if along in ("rtt", "jitter"):
+        return 1e3, f"{along} (ms)", {"title": {"text": f"{along} (ms)"}, "rangemode": "tozero"}
+    if along == "rate":
+        return 1 / MiB, "link rate (MiB/s)", {"title": {"text": "link rate (MiB/s)"}, "rangemode": "tozero"}
+    if along == "loss":
+        return 100.0, "loss (%)", {"title": {"text": "loss (%)"}, "rangemode": "tozero"}
+    if along.startswith("clients."):  # a group's count may be 0 (the other groups alone): linear from zero
+        return 1.0, along, {"title": {"text": along}, "rangemode": "tozero", "dtick": 1}
+    return 1.0, along, {"title": {"text": along}, "type": "log", "dtick": 0.30103}
 
 
 def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
@@ -75,21 +107,48 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
             unit = "MiB/s" if f["unit"] == "MiBps" else "ops/s"
             outliers = set(f["outliers"])
             label = f"{cf.cell.target} · {cf.cell.workload} · {ph.phase} · {cf.cell.clients} clients"
-            ranks = [row["rank"] for row in f["sorted"]]
-            colors = ["#d62728" if r in outliers else "#1f77b4" for r in ranks]
-            rates = {
-                "type": "bar", "name": f"per-client {unit}", "x": [f"client {r}" for r in ranks],
-                "y": [row[f["unit"]] for row in f["sorted"]], "marker": {"color": colors},
-                "text": [("outlier · " if r in outliers else "") + row["host"] for r, row in zip(ranks, f["sorted"])]}
-            title = f"{label}: per-client {unit}, sorted (Jain {f['jain']:.3f}, spread {f['spread']:.1%})"
-            out.append((title, {"data": [rates], "layout": _layout(title, "client", unit)}))
+            factors = _factors(cf.cell.factors)
+            if factors:
+                label += f" ({factors})"
+            group_of = {row["rank"]: row.get("group") for row in f["sorted"]}
+            names = list(dict.fromkeys(g for g in group_of.values() if g))
+            rows = {row["rank"]: row for row in f["sorted"]}
+            rank_order = [row["rank"] for row in f["sorted"]]
             rel = sorted(((int(r), t) for r, t in f["relative_time"].items()), key=lambda rt: rt[1])
-            times = {"type": "bar", "name": "time / fastest", "x": [f"client {r}" for r, _ in rel],
-                     "y": [t for _, t in rel], "marker": {"color": ["#d62728" if r in outliers else "#2ca02c"
-                                                                   for r, _ in rel]}}
+            time_order = [r for r, _ in rel]
+            times_of = dict(rel)
+            rates, times = [], []
+            for name in names or [None]:  # one trace per client group: its colour and its legend entry
+                mine = [r for r in rank_order if group_of[r] == name] if name else rank_order
+                color = GROUP_COLORS[names.index(name) % len(GROUP_COLORS)] if name else "#1f77b4"
+                rates.append({
+                    "type": "bar", "name": f"group {name}" if name else f"per-client {unit}",
+                    "x": [f"client {r}" for r in mine], "y": [rows[r][f["unit"]] for r in mine],
+                    "marker": {"color": color, "line": {"color": "#d62728", "width": [3 if r in outliers else 0
+                                                                                        for r in mine]}},
+                    "text": [("outlier · " if r in outliers else "") + rows[r]["host"] for r in mine]})
+                mine_t = [r for r in time_order if group_of.get(r) == name] if name else time_order
+                times.append({"type": "bar", "name": f"group {name}" if name else "time / fastest",
+                              "x": [f"client {r}" for r in mine_t], "y": [times_of[r] for r in mine_t],
+                              "marker": {"color": ["#d62728" if r in outliers and not name else color
+                                                   for r in mine_t],
+                                         "line": {"color": "#d62728", "width": [3 if r in outliers else 0
+                                                                                for r in mine_t]}}})
+            per_group = "".join(f", {g} Jain {b['jain']:.3f}" for g, b in (f.get("groups") or {}).items()
+                                if b and b.get("jain") is not None)
+            title = f"{label}: per-client {unit}, sorted (Jain {f['jain']:.3f}{per_group}, spread {f['spread']:.1%})"
+            order = {"categoryorder": "array", "categoryarray": [f"client {r}" for r in rank_order]}
+            out.append((title, {"data": rates, "layout": _layout(title, "client", unit, barmode="overlay",
+                                                                 xaxis={"title": {"text": "client"}, **order})}))
             title = f"{label}: time relative to the fastest client"
-            out.append((title, {"data": [times], "layout": _layout(title, "client", "time / fastest client's")}))
+            order = {"categoryorder": "array", "categoryarray": [f"client {r}" for r in time_order]}
+            out.append((title, {"data": times, "layout": _layout(title, "client", "time / fastest client's",
+                                                                 barmode="overlay",
+                                                                 xaxis={"title": {"text": "client"}, **order})}))
     return out
+
+
+GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
 def workload_charts(kind: str, summary: list[ConfigSummary]) -> list[tuple[str, dict]]:
@@ -235,6 +294,99 @@ def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dic
         layout["margin"]["r"] = 70
         out.append((title, {"data": data, "layout": layout}))
     return out
+
+
+def _phase_shapes(cell: CellRow, sec: Any) -> tuple[list[dict], list[dict]]:
+    """Shaded spans of a cell's phases (first start to last end of all clients) and their names."""
+    shapes, notes = [], []
+    spans: dict[tuple[str, int], list[int]] = {}
+    for r in cell.records:
+        span = spans.setdefault((r.phase, r.iteration), [r.start_ns, r.end_ns])
+        span[0], span[1] = min(span[0], r.start_ns), max(span[1], r.end_ns)
+    for i, ((phase, iteration), (start, end)) in enumerate(sorted(spans.items(), key=lambda kv: kv[1][0])):
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": sec(start), "x1": sec(end), "y0": 0,
+                       "y1": 1, "fillcolor": "#1f77b4" if i % 2 == 0 else "#ff7f0e", "opacity": 0.08,
+                       "line": {"width": 0}})
+        notes.append({"x": sec(start), "y": 1.02, "xref": "x", "yref": "paper", "showarrow": False,
+                      "xanchor": "left", "text": phase + (f" #{iteration + 1}" if iteration else ""),
+                      "font": {"size": 10}})
+    return shapes, notes
+
+
+def link_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) -> list[tuple[str, dict]]:
+    """Each emulated host's link per second while a cell ran (issue 17): MiB/s received and sent, its rate
+    limit as a dashed line (a saturated link runs along it), drops per second and the tbf queue (right axis).
+
+    One chart per configuration (its first repetition with link samples), at most MAX_TIMELINES."""
+    from ..analysis.links import DROPS, link_series, network_event
+
+    per_cell: dict[int, list[tuple]] = defaultdict(list)
+    for row in samples:
+        if row[2] == "link":
+            per_cell[row[0]].append(row[1:])
+    out = []
+    seen: set[int] = set()
+    for cell in cells:
+        rows = per_cell.get(cell.cell_id)
+        if not rows or cell.config in seen or len(out) >= MAX_TIMELINES:
+            continue
+        seen.add(cell.config)
+        t_zero = min(r[0] for r in rows)
+
+        def sec(t: float) -> float:
+            return (t - t_zero) / NS
+
+        links = (network_event([e for e in events if e.get("cell") == cell.cell_id]) or {}).get("links") or {}
+        data, shapes = [], []
+        end = max(r[0] for r in rows)
+        for i, (host, metrics) in enumerate(link_series(rows).items()):
+            color = GROUP_COLORS[i % len(GROUP_COLORS)]
+            for metric, dash in (("rx_bytes", "solid"), ("tx_bytes", "dot")):
+                if metric in metrics:
+                    xs, ys = _rates(metrics[metric])
+                    data.append({"type": "scatter", "mode": "lines+markers", "name": f"link {host} {metric[:2]} MiB/s",
+                                 "x": [sec(x) for x in xs], "y": [y / MiB for y in ys],
+                                 "line": {"color": color, "dash": dash}})
+            drops = [metrics[k] for k in DROPS if k in metrics]
+            if drops:
+                total = [(t, sum(_at_time(d, t) for d in drops)) for t, _ in drops[0]]
+                xs, ys = _rates(total)
+                if any(ys):
+                    data.append({"type": "bar", "name": f"link {host} drops/s", "yaxis": "y2", "opacity": 0.5,
+                                 "x": [sec(x) for x in xs], "y": ys, "marker": {"color": color}})
+            if "tbf_backlog_bytes" in metrics:
+                pts = metrics["tbf_backlog_bytes"]
+                data.append({"type": "scatter", "mode": "lines", "name": f"link {host} queue KiB", "yaxis": "y2",
+                             "x": [sec(t) for t, _ in pts], "y": [v / 1024 for _, v in pts],
+                             "line": {"color": color, "dash": "dashdot", "width": 1}})
+            rate = (links.get(host) or {}).get("rate")
+            if rate:
+                shapes.append({"type": "line", "xref": "x", "yref": "y", "x0": 0, "x1": sec(end), "y0": rate / MiB,
+                               "y1": rate / MiB, "line": {"color": color, "width": 1, "dash": "dash"}})
+                data.append({"type": "scatter", "mode": "lines", "name": f"link {host} rate {rate / MiB:.4g} MiB/s",
+                             "x": [0, sec(end)], "y": [rate / MiB, rate / MiB],
+                             "line": {"color": color, "width": 1, "dash": "dash"}})
+        if not data:
+            continue
+        spans, notes = _phase_shapes(cell, sec)
+        title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {cell.clients} clients "
+                 f"(rep. {cell.repetition + 1}) — emulated links per second")
+        layout = _layout(title, "seconds since the cell's first sample", "MiB/s", shapes=spans + shapes,
+                         annotations=notes, yaxis2={"title": {"text": "drops/s · queue KiB"}, "overlaying": "y",
+                                                    "side": "right", "rangemode": "tozero"})
+        layout["margin"]["r"] = 70
+        out.append((title, {"data": data, "layout": layout}))
+    return out
+
+
+def _at_time(points: list[tuple[int, float]], t: int) -> float:
+    """A counter's last value at or before ``t`` (0 before its first sample)."""
+    value = 0.0
+    for tt, v in points:
+        if tt > t:
+            break
+        value = v
+    return value
 
 
 def fault_charts(cells: list[Any]) -> list[tuple[str, dict]]:

@@ -1,6 +1,7 @@
 """``storeval compare A B``: figure by figure, how B differs from A, and whether the change is real.
 
-Configurations are matched on target, workload, swept factors, clients and phase. For every figure both
+Configurations are matched on target, workload, swept factors, clients and phase (and, for studies with
+client groups, each group both runs had is compared on its own as ``PHASE · group NAME``). For every figure both
 runs have, the change is (B − A) / A in percent, with the confidence interval of B − A (Welch's t, at
 ``confidence``) in percent of A. A change is called ``better`` or ``worse`` only when it is significant —
 Welch's p-value, Holm-adjusted over every figure of the comparison, below 1 − confidence — *and* at least
@@ -142,14 +143,19 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary], *, confidence: float
         if ra.params != rb.params:
             differ.append(f"{label(key)}: {_differences(ra.params, rb.params)}")
             continue
-        fa, fb = _figures(ra), _figures(rb)
         context = _flag_context(ra, rb)
-        for name, (sa, unit, higher) in fa.items():
-            if name in fb:
-                sb = fb[name][0]
-                changes.append(Change(ra.target, ra.workload, {k: v for k, v in ra.factors.items() if k != "clients"},
-                                      ra.clients, ra.phase, name, unit, sa, sb, higher, welch(sa, sb, confidence),
-                                      confidence=confidence, min_effect=min_effect, context=context))
+        # the whole phase, then each client group both runs had (issue 17: on-board and external compared apart)
+        pairs = [(ra, rb, ra.phase)] + [(ra.groups[g], rb.groups[g], f"{ra.phase} · group {g}")
+                                         for g in ra.groups if g in rb.groups]
+        for ga, gb, phase in pairs:
+            fa, fb = _figures(ga), _figures(gb)
+            for name, (sa, unit, higher) in fa.items():
+                if name in fb:
+                    sb = fb[name][0]
+                    changes.append(Change(ra.target, ra.workload,
+                                          {k: v for k, v in ra.factors.items() if k != "clients"},
+                                          ga.clients, phase, name, unit, sa, sb, higher, welch(sa, sb, confidence),
+                                          confidence=confidence, min_effect=min_effect, context=context))
     tested = [c for c in changes if c.test is not None]
     for c, p in zip(tested, holm([c.test.p for c in tested])):
         c.p_adjusted = p

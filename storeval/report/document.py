@@ -36,6 +36,7 @@ def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSum
             "params": cf.cell.params, "clients": cf.cell.clients, "repetition": cf.cell.repetition,
             "status": cf.cell.status, "error": cf.cell.error,
             "phases": [ph.as_dict() for ph in cf.phases],
+            **({"rtt": cf.rtt} if cf.rtt else {}),  # issue 17: each group's requested and measured RTT
         } for cf in cells],
         "summary": [s.as_dict() for s in summary],
         "outlier_rule": OUTLIER_RULE,

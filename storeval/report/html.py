@@ -20,9 +20,9 @@ from ..analysis.scaling import along_settings, scaling as scaling_of
 from ..analysis.table import summary_table
 from ..store import RunData
 from . import charts
-from ..units import sig
 from ..workloads import WORKLOADS
-from .terminal import TABLE_CAPTION, TABLE_COLUMNS, fault_rows, phase_tables, table_rows
+from .terminal import (TABLE_CAPTION, fault_rows, network_tables, phase_tables, scaling_rows, table_columns,
+                       table_rows)
 
 
 @lru_cache(maxsize=1)
@@ -84,13 +84,15 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
     from ..analysis.fairness import RULE as FAIRNESS_RULE
 
     scaling = scaling_of(cells) + along_settings(cells, run.study)
+    table = summary_table(summary)
     kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
     groups = {
         "scaling": charts.scaling_charts(scaling),
         "fairness": charts.fairness_charts(cells),
         **{kind: charts.workload_charts(kind, summary) for kind in kinds},  # each workload's own section
         "latency": charts.latency_charts(summary, cells),
-        "timeline": charts.timeline_charts(run.cells, samples, run.events),
+        "timeline": charts.timeline_charts(run.cells, samples, run.events)
+        + charts.link_charts(run.cells, samples, run.events),
         "faults": charts.fault_charts(cells),
     }
     groups = {k: [(t, _clean(f)) for t, f in v] for k, v in groups.items()}
@@ -98,25 +100,34 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
     workload_sections = [{"anchor": kind, "name": WORKLOADS[kind].report.section or kind, "kind": kind,
                           "table": WORKLOADS[kind].report.section_table, "charts": ids[kind]}
                          for kind in kinds if ids[kind]]
+    extra_tables = {t["id"]: t for t in network_tables(summary)}  # issue 17: groups' fairness, links, RTT
+    network = [extra_tables[k] for k in ("rtt-table", "links-table") if k in extra_tables]
     sections = [("summary", "Summary"), ("phases", "Phases")] + [
         (anchor, name) for anchor, name, key in (("scaling", "Scaling", "scaling"), ("fairness", "Fairness", "fairness"))
         if ids[key]] + [(w["anchor"], w["name"]) for w in workload_sections] + [
         (anchor, name) for anchor, name, key in (("latency", "Latency", "latency"), ("faults", "Faults", "faults"),
                                                  ("timelines", "Probe timelines", "timeline")) if ids[key]] + [
+        *([("network", "Network")] if network else []),
         ("messages", "Flags and warnings"), ("environment", "Environment"), ("study", "Study")]
     saturation_rows = [[s["target"], s["workload"], s["phase"], s["saturation_clients"], s["workers_to_peak"]]
                        for s in scaling if s.get("along", "clients") == "clients"]
-    setting_rows = [[s["target"], s["workload"], s["phase"], ", ".join(f"{k}={v}" for k, v in s["factors"].items()),
-                     " · ".join(f"{s['along']}={p['x']}: {sig(p['aggregate'])}" for p in s["series"]
-                                if p["aggregate"] is not None), WORKLOADS[s["kind"]].report.scaling.unit]
-                    for s in scaling if s.get("along", "clients") != "clients"]
+    by_setting: dict[str, list[dict[str, Any]]] = {}
+    for s in scaling:
+        if s.get("along", "clients") != "clients":
+            by_setting.setdefault(s["along"], []).append(s)
+    setting_tables = []
+    for along, rows in by_setting.items():
+        columns, text_rows = scaling_rows(rows, along)
+        setting_tables.append({"along": along, "columns": columns, "rows": text_rows})
     events = [[e.get("cell"), e["t"].isoformat(timespec="seconds") if e.get("t") else "", e.get("kind"),
                "" if e.get("rank") is None else e["rank"], e.get("phase") or "", e.get("message") or ""]
               for e in run.events]
     return _env().get_template("report.html.j2").render(
         title=f"storeval report {run.run_id}", run=run, sections=sections,
-        table_columns=TABLE_COLUMNS, table_rows=table_rows(summary_table(summary)), table_caption=TABLE_CAPTION,
-        phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows, setting_rows=setting_rows,
+        table_columns=table_columns(table), table_rows=table_rows(table), table_caption=TABLE_CAPTION,
+        table_numeric=[i for i, c in enumerate(table_columns(table)) if "/s" in c or c == "clients"],
+        phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
+        setting_tables=setting_tables, fairness_table=extra_tables.get("fairness-table"), network_tables=network,
         saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
         fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,
         latency_charts=ids["latency"], timeline_charts=ids["timeline"], fault_charts=ids["faults"],

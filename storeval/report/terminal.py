@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.figures import ConfigSummary
+from ..analysis.links import SATURATED, link_text
 from ..stats import Summary
 from ..analysis.table import rep_notes
 from ..spec import is_size_param
@@ -46,6 +47,8 @@ def fmt_factors(kind: str, factors: dict[str, Any]) -> str:
             v = format_size_compact(v)
         elif isinstance(v, list):
             v = "+".join(map(str, v))
+        else:
+            v = link_text(k, v)  # rtt=12ms, rate=1Gbit/s, loss=0.1% (issue 17)
         parts.append(f"{k}={v}")
     return " ".join(parts)
 
@@ -93,14 +96,23 @@ def fmt_table_rates(row: dict[str, Any]) -> str:
     return "; ".join(f"{phase} {fmt_table_figure(f)}" for phase, f in rates.items())
 
 
+def table_columns(table: list[dict[str, Any]]) -> list[str]:
+    """The Table-1 columns: a ``group`` column after the clients when the study has client groups."""
+    if any(row.get("group") for row in table):
+        return [*TABLE_COLUMNS[:3], "group", *TABLE_COLUMNS[3:]]
+    return TABLE_COLUMNS
+
+
 def table_rows(table: list[dict[str, Any]]) -> list[list[str]]:
     """The Table-1 rows as text (the terminal and the HTML report print exactly these)."""
     out = []
+    grouped = any(row.get("group") for row in table)
     for row in table:
         factors = fmt_factors(row["kind"], row["factors"])
         clients = row["clients"]
         out.append([row["target"], row["workload"] + (f" {factors}" if factors else ""),
                     f"{clients[0]}–{clients[-1]}" if len(clients) > 1 else str(clients[0]),
+                    *([row.get("group") or "all"] if grouped else []),
                     fmt_table_figure(row["read_MiBps"]), fmt_table_figure(row["write_MiBps"]),
                     f"{fmt_table_rates(row)}" + (f" {row['rate_unit']}" if row["rates"] else ""),
                     "; ".join(row["notes"])])
@@ -117,48 +129,80 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
     """Seed 000's Table 1: one row per target × workload, read, write, rate, notes."""
     if not table:
         return
-    t = Table(title="Summary — storage × workload", caption=TABLE_CAPTION, caption_justify="left")
-    for col in TABLE_COLUMNS:
-        t.add_column(col, justify="left" if col in ("target", "workload", "notes") else "right", overflow="fold")
+    caption = TABLE_CAPTION + (" group: all = every client; a client group's row takes its own aggregate (over its "
+                               "own span) at its own client count." if any(r.get("group") for r in table) else "")
+    t = Table(title="Summary — storage × workload", caption=caption, caption_justify="left")
+    for col in table_columns(table):
+        t.add_column(col, justify="left" if col in ("target", "workload", "notes", "group") else "right",
+                     overflow="fold")
     for row in table_rows(table):
         t.add_row(*map(safe, row))
     console.print(t)
 
 
+LINE_WORDS = {"events_per_s": ("events/s", "events/s"), "cpu_efficiency": ("CPU eff.", "CPU s / wall s")}
+
+
+def held_fixed(s: dict[str, Any]) -> str:
+    """The factors a scaling line holds fixed, and the client group whose own aggregate it follows."""
+    text = ", ".join(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())
+    return f"group {s['group']} (its own aggregate)" + (f"; {text}" if text else "") if s.get("group") else text
+
+
+def scaling_rows(rows: list[dict[str, Any]], along: str) -> tuple[list[str], list[list[str]]]:
+    """Columns and text rows of the table of one swept setting: the aggregate at each of its values, and for
+    workloads that have them the events/s and CPU efficiency (seed 003's skim vs RTT) on rows of their own."""
+    labels = {p["x"]: p.get(along, p["x"]) for s in rows for p in s["series"]}
+    xs = sorted(labels)
+    columns = ["target", "workload", "phase", "held fixed", "figure", *(f"{along}={labels[x]}" for x in xs), "unit"]
+    out = []
+    for s in rows:
+        points = {p["x"]: p for p in s["series"]}
+        figures = [("aggregate", "aggregate", report_of(s["kind"]).scaling.unit)] + [
+            (key, *LINE_WORDS[key]) for key in LINE_WORDS if any(key in p for p in s["series"])]
+        for key, name, unit in figures:
+            out.append([s["target"], s["workload"], s["phase"], held_fixed(s), name,
+                        *(sig(points[x][key]) if x in points and points[x].get(key) is not None else "–" for x in xs),
+                        unit])
+    return columns, out
+
+
 def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
     """One line per swept configuration: where the aggregate saturates (and, for copies, peaks); then a table per
-    swept system setting (seed 002's throughput vs servers)."""
+    swept system setting (seed 002's throughput vs servers), client group count or link setting (issue 17: rtt)."""
     by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in scaling:
         if s.get("along", "clients") != "clients":
             by_setting[s["along"]].append(s)
     for along, rows in by_setting.items():
-        xs = sorted({p["x"] for s in rows for p in s["series"]})
+        columns, text_rows = scaling_rows(rows, along)
         t = Table(title=f"Aggregate vs {along}", caption="mean over repetitions; each row holds every other factor "
                   "fixed (clients, parameters)", caption_justify="left")
-        for col in ("target", "workload", "phase", "held fixed", *(f"{along}={x}" for x in xs), "unit"):
-            t.add_column(col, justify="left" if col in ("target", "workload", "phase", "held fixed", "unit")
+        for col in columns:
+            t.add_column(col, justify="left" if col in ("target", "workload", "phase", "held fixed", "figure", "unit")
                          else "right", overflow="fold")
-        for s in rows:
-            values = {p["x"]: p["aggregate"] for p in s["series"]}
-            t.add_row(*map(safe, [s["target"], s["workload"], s["phase"],
-                                  ", ".join(f"{k}={v}" for k, v in s["factors"].items()),
-                                  *(sig(values[x]) if values.get(x) is not None else "–" for x in xs),
-                                  report_of(s["kind"]).scaling.unit]))
+        for row in text_rows:
+            t.add_row(*map(safe, row))
         console.print(t)
     for s in scaling:
         declared = report_of(s["kind"]).scaling
         unit = declared.unit
         along = s.get("along", "clients")
-        points = ", ".join(f"{p['x']}→{sig(p['aggregate'])}" for p in s["series"])
-        shown = ", ".join(f"{k}={v}" for k, v in s["factors"].items())
+        points = ", ".join(f"{p.get(along, p['x'])}→{sig(p['aggregate'])}" for p in s["series"])
+        shown = held_fixed(s)
         extra = f"; workers to peak {s['workers_to_peak']}" if declared.peak and along == "clients" else ""
         if along == "clients":
             at = f"{s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}"
         else:
-            at = f"{along}={s['saturation_clients']}"
+            at = f"{along}={next((p.get(along) for p in s['series'] if p['x'] == s['saturation_clients']), s['saturation_clients'])}"
         console.print(f"scaling {safe(s['target'])} · {safe(s['workload'])}{f' ({safe(shown)})' if shown else ''} · "
                       f"{s['phase']}: {along} {points} {unit}; saturation at {at}{extra}", highlight=False)
+
+
+def shown_groups(r: ConfigSummary) -> list[ConfigSummary]:
+    """The client groups of a configuration worth a row of their own: none when one group holds every client."""
+    groups = list(r.groups.values())
+    return [] if len(groups) == 1 and groups[0].clients == r.clients else groups
 
 
 def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
@@ -205,29 +249,112 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
         rate_columns = [(f.name, f.cell) for f in report.columns]
         if report.amplification and any(r.amplification is not None for r in rows):
             rate_columns = [*rate_columns, ("moved ×", lambda r: fmt_summary(r.amplification))]
-        columns = ["target", "workload", "clients", "phase", *[name for name, _ in rate_columns], "p50", "p99", "notes"]
+        grouped = any(r.groups for r in rows)
+        if grouped and not any("per " in name for name, _ in rate_columns):  # each group's per-client mean
+            rate_columns = [*rate_columns, ("MiB/s per client", lambda r: fmt_summary(r.per_client_MiBps))]
+        if grouped:
+            caption.append("group: all = every client of the cell; each client group's row gives its aggregate over "
+                           "its own span (its first start → its last end) and its clients' mean, at its own client "
+                           "count; its flags are the whole phase's.")
+        columns = ["target", "workload", "clients", *(["group"] if grouped else []), "phase",
+                   *[name for name, _ in rate_columns], "p50", "p99", "notes"]
         text_rows = []
         for r in rows:
             factors = fmt_factors(r.kind, r.factors)
-            text_rows.append([r.target, r.workload + (f" {factors}" if factors else ""), str(r.clients), r.phase,
-                              *[cell(r) for _, cell in rate_columns],
-                              fmt_latency(r.latency_p50_us), fmt_latency(r.latency_p99_us), notes_for(r)])
+            for g in [r, *shown_groups(r)] if grouped else [r]:
+                text_rows.append([r.target, r.workload + (f" {factors}" if factors else ""), str(g.clients),
+                                  *([g.group or "all"] if grouped else []), r.phase,
+                                  *[cell(g) for _, cell in rate_columns],
+                                  fmt_latency(g.latency_p50_us), fmt_latency(g.latency_p99_us),
+                                  notes_for(g) if g is r else ""])
         tables.append({"kind": kind, "title": f"{kind} — {WORKLOADS[kind].summary}",
                        "columns": columns, "rows": text_rows, "caption": [c for c in caption if c], "summary": rows})
     return tables
 
 
+LEFT = ("target", "workload", "phase", "notes", "group", "host", "configuration")
+
+
+def _print_spec(spec: dict[str, Any], console: Console) -> None:
+    table = Table(title=safe(spec["title"]), caption="\n".join(map(safe, spec["caption"])), caption_justify="left")
+    for col in spec["columns"]:
+        table.add_column(col, justify="left" if col in LEFT else "right", overflow="fold")
+    for row in spec["rows"]:
+        table.add_row(*map(safe, row))
+    console.print(table)
+
+
 def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
     console = console or Console()
     for spec in phase_tables(summary):
-        table = Table(title=safe(spec["title"]), caption="\n".join(map(safe, spec["caption"])), caption_justify="left")
-        for col in spec["columns"]:
-            table.add_column(col, justify="left" if col in ("target", "workload", "phase", "notes") else "right",
-                             overflow="fold")
-        for row in spec["rows"]:
-            table.add_row(*map(safe, row))
-        console.print(table)
+        _print_spec(spec, console)
         print_messages(spec["summary"], console)
+    for spec in network_tables(summary):
+        _print_spec(spec, console)
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1e3:.3g} ms"
+
+
+def _where(r: ConfigSummary) -> str:
+    factors = fmt_factors(r.kind, r.factors)
+    return f"{r.target} · {r.workload}" + (f" {factors}" if factors else "")
+
+
+def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
+    """Issue 17's tables (terminal and HTML): fairness per client group, each emulated link's traffic per phase
+    (saturation, drops, queue), and the RTT each group measured beside the one requested."""
+    from ..analysis.fairness import RULE as FAIRNESS_RULE
+    from ..analysis.links import RULE as LINK_RULE
+
+    tables = []
+    fair = []
+    for r in summary:
+        if not r.groups or r.jain is None:
+            continue
+        for g in [r, *shown_groups(r)]:
+            fair.append([_where(r), str(r.clients), r.phase, g.group or "all", str(g.clients),
+                         fmt_summary(g.jain), fmt_summary(g.cov), fmt_summary(g.spread, 100.0) + (" %" if g.spread else "")])
+    if fair:
+        tables.append({"id": "fairness-table", "title": "Fairness per client group",
+                       "columns": ["configuration", "clients", "phase", "group", "group clients", "Jain", "CoV",
+                                   "spread"], "rows": fair,
+                       "caption": ["Jain = (Σx)² / (n·Σx²) of the clients' rates (1: all equal); CoV = stdev / mean; "
+                                   "spread = slowest / fastest − 1 in time; each group among its own clients, all "
+                                   "among every client; mean ± stderr over repetitions. " + FAIRNESS_RULE + "."]})
+    links = []
+    for r in summary:
+        for host, f in r.links.items():
+            used = f.get("utilisation")
+            links.append([_where(r), str(r.clients), r.phase, host,
+                          sig(f["rate_Bps"] / (1 << 20)) if f.get("rate_Bps") else "unlimited",
+                          sig(f.get("rx_MiBps")), sig(f.get("tx_MiBps")),
+                          "–" if used is None else f"{used:.0%}" + (" ✗" if used >= SATURATED else ""),
+                          sig(f.get("dropped"), 3), "–" if f.get("queue_max_bytes") is None
+                          else format_size(f["queue_max_bytes"]), _ms(f.get("held_mean_s"))])
+    if links:
+        tables.append({"id": "links-table", "title": "Emulated links — traffic per phase",
+                       "columns": ["configuration", "clients", "phase", "host", "rate MiB/s", "rx MiB/s", "tx MiB/s",
+                                   "used", "dropped", "queue max", "delay added"], "rows": links,
+                       "caption": ["rx/tx: the host's link counters over the phase (interpolated at its first start "
+                                   "and last end), mean over repetitions; used: the larger direction / the link's "
+                                   "rate; dropped: tbf + relay drops (loss and full queue), all repetitions; delay "
+                                   "added: the relay's mean hold time. " + LINK_RULE + "."]})
+    rtt: dict[tuple, list[str]] = {}
+    for r in summary:
+        for group, x in r.rtt.items():
+            key = (r.target, r.workload, tuple(sorted((k, str(v)) for k, v in r.factors.items())), group)
+            measured = f"not measured: {x['error']}" if x.get("error") and x.get("median_s") is None else (
+                _ms(x.get("median_s")) + (" ✗" if x.get("off") else ""))
+            rtt.setdefault(key, [_where(r), group, _ms(x.get("requested_s")), measured, _ms(x.get("p90_s"))])
+    if rtt:
+        tables.append({"id": "rtt-table", "title": "Network — requested vs measured RTT per client group",
+                       "columns": ["configuration", "group", "requested", "measured median", "measured p90"],
+                       "rows": list(rtt.values()),
+                       "caption": ["measured: TCP connect times from the group's host to the target's server, "
+                                   "median over the cell's repetitions; ✗ = " + LINK_RULE.split("; ")[1] + "."]})
+    return tables
 
 
 def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12) -> None:
