@@ -118,6 +118,9 @@ def run(
                       repetitions=repetitions, phase_timeout=phase_timeout, keep_cache=keep_cache,
                       probe_interval=probe_interval, placement=placement, clients_per_host=clients_per_host)
     cells = plan(spec)
+    if spec.network is not None and os.geteuid() != 0:
+        raise InputError("network: emulated hosts and links are network namespaces, which need root: run storeval "
+                         "as root (or drop network: and the groups' host:)")
     engine = None
     from .engine.mpi import launched_by_mpiexec
 
@@ -193,7 +196,7 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
     result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
                     engine=engine).run()
     data = store.load_run(result.run_id)
-    cell_figs, summary = analyze(data, exclude_outliers)
+    cell_figs, summary = analyze(data, exclude_outliers, store.load_samples(result.run_id))
     unwritten = False
     outputs = [("--json", json_out, lambda path: _write_json(store, path, run_document(data, cell_figs, summary),
                                                              [result.run_id]))] if json_out else []
@@ -252,7 +255,7 @@ def report(
         _check_output(html_out, "--html")
     store = _open_results(results)
     data = store.load_run(store.resolve_run(run_id))
-    cells, summary = analyze(data, exclude_outliers)
+    cells, summary = analyze(data, exclude_outliers, store.load_samples(data.run_id))
     _print_all(summary, cells, _console(), data.study)
     _print_run_state(data, _console())
     if json_out:
