@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pytest
 import yaml
 
 from storeval.testbed import server_class
-from storeval.testbed.base import Server, TestbedError, TestbedOptionError, port_open
+from storeval.testbed.base import Server, ServerState, TestbedError, TestbedOptionError, port_open
 from storeval.testbed.netns import Netns
 
 from .helpers import exposed, poll, storeval
@@ -36,8 +35,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="emulated hosts are ne
 XRootD = pytest.importorskip("XRootD.client")
 hdfs_native = pytest.importorskip("hdfs_native")
 nfs_rs = pytest.importorskip("nfs_rs")
-obstore = pytest.importorskip("obstore")
-from obstore.store import S3Store  # noqa: E402
+pytest.importorskip("obstore")  # the s3 driver's library, for the run through MinIO
 
 MiB = 1 << 20
 BOUND = 180.0  # seconds: the generous bound of every wait (a busy machine)
@@ -233,6 +231,11 @@ def test_every_process_runs_inside_the_host_on_its_address(servers, hosts, name)
     assert f" on {ns.ns_addr} (host {host}, network namespace {ns.name})" in server.status()
     if _kind(name) == "xrootd":
         assert server.netns is None  # the host's namespace is used, none of its own is made
+    # rebuilt from its saved state (as `testbed status`, `down` and the fault handles do), it finds its host again
+    state = ServerState.from_json(json.loads(json.dumps(server.state.to_json())))
+    rebuilt = server_class(_kind(name))(server.root, server.options, state)
+    assert rebuilt.address == ns.ns_addr and rebuilt.targets() == server.targets()
+    assert rebuilt.health() == ("running", "")
 
 
 def test_storeval_runs_bandwidth_through_every_placed_target(servers, tmp_path):

@@ -363,7 +363,8 @@ class Server(ABC):
             check_host_name(cls.kind, options[HOST_OPTION])
         unknown = sorted(set(options) - set(cls.options_help))
         if unknown:
-            takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items()) or "none"
+            # the settings that shape the system; host (where it runs, checked above) is not one of them
+            takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items() if k != HOST_OPTION) or "none"
             raise TestbedOptionError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
         return dict(options)
 
@@ -428,8 +429,8 @@ class Server(ABC):
         """One TestbedError line when the server's namespace is gone (its host was removed under it)."""
         ns = self.netns_name
         if ns is not None and not os.path.exists(os.path.join(RUN_NETNS, ns)):
-            where = self.placement["host"] if self.placement else ns
-            raise TestbedError(f"{self.kind}: the network namespace {ns} of its host {where} is gone: "
+            whose = f" of its host {self.placement['host']}" if self.placement else ""
+            raise TestbedError(f"{self.kind}: its network namespace {ns}{whose} is gone: "
                                f"`storeval testbed down {self.kind}`, then up again")
 
     def pick_port(self) -> int:
@@ -490,7 +491,8 @@ class Server(ABC):
 
     @abstractmethod
     def start(self) -> None:
-        """Start the processes on 127.0.0.1 with data under ``self.root``; record them in ``self.state``."""
+        """Start the processes on :attr:`address` (127.0.0.1, or the emulated host's) with data under
+        ``self.root``; record them in ``self.state``."""
 
     @abstractmethod
     def ready(self) -> bool:

@@ -35,7 +35,18 @@ from typing import Any
 
 import psutil
 
-from .base import HOST_HELP, LOCALHOST, Left, Server, TestbedError, TestbedOptionError, cache_dir, port_open, run
+from .base import (
+    HOST_HELP,
+    LOCALHOST,
+    Left,
+    Server,
+    TestbedError,
+    TestbedOptionError,
+    cache_dir,
+    free_port,
+    port_open,
+    run,
+)
 
 JAVA_DIR = Path(__file__).with_name("java")
 MAIN_CLASS = "org.storeval.testbed.MiniCluster"
@@ -173,6 +184,10 @@ class HdfsServer(Server):
                 "--control-port", str(ports["control"]), "--base-dir", str(self.root / "data"),
                 *(["--bind", self.address] if self.address != LOCALHOST else [])]
 
+    def _free_port(self) -> int:
+        """A port free now where the launcher listens (on its emulated host's address when placed)."""
+        return free_port(self.address, self.netns_name) if self.placement else free_port()
+
     def _log_text(self) -> str:
         log = self.root / "hdfs.log"
         try:
@@ -202,8 +217,7 @@ class HdfsServer(Server):
         for attempt in range(1, 4):
             ports: dict[str, int] = {}
             while len(set(ports.values())) < 3:
-                rpc, http, control = self.pick_ports(3)
-                ports = {"rpc": rpc, "http": http, "control": control}
+                ports = {name: self._free_port() for name in ("rpc", "http", "control")}
             self.state.info["log_offset"] = log.stat().st_size if log.exists() else 0
             self.state.procs = []
             proc = self._spawn(self._command(ports), name="hdfs-minicluster", log=log)
