@@ -1,4 +1,4 @@
-"""Real storage servers on 127.0.0.1: the building blocks every testbed server uses.
+"""Real storage servers on 127.0.0.1 (or on an emulated host): the building blocks every testbed server uses.
 
 A :class:`Server` installs what it needs (once, into the user's cache directory), starts its processes in
 their own session so they outlive ``storeval testbed up``, waits until they answer, describes the storeval
@@ -6,10 +6,22 @@ targets that reach it, and stops exactly the processes it started — identified
 so a recycled PID is never killed — before removing the data it created. Every directory and file it
 makes goes through its :class:`~storeval.testbed.owned.Ledger`, and only what that ledger proves (or what
 the server wrote where the ledger lets it, see :meth:`Server.claims`) is ever removed.
+
+Placement: :meth:`Server.place` (before ``start``) puts a server on an emulated host — a network namespace
+that the testbed's network made, with the host's address on its ``eth0``. Every process the server starts
+through :meth:`Server._spawn` then runs inside that namespace (``ip netns exec NS CMD``, which execs ``CMD``:
+the PID recorded is the daemon's own), listens on the host's address, and everything that talks to it from
+here — readiness, health, status, targets, metrics URLs, fault starts — uses that address, which the root
+namespace reaches through the network's controller. ``state.info["placement"]`` records ``{host, netns,
+address}``, so a rebuilt server (``testbed down``, a fault handle) finds it again. The namespace belongs to the
+network, never to the server: stopping a server leaves it. Kinds that can be placed list ``host`` in their
+``options_help``; the others refuse it in :meth:`Server.check_options`, naming the kinds that can.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ipaddress
 import json
 import os
 import re
@@ -17,6 +29,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -29,6 +42,12 @@ from ..errors import InputError, StorevalError
 from .owned import Ledger, Left
 
 LOCALHOST = "127.0.0.1"
+RUN_NETNS = "/run/netns"  # where `ip netns add` puts a namespace's file
+HOST_OPTION = "host"  # the setting that places a server on an emulated host
+HOST_HELP = "the emulated host (network namespace) it runs on, by name (default: none: 127.0.0.1 of this machine)"
+MAX_HOST_NAME = 64
+_NETNS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+CLONE_NEWNET = 0x40000000
 
 
 class TestbedError(StorevalError):
@@ -50,11 +69,58 @@ def cache_dir() -> Path:
     return path
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (the server may still lose a race for it: retry on failure)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOCALHOST, 0))
-        return s.getsockname()[1]
+def free_port(host: str = LOCALHOST, netns: str | None = None) -> int:
+    """A TCP port on ``host`` that is free now (the server may still lose a race for it: retry on failure);
+    with ``netns``, free on that address inside that network namespace."""
+    return free_ports(1, host, netns)[0]
+
+
+def free_ports(n: int, host: str = LOCALHOST, netns: str | None = None) -> list[int]:
+    """``n`` distinct TCP ports free now on ``host`` (inside ``netns`` when given), all held at once while chosen."""
+
+    def pick() -> list[int]:
+        held: list[socket.socket] = []
+        try:
+            while len(held) < n:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(s)
+                s.bind((host, 0))
+            return [s.getsockname()[1] for s in held]
+        finally:
+            for s in held:
+                s.close()
+
+    return in_netns(netns, pick) if netns else pick()
+
+
+def in_netns(netns: str, fn):
+    """``fn()`` run in a thread that has entered network namespace ``netns`` (sockets it makes live there);
+    this process and its other threads stay where they are. Root only; one TestbedError line otherwise."""
+    out: list[Any] = []
+    err: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(os.path.join(RUN_NETNS, netns), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    e = ctypes.get_errno()
+                    raise TestbedError(f"cannot enter network namespace {netns}: {os.strerror(e)} (run as root)")
+            finally:
+                os.close(fd)
+            out.append(fn())
+        except FileNotFoundError:
+            err.append(TestbedError(f"network namespace {netns} does not exist (its emulated host is gone)"))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            err.append(e)
+
+    t = threading.Thread(target=body, name=f"netns-{netns}", daemon=True)
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
+    return out[0]
 
 
 def port_open(port: int, host: str = LOCALHOST) -> bool:
@@ -63,6 +129,22 @@ def port_open(port: int, host: str = LOCALHOST) -> bool:
             return True
     except OSError:
         return False
+
+
+def check_host_name(kind: str, host: Any) -> str:
+    """An emulated host's name as a setting takes it: a printable string of 1 to 64 characters."""
+    if (not isinstance(host, str) or not host or len(host) > MAX_HOST_NAME or not host.isprintable()
+            or host.strip() != host):
+        raise TestbedOptionError(f"testbed {kind}: host must be an emulated host's name, 1-{MAX_HOST_NAME} printable "
+                                 f"characters without spaces at either end, not {host!r:.80}")
+    return host
+
+
+def placeable_kinds() -> list[str]:
+    """The testbed kinds that can run on an emulated host (``host`` in their settings)."""
+    from . import SERVERS, server_class  # imported on use: the package imports this module
+
+    return [k for k in SERVERS if HOST_OPTION in server_class(k).options_help]
 
 
 def wait_until(check, timeout: float, what: str, *, log: Path | None = None, interval: float = 0.2) -> None:
@@ -271,10 +353,18 @@ class Server(ABC):
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
         """The options, validated and completed with defaults; one-line TestbedError naming a setting this kind
-        does not take (and the ones it does) or a value out of range. Subclasses check values, then call this."""
+        does not take (and the ones it does) or a value out of range. Subclasses check values, then call this.
+        ``host`` (an emulated host's name) is checked here, for every kind: refused by one that cannot be placed."""
+        if HOST_OPTION in options:
+            if HOST_OPTION not in cls.options_help:
+                raise TestbedOptionError(
+                    f"testbed {cls.kind}: cannot run on an emulated host (host {options[HOST_OPTION]!r}); only "
+                    f"{', '.join(placeable_kinds())} can: drop host, or choose one of those")
+            check_host_name(cls.kind, options[HOST_OPTION])
         unknown = sorted(set(options) - set(cls.options_help))
         if unknown:
-            takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items()) or "none"
+            # the settings that shape the system; host (where it runs, checked above) is not one of them
+            takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items() if k != HOST_OPTION) or "none"
             raise TestbedOptionError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
         return dict(options)
 
@@ -286,10 +376,70 @@ class Server(ABC):
         self.state.made.on_change = self._journal
         self.left: list[Left] = []  # what the last stop() could not remove, and why
 
+    # -- placement on an emulated host ------------------------------------------------------------------------
+    def place(self, netns: str, address: str, host: str | None = None) -> None:
+        """Run this server on an emulated host: every process inside network namespace ``netns`` (a name of
+        ``/run/netns``), listening on ``address`` (the host's IPv4 address there). Call before :meth:`start`;
+        ``host`` (default: the ``host`` setting, else the namespace) is the host's name for messages."""
+        if self.state.procs:
+            raise TestbedError(f"{self.kind}: already started; place it before it starts")
+        if HOST_OPTION not in self.options_help:
+            raise TestbedError(f"testbed {self.kind}: cannot run on an emulated host; only "
+                               f"{', '.join(placeable_kinds())} can")
+        if not isinstance(netns, str) or not _NETNS_NAME.fullmatch(netns):
+            raise TestbedError(f"{self.kind}: {netns!r} is not a network namespace name")
+        try:
+            ip = ipaddress.IPv4Address(address)
+        except (ipaddress.AddressValueError, ValueError):
+            raise TestbedError(f"{self.kind}: {address!r} is not an IPv4 address for the emulated host") from None
+        if ip.is_unspecified or ip.is_multicast:
+            raise TestbedError(f"{self.kind}: {address} cannot be a host's address")
+        if not os.path.exists(os.path.join(RUN_NETNS, netns)):
+            raise TestbedError(f"{self.kind}: network namespace {netns} does not exist (its emulated host is not "
+                               "made yet, or gone)")
+        name = host or self.options.get(HOST_OPTION) or netns
+        self.state.info["placement"] = {"host": name, "netns": netns, "address": str(ip)}
+        self._journal()
+
+    @property
+    def placement(self) -> dict[str, str] | None:
+        """``{host, netns, address}`` when the server runs on an emulated host, else None."""
+        return self.state.info.get("placement")
+
+    @property
+    def netns_name(self) -> str | None:
+        """The network namespace the server's processes run in (None: this machine's own)."""
+        placed = self.placement
+        return placed["netns"] if placed else None
+
     @property
     def address(self) -> str:
-        """Where the server's ports answer: 127.0.0.1, or a server's own address in a network namespace."""
-        return LOCALHOST
+        """Where the server's ports answer: 127.0.0.1, or its emulated host's address."""
+        placed = self.placement
+        return placed["address"] if placed else LOCALHOST
+
+    def in_netns_command(self, cmd: list[str]) -> list[str]:
+        """``cmd`` as it runs for this server: inside its namespace (``ip netns exec`` execs it: same PID)."""
+        ns = self.netns_name
+        if ns is None or cmd[:3] == ["ip", "netns", "exec"]:
+            return cmd
+        return ["ip", "netns", "exec", ns, *cmd]
+
+    def check_netns(self) -> None:
+        """One TestbedError line when the server's namespace is gone (its host was removed under it)."""
+        ns = self.netns_name
+        if ns is not None and not os.path.exists(os.path.join(RUN_NETNS, ns)):
+            whose = f" of its host {self.placement['host']}" if self.placement else ""
+            raise TestbedError(f"{self.kind}: its network namespace {ns}{whose} is gone: "
+                               f"`storeval testbed down {self.kind}`, then up again")
+
+    def pick_port(self) -> int:
+        """A TCP port free now where the server listens (its address, in its namespace)."""
+        return free_port(self.address, self.netns_name)
+
+    def pick_ports(self, n: int) -> list[int]:
+        """``n`` distinct TCP ports free now where the server listens."""
+        return free_ports(n, self.address, self.netns_name)
 
     def _journal(self) -> None:
         if self.on_change is not None:
@@ -319,7 +469,10 @@ class Server(ABC):
     def _spawn(self, cmd: list[str], *, name: str, log: Path, env: dict[str, str] | None = None,
                cwd: Path | None = None, user: str | None = None, slot: int | None = None) -> Proc:
         """Start a process with output appended to ``log`` (a file of the ledger) and record it at once:
-        appended to ``state.procs``, or in place of ``state.procs[slot]``."""
+        appended to ``state.procs``, or in place of ``state.procs[slot]``. A placed server's process runs inside
+        its namespace (:meth:`in_netns_command`)."""
+        self.check_netns()
+        cmd = self.in_netns_command(cmd)
         fd = self.ledger.open(log, append=True)
         try:
             proc = spawn(cmd, name=name, log=log, out=fd, env=env, cwd=cwd, user=user)
@@ -338,7 +491,8 @@ class Server(ABC):
 
     @abstractmethod
     def start(self) -> None:
-        """Start the processes on 127.0.0.1 with data under ``self.root``; record them in ``self.state``."""
+        """Start the processes on :attr:`address` (127.0.0.1, or the emulated host's) with data under
+        ``self.root``; record them in ``self.state``."""
 
     @abstractmethod
     def ready(self) -> bool:
@@ -443,7 +597,11 @@ class Server(ABC):
 
     def ports_where(self) -> str:
         """Where the ports of :meth:`status` listen, when not on loopback (a network namespace's address)."""
-        return ""
+        placed = self.placement
+        if not placed:
+            return ""
+        gone = "" if os.path.exists(os.path.join(RUN_NETNS, placed["netns"])) else ", gone"
+        return f" on {placed['address']} (host {placed['host']}, network namespace {placed['netns']}{gone})"
 
     def stop(self) -> list[Left]:
         """Stop exactly the processes this server started; then remove what its ledger proves it made and what

@@ -9,6 +9,14 @@ longer to build, duplicate 135 MB and start no faster).
 
 Besides the NameNode RPC port the launcher serves a line-based control port on 127.0.0.1 that stops and
 restarts single datanodes (addressed by their transfer port) for fault-injection runs.
+
+On an emulated host (:meth:`Server.place`, the ``host`` setting) the JVM runs inside the host's network
+namespace and the launcher gets ``--bind <host address>``: the datanodes (transfer, HTTP, IPC) and the control
+port listen on the host's address, and the datanodes register with the NameNode at that address, so the
+NameNode records it as their IP and hands it out in block locations — a client on another host (or in the root
+namespace, through the network's controller) reads and writes blocks there. The NameNode itself listens on
+0.0.0.0 of the namespace (MiniDFSCluster pins its configured address to 127.0.0.1; the bind-host settings
+override where it listens): reached at the host's address, and at the namespace's own loopback.
 """
 
 from __future__ import annotations
@@ -27,7 +35,18 @@ from typing import Any
 
 import psutil
 
-from .base import LOCALHOST, Left, Server, TestbedError, TestbedOptionError, cache_dir, free_port, port_open, run
+from .base import (
+    HOST_HELP,
+    LOCALHOST,
+    Left,
+    Server,
+    TestbedError,
+    TestbedOptionError,
+    cache_dir,
+    free_port,
+    port_open,
+    run,
+)
 
 JAVA_DIR = Path(__file__).with_name("java")
 MAIN_CLASS = "org.storeval.testbed.MiniCluster"
@@ -86,7 +105,7 @@ class HdfsServer(Server):
     target_schemes = {"hdfs": "hdfs"}
     options_help = {"servers": "datanodes, 1-16 (default 1)", "datanodes": "the same as servers",
                     "replication": "block replicas, 1 to the datanodes (default: datanodes, at most 3)",
-                    "heap": "the JVM's -Xmx (default 1g)"}
+                    "heap": "the JVM's -Xmx (default 1g)", "host": HOST_HELP}
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +136,7 @@ class HdfsServer(Server):
 
     @property
     def url(self) -> str:
-        return f"hdfs://{LOCALHOST}:{self.state.ports['rpc']}"
+        return f"hdfs://{self.address}:{self.state.ports['rpc']}"
 
     # -- install ----------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -162,7 +181,12 @@ class HdfsServer(Server):
                 f"@{build_dir() / 'launcher.args'}",
                 "--datanodes", str(self.n_datanodes), "--replication", str(self.replication),
                 "--rpc-port", str(ports["rpc"]), "--http-port", str(ports["http"]),
-                "--control-port", str(ports["control"]), "--base-dir", str(self.root / "data")]
+                "--control-port", str(ports["control"]), "--base-dir", str(self.root / "data"),
+                *(["--bind", self.address] if self.address != LOCALHOST else [])]
+
+    def _free_port(self) -> int:
+        """A port free now where the launcher listens (on its emulated host's address when placed)."""
+        return free_port(self.address, self.netns_name) if self.placement else free_port()
 
     def _log_text(self) -> str:
         log = self.root / "hdfs.log"
@@ -193,7 +217,7 @@ class HdfsServer(Server):
         for attempt in range(1, 4):
             ports: dict[str, int] = {}
             while len(set(ports.values())) < 3:
-                ports = {"rpc": free_port(), "http": free_port(), "control": free_port()}
+                ports = {name: self._free_port() for name in ("rpc", "http", "control")}
             self.state.info["log_offset"] = log.stat().st_size if log.exists() else 0
             self.state.procs = []
             proc = self._spawn(self._command(ports), name="hdfs-minicluster", log=log)
@@ -262,7 +286,7 @@ class HdfsServer(Server):
         """Its process, and its datanodes' JMX: the MiniCluster runs every datanode in the launcher's JVM, whose
         one MBean server every HTTP server of it answers from, so the NameNode's HTTP port lists every
         ``DataNodeActivity`` bean (a real cluster lists each datanode's own HTTP port instead)."""
-        return {**super().server_counters(), "jmx": [f"{LOCALHOST}:{self.state.ports['http']}"],
+        return {**super().server_counters(), "jmx": [f"{self.address}:{self.state.ports['http']}"],
                 "jmx_period": JMX_PERIOD}
 
     def status(self) -> str:
@@ -294,7 +318,7 @@ class HdfsServer(Server):
         if not port:
             raise TestbedError("hdfs: not started (no control port)")
         try:
-            with socket.create_connection((LOCALHOST, port), timeout=timeout) as s:
+            with socket.create_connection((self.address, port), timeout=timeout) as s:
                 s.sendall(command.strip().encode() + b"\n")
                 s.shutdown(socket.SHUT_WR)
                 chunks = []
@@ -363,6 +387,6 @@ class HdfsServer(Server):
         left = super().stop()  # SIGTERM (the launcher's shutdown hook), SIGKILL after 10 s; removes what is ours
         ports = [*self.state.ports.values(), *self.state.info.get("datanode_ports", [])]
         deadline = time.monotonic() + 5
-        while any(port_open(p) for p in ports) and time.monotonic() < deadline:
+        while any(port_open(p, self.address) for p in ports) and time.monotonic() < deadline:
             time.sleep(0.1)
         return left

@@ -3,6 +3,10 @@
 ``MinioServer`` is one MinIO process on one data directory; ``MinioECServer`` is four MinIO processes on
 four ports, one drive each, forming one erasure-coded cluster (any one node can be stopped and restarted
 with :meth:`MinioECServer.stop_node` / :meth:`MinioECServer.start_node` while objects stay readable).
+Either can run on an emulated host (:meth:`Server.place`, the ``host`` setting): then every node runs inside the
+host's network namespace and listens on the host's address (API and console; MinIO also opens the API port on
+the namespace's own loopback, which nothing outside the namespace reaches), and the endpoint, the erasure set's
+drive URLs, the health checks and the metrics URLs use that address.
 Both create the bucket ``storeval`` once ready and describe a target ``s3://storeval/testbed`` whose
 credentials live in an AWS shared-credentials file under the server's root (never in the target itself).
 
@@ -28,7 +32,17 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..drivers.sigv4 import authorization, signing_key
-from .base import LOCALHOST, Proc, Server, TestbedError, TestbedOptionError, port_open, wait_until
+from .base import (
+    HOST_HELP,
+    LOCALHOST,
+    Proc,
+    Server,
+    TestbedError,
+    TestbedOptionError,
+    in_netns,
+    port_open,
+    wait_until,
+)
 from .gobuild import MINIO_VERSION, WARP_VERSION, install_minio, install_warp
 
 BUCKET = "storeval"
@@ -102,9 +116,9 @@ def read_credentials(path: Path, kind: str) -> tuple[str, str]:
     return cp["default"]["aws_access_key_id"], cp["default"]["aws_secret_access_key"]
 
 
-def _http_status(port: int, path: str, timeout: float = 2.0) -> int:
-    """Status of ``GET http://127.0.0.1:port/path`` (0 if nothing answers); no proxies involved."""
-    conn = http.client.HTTPConnection(LOCALHOST, port, timeout=timeout)
+def _http_status(port: int, path: str, timeout: float = 2.0, host: str = LOCALHOST) -> int:
+    """Status of ``GET http://HOST:port/path`` (0 if nothing answers); no proxies involved."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -126,14 +140,17 @@ def _bind(family: int, host: str, port: int) -> socket.socket | None:
         return None
 
 
-def _pick_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 *and* ::1, below the ephemeral port range when possible.
+def _pick_ports(n: int, host: str = LOCALHOST, netns: str | None = None) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 *and* ::1 (and ``host``, inside network namespace ``netns`` when
+    given: a placed server's), below the ephemeral port range when possible.
 
     MinIO binds its API port on every loopback address (127.0.0.1 and [::1], see getServerListenAddrs in
     cmd/server-main.go), so a port free on 127.0.0.1 alone can still fail with "Specified port is already
     in use" — the failure seen once on a "free" port. Ports below the ephemeral range are also never taken
     as source ports by outgoing connections (the MinIO nodes dial each other) between choice and bind.
     All ``n`` ports are held at once so none is returned twice."""
+    if netns is not None:
+        return in_netns(netns, lambda: _pick_ports(n, host))
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -152,12 +169,16 @@ def _pick_ports(n: int) -> list[int]:
             if port in ports or (s4 := _bind(socket.AF_INET, LOCALHOST, port)) is None:
                 continue
             held.append(s4)
+            if host != LOCALHOST:
+                if (sh := _bind(socket.AF_INET, host, port)) is None:
+                    continue
+                held.append(sh)
             if ipv6:
                 if (s6 := _bind(socket.AF_INET6, "::1", port)) is None:
                     continue
                 held.append(s6)
             ports.append(port)
-        raise TestbedError(f"no {n} free ports on 127.0.0.1 between {lo} and {hi}")
+        raise TestbedError(f"no {n} free ports on {host} between {lo} and {hi}")
     finally:
         for s in held:
             s.close()
@@ -171,6 +192,7 @@ class MinioServer(Server):
     summary = "MinIO S3 server, one process and one drive, bucket 'storeval'"
     target_name = "minio"
     target_schemes = {"minio": "s3"}
+    options_help = {"host": HOST_HELP}
     start_attempts = 3
 
     # -- paths and credentials ---------------------------------------------------------------------
@@ -184,7 +206,7 @@ class MinioServer(Server):
 
     @property
     def endpoint(self) -> str:
-        return f"http://{LOCALHOST}:{self.state.ports['api']}"
+        return f"http://{self.address}:{self.state.ports['api']}"
 
     def credentials(self) -> tuple[str, str]:
         """(access key, secret key) from the credentials file."""
@@ -214,11 +236,15 @@ class MinioServer(Server):
         self.state.info["binary"] = str(install_minio())
 
     def _commands(self, ports: dict[str, int]) -> list[list[str]]:
-        return [[self._binary(), "server", str(self.root / "data"), "--address", f"{LOCALHOST}:{ports['api']}",
-                 "--console-address", f"{LOCALHOST}:{ports['console']}"]]
+        return [[self._binary(), "server", str(self.root / "data"), "--address", f"{self.address}:{ports['api']}",
+                 "--console-address", f"{self.address}:{ports['console']}"]]
+
+    def _ports(self, n: int) -> list[int]:
+        """``n`` free ports where the server listens (in its host's namespace when placed)."""
+        return _pick_ports(n, self.address, self.netns_name) if self.placement else _pick_ports(n)
 
     def _new_ports(self) -> dict[str, int]:
-        api, console = _pick_ports(2)
+        api, console = self._ports(2)
         return {"api": api, "console": console}
 
     def _listen_ports(self) -> list[int]:
@@ -278,13 +304,13 @@ class MinioServer(Server):
                         f.seek(offset)
                         text = f.read().decode(errors="replace").lower()
                     return "already in use" in text or "address in use" in text
-            if all(_http_status(port, "/minio/health/live", 0.5) for port in self._listen_ports()):
+            if all(_http_status(port, "/minio/health/live", 0.5, self.address) for port in self._listen_ports()):
                 return False
             time.sleep(0.1)
         return False
 
     def ready(self) -> bool:
-        return _http_status(self.state.ports["api"], "/minio/health/live") == 200
+        return _http_status(self.state.ports["api"], "/minio/health/live", host=self.address) == 200
 
     def wait_ready(self, timeout: float = 120) -> None:
         start = time.monotonic()
@@ -337,7 +363,7 @@ class MinioServer(Server):
         # `testbed status` looks at every port of the server: a console opens after its API — once the cluster
         # has its quorum, so only after every node is up again, later still on a busy machine
         for idx in indices:
-            wait_until(lambda idx=idx: all(port_open(p) for p in self._ports_of(idx)),
+            wait_until(lambda idx=idx: all(port_open(p, self.address) for p in self._ports_of(idx)),
                        max(10.0, deadline - time.monotonic()), f"{self._names()[idx]}'s ports",
                        log=self._logs()[idx])
         self._after_respawn(max(10.0, deadline - time.monotonic()))
@@ -358,7 +384,7 @@ class MinioServer(Server):
                 if "already in use" in text or "address in use" in text:
                     return False
                 raise TestbedError(f"{self.kind}: {proc.name} exited while starting again; see {log}")
-            if _http_status(port, "/minio/health/live", 1.0) == 200:
+            if _http_status(port, "/minio/health/live", 1.0, self.address) == 200:
                 return True
             time.sleep(0.1)
         proc.stop(grace=5)
@@ -374,7 +400,8 @@ class MinioServer(Server):
         """Its processes, and each node's Prometheus metrics (v3: v2 is served from a cache; read with a token
         signed by the target's keys, so nothing here is public)."""
         return {**super().server_counters(),
-                "metrics_urls": [f"http://{LOCALHOST}:{port}/minio/metrics/v3/api/requests" for port in self._listen_ports()]}
+                "metrics_urls": [f"http://{self.address}:{port}/minio/metrics/v3/api/requests"
+                                 for port in self._listen_ports()]}
 
 
 class MinioECServer(MinioServer):
@@ -387,7 +414,7 @@ class MinioECServer(MinioServer):
     target_name = "minio-ec"
     target_schemes = {"minio-ec": "s3"}
     options_help = {"servers": "MinIO nodes, each its own process, 1-16 (default 4); each node gets enough drives "
-                               "for the erasure set to have at least 4"}
+                               "for the erasure set to have at least 4", "host": HOST_HELP}
     MIN_DRIVES = 4  # an erasure set of fewer drives keeps no parity worth measuring
 
     @classmethod
@@ -414,7 +441,7 @@ class MinioECServer(MinioServer):
         return range(1, self.nodes + 1)
 
     def _new_ports(self) -> dict[str, int]:
-        ports = _pick_ports(2 * self.nodes)
+        ports = self._ports(2 * self.nodes)
         out: dict[str, int] = {}
         for i in self._node_ids():
             out[f"node{i}"], out[f"console{i}"] = ports[2 * (i - 1)], ports[2 * (i - 1) + 1]
@@ -427,7 +454,7 @@ class MinioECServer(MinioServer):
     def _on_ports(self) -> None:
         self.state.info["node_count"] = self.nodes
         self.state.info["nodes"] = [
-            {"name": f"node{i}", "endpoint": f"http://{LOCALHOST}:{self.state.ports[f'node{i}']}",
+            {"name": f"node{i}", "endpoint": f"http://{self.address}:{self.state.ports[f'node{i}']}",
              "port": self.state.ports[f"node{i}"], "console_port": self.state.ports[f"console{i}"],
              "data": str(self._drive_dirs(i)[0].absolute()),
              "drives": [str(d.absolute()) for d in self._drive_dirs(i)],
@@ -440,10 +467,10 @@ class MinioECServer(MinioServer):
                 self.mkdir(d, rule=DRIVE)
 
     def _node_command(self, node: dict[str, Any]) -> list[str]:
-        drives = [f"http://{LOCALHOST}:{n['port']}{d}" for n in self.state.info["nodes"]
+        drives = [f"http://{self.address}:{n['port']}{d}" for n in self.state.info["nodes"]
                   for d in n.get("drives", [n["data"]])]
-        return [self._binary(), "server", "--address", f"{LOCALHOST}:{node['port']}",
-                "--console-address", f"{LOCALHOST}:{node['console_port']}", *drives]
+        return [self._binary(), "server", "--address", f"{self.address}:{node['port']}",
+                "--console-address", f"{self.address}:{node['console_port']}", *drives]
 
     def _commands(self, ports: dict[str, int]) -> list[list[str]]:
         return [self._node_command(n) for n in self.state.info["nodes"]]
@@ -468,15 +495,16 @@ class MinioECServer(MinioServer):
     def _proc_env(self, index: int) -> dict[str, str]:
         # Inside a container (/.dockerenv exists, or KUBERNETES_SERVICE_HOST is set) MinIO never resolves an
         # endpoint whose host is a loopback address ("127.0.0.1 resolves to localhost in a containerized
-        # deployment, waiting ...", forever). _MINIO_SERVER_LOCAL (cmd/endpoint.go, UpdateIsLocal) names the
+        # deployment, waiting ...", forever; a placed node's address, 10.x, is waited for alike). _MINIO_SERVER_LOCAL (cmd/endpoint.go, UpdateIsLocal) names the
         # endpoint host:port that is this node's own, which ends that wait; outside containers it is unused.
         node = self.state.info["nodes"][index]
-        return {**self._env(), "_MINIO_SERVER_LOCAL": f"{LOCALHOST}:{node['port']}"}
+        return {**self._env(), "_MINIO_SERVER_LOCAL": f"{self.address}:{node['port']}"}
 
     def ready(self) -> bool:
         nodes = self.state.info.get("nodes", [])
-        return (bool(nodes) and all(_http_status(n["port"], "/minio/health/live") == 200 for n in nodes)
-                and _http_status(nodes[0]["port"], "/minio/health/cluster") == 200)
+        return (bool(nodes) and all(_http_status(n["port"], "/minio/health/live", host=self.address) == 200
+                                    for n in nodes)
+                and _http_status(nodes[0]["port"], "/minio/health/cluster", host=self.address) == 200)
 
     def writable(self, i: int) -> bool:
         """Whether node ``i`` accepts a write now (it puts a tiny object ``.storeval-probe-node<i>`` in the bucket).
@@ -541,7 +569,7 @@ class MinioECServer(MinioServer):
         def up() -> bool:
             if not proc.alive():
                 raise TestbedError(f"{self.kind}: node {i} exited while restarting; see {log}")
-            return _http_status(node["port"], "/minio/health/live") == 200
+            return _http_status(node["port"], "/minio/health/live", host=self.address) == 200
 
         start = time.monotonic()
         wait_until(up, timeout, f"{self.kind} node {i}", log=log)

@@ -20,6 +20,13 @@ Outside the root Ganesha creates ``/run/ganesha`` at every start (the directory 
 whatever ``-p`` says). If that directory did not exist before the first start, that is recorded in the state
 before Ganesha starts, and ``down`` removes it when it is empty (never what is inside it).
 
+On an emulated host (:meth:`Server.place`, the ``host`` setting) Ganesha runs inside the host's network
+namespace and the target is ``nfs://<host address>:PORT/export/storeval``; nothing else changes (``/run/ganesha``
+is the same directory: ``ip netns exec`` changes the network, not the files). ``Bind_addr`` names the host's
+address, but Ganesha 4.3 honours it only as an IPv6 address: it resolves it with ``AI_ADDRCONFIG``, which gives
+an IPv4 result where the namespace has no IPv6 address but its loopback's, and its IPv6 listener then binds
+``[::]`` — every address *of the namespace*, which are the host's address and the namespace's own loopback.
+
 Faults: the whole server is one handle, ``nfs`` — stop (SIGSTOP), cont, kill, and start/restart through
 :meth:`NfsServer.respawn`: the same port, configuration and data.
 """
@@ -35,7 +42,7 @@ from typing import Any
 
 import psutil
 
-from .base import LOCALHOST, Proc, Server, TestbedError, TestbedOptionError, apt_install, free_port, port_open
+from .base import HOST_HELP, Proc, Server, TestbedError, TestbedOptionError, apt_install, port_open
 
 PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs")
 PSEUDO = "/export"  # the export's NFSv4 path
@@ -53,7 +60,7 @@ class NfsServer(Server):
     kind = "nfs"
     summary = "NFS-Ganesha 4 (NFSv4.1, VFS back end) on 127.0.0.1, reached with the nfs:// driver (nfs-rs)"
     target_schemes = {"nfs": "nfs"}
-    options_help = {"servers": "NFS servers, only 1: one appliance with one export"}
+    options_help = {"servers": "NFS servers, only 1: one appliance with one export", "host": HOST_HELP}
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +110,7 @@ class NfsServer(Server):
     @property
     def url(self) -> str:
         """The storeval target's URL: the export's ``storeval`` directory."""
-        return f"nfs://{LOCALHOST}:{self.port}{PSEUDO}/{TARGET_DIR}"
+        return f"nfs://{self.address}:{self.port}{PSEUDO}/{TARGET_DIR}"
 
     def claims(self, rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:
         """In the export, what NFS clients wrote (it belongs to the squash user); in the recovery directory,
@@ -119,9 +126,9 @@ class NfsServer(Server):
     # -- start ------------------------------------------------------------------------------------------
     def _write_config(self, port: int) -> None:
         self.write_file(self.config_file, "\n".join([
-            "# written by storeval testbed: NFSv4 only, on 127.0.0.1, one export",
+            f"# written by storeval testbed: NFSv4 only, on {self.address}, one export",
             "NFS_CORE_PARAM {",
-            f"  Bind_addr = {LOCALHOST};",
+            f"  Bind_addr = {self.address};",
             f"  NFS_Port = {port};",
             "  Protocols = 4;",
             "  Enable_UDP = false;",
@@ -176,7 +183,7 @@ class NfsServer(Server):
         self._note_run_dir()
         last = ""
         for _attempt in range(START_ATTEMPTS):
-            port = free_port()
+            port = self.pick_port()
             self._write_config(port)
             self.state.procs = []
             self.state.ports = {"nfs": port}
@@ -205,7 +212,7 @@ class NfsServer(Server):
         text = ""
         while time.monotonic() < deadline:
             text = self._log_since(mark)
-            if READY_LINE in text and proc.alive() and port_open(self.port):
+            if READY_LINE in text and proc.alive() and port_open(self.port, self.address):
                 return "ok", ""
             if not proc.alive():
                 time.sleep(0.2)  # let a dying server finish its last line
@@ -256,14 +263,14 @@ class NfsServer(Server):
 
     # -- ready, targets, stop ---------------------------------------------------------------------------------
     def ready(self) -> bool:
-        if not self.state.ports or not port_open(self.port):
+        if not self.state.ports or not port_open(self.port, self.address):
             return False
         try:
             import nfs_rs
         except ImportError:  # the nfs extra is missing: the open port and the log's line must do
             return True
         try:
-            client = nfs_rs.Client.connect(f"nfs://{LOCALHOST}{PSEUDO}", versions=["4.1"], uid=0, gid=0,
+            client = nfs_rs.Client.connect(f"nfs://{self.address}{PSEUDO}", versions=["4.1"], uid=0, gid=0,
                                            nfs_port=self.port, connect_timeout=5, operation_timeout=5)
         except Exception:  # noqa: BLE001 - not answering yet
             return False

@@ -10,6 +10,14 @@ the redirector's cmsd, 1094+k for data server k; another on a lost port). The ``
 127.0.0.1 needs are gone: they would reset connections from the veth peer, the host. The namespace is recorded
 in the state before it is made and deleted by :meth:`XrootdServer.stop`, after the daemons.
 
+On an emulated host (:meth:`Server.place`, the ``host`` setting) the daemons run in that host's namespace
+instead — the network's, which this server neither makes nor removes — and the host's address takes the place
+of the veth end: ``all.manager <host address>:<cms port>``, so the redirector sends clients (on other hosts, or
+in the root namespace through the network's controller) to data servers at the host's address. They still
+listen on 0.0.0.0 *of that namespace* (XRootD cannot bind one address), where the host's ``eth0`` and the
+namespace's own loopback are all there is; no ``xrd.allow`` line, as everyone on the emulated network must reach
+them.
+
 Each daemon runs in the foreground of its own session (no ``-b``; ``ip netns exec`` execs it), so the PID we
 record is the daemon itself; it drops to the ``xrootd`` user (``-R xrootd``) because it refuses to run as root.
 
@@ -62,13 +70,13 @@ from typing import Any
 import psutil
 
 from .base import (
+    HOST_HELP,
     FaultNode,
     Proc,
     Server,
     TestbedError,
     TestbedOptionError,
     apt_install,
-    free_port,
     port_open,
 )
 from .netns import Netns, Taken, require_root
@@ -148,6 +156,15 @@ def query_readv_limits(url: str, timeout: int = 10) -> tuple[int, int]:
     return iov, ior
 
 
+def _netns_pids(name: str) -> list[int]:
+    """The processes inside network namespace ``name`` now (``ip netns pids``)."""
+    try:
+        proc = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
+
+
 def _can_reach(path: Path, user: str) -> bool:
     """Whether ``user`` can search (traverse) ``path``, every directory above it included."""
     proc = subprocess.run(["test", "-x", str(path)], user=user, group=user, extra_groups=[],
@@ -161,7 +178,7 @@ class XrootdServer(Server):
                "and N data servers; every read traced")
     target_schemes = {"xrootd": "root"}
     options_help = {"servers": f"data servers, 1-{MAX_SERVERS} (default 1: one xrootd; 2 or more: a redirector "
-                               "and that many data servers)"}
+                               "and that many data servers)", "host": HOST_HELP}
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -229,12 +246,23 @@ class XrootdServer(Server):
 
     @property
     def netns(self) -> Netns | None:
+        """The namespace this server made for itself (None on an emulated host: the network's is used)."""
         rec = self.state.info.get("netns")
         return Netns.from_json(rec) if rec else None
 
     @property
+    def netns_name(self) -> str | None:
+        """Where the daemons run: the emulated host's namespace, or the server's own."""
+        if self.placement:
+            return self.placement["netns"]
+        ns = self.netns
+        return ns.name if ns else None
+
+    @property
     def address(self) -> str:
-        """The servers' address: the namespace's end of the veth pair."""
+        """The servers' address: the emulated host's, or the namespace's end of the veth pair."""
+        if self.placement:
+            return self.placement["address"]
         ns = self.netns
         if ns is None:
             raise TestbedError("xrootd: not started (no network namespace recorded)")
@@ -390,14 +418,13 @@ class XrootdServer(Server):
         self.write_file(self.config_file, "\n".join([*lines, "fi", ""]))
 
     def _command(self, user: str | None, daemon: str = "xrootd", node: str | None = None) -> list[str]:
-        """The daemon's command line, run inside the namespace."""
+        """The daemon's command line (:meth:`Server._spawn` runs it inside the namespace)."""
         log = self.home / "log" / f"{daemon}.log" if node else self.log_file
         cmd = [daemon, "-c", str(self.config_file), "-l", str(log), "-k", "fifo", "-I", "v4"]
         cmd += ["-n", node] if node else []
         cmd += ["-R", user] if user else []
-        ns = self.netns
-        assert ns is not None
-        return ns.command(cmd)
+        assert self.netns_name is not None
+        return cmd
 
     def _make_netns(self) -> Netns:
         """Plan the namespace, record it (so a `down` after a killed `up` finds it), then make it."""
@@ -430,7 +457,10 @@ class XrootdServer(Server):
             self.state.info["data_dirs"] = {k: str(v) for k, v in self.data_dirs().items()}
         else:
             self.state.info.update({"log": str(self.log_file), "data": str(self.data_dir)})
-        self._make_netns()
+        if self.placement:
+            self.check_netns()  # the emulated host's namespace: the network's, not made here
+        else:
+            self._make_netns()
         if self.clustered:
             self._start_cluster(user)
         else:
@@ -454,7 +484,7 @@ class XrootdServer(Server):
             self.state.procs = []
             if outcome != "port":
                 break
-            port = free_port()  # someone holds XRootD's port inside the namespace: another one
+            port = self.pick_port()  # someone holds XRootD's port inside the namespace: another one
         self.state.ports = {}
         raise TestbedError(f"xrootd did not start: {last or 'no message'}; see {log}")
 
@@ -517,9 +547,11 @@ class XrootdServer(Server):
 
     def _check_restartable(self) -> str | None:
         ns = self.netns
-        if not shutil.which("xrootd") or not self.state.ports or ns is None:
+        if not shutil.which("xrootd") or not self.state.ports or self.netns_name is None:
             raise TestbedError("xrootd: cannot start it again (not installed, or never started here)")
-        if not ns.exists() or not ns.link_up():
+        if self.placement:
+            self.check_netns()
+        elif ns is None or not ns.exists() or not ns.link_up():
             raise TestbedError(f"xrootd: its network namespace {ns.name} is gone: `storeval testbed down xrootd`, "
                                "then `storeval testbed up xrootd`")
         return self.state.info.get("user")
@@ -649,20 +681,20 @@ class XrootdServer(Server):
 
     def health(self) -> tuple[str, str]:
         """As :meth:`Server.health`, with the ports tried where they are: at the namespace's address."""
-        if self.state.procs and self.netns is None:  # cannot happen through start(); a damaged state says so
+        if self.state.procs and self.netns_name is None:  # cannot happen through start(); a damaged state says so
             return "NOT ANSWERING", "no network namespace is recorded: `storeval testbed down xrootd` stops it"
         word, todo = super().health()
         if word not in ("running", "NOT ANSWERING"):
             return word, todo
-        ns = self.netns
-        closed = [f"{k} {v}" for k, v in self.state.ports.items() if ns is None or not port_open(v, ns.ns_addr)]
+        closed = [f"{k} {v}" for k, v in self.state.ports.items() if not port_open(v, self.address)]
         if closed:
-            where = f" on {ns.ns_addr}" if ns else " (no network namespace)"
-            return "NOT ANSWERING", f"port {', '.join(closed)}{where} accepts no connection"
+            return "NOT ANSWERING", f"port {', '.join(closed)} on {self.address} accepts no connection"
         return "running", ""
 
     def ports_where(self) -> str:
         """The namespace's address the ports listen on, and the address clients connect from."""
+        if self.placement:
+            return super().ports_where()
         ns = self.netns
         return (f" on {ns.ns_addr} (network namespace {ns.name}{'' if ns.exists() else ', gone'}; clients "
                 f"connect from {ns.host_addr})") if ns else ""
@@ -676,14 +708,15 @@ class XrootdServer(Server):
 
     # -- stop ----------------------------------------------------------------------------------------------
     def stop(self):
-        """Stop the daemons and remove their files (:meth:`Server.stop`), then the network namespace.
+        """Stop the daemons and remove their files (:meth:`Server.stop`), then the network namespace it made
+        (an emulated host's stays: it is the network's).
 
         A daemon an `up` started but was killed before it could record runs inside this server's namespace
         with this server's configuration file: found by both (never by name), it is stopped with the rest."""
-        ns = self.netns
-        if ns is not None and ns.exists():
+        name = self.netns_name
+        if name is not None and os.path.exists(os.path.join("/run/netns", name)):
             recorded = {p.pid for p in self.state.procs}
-            for pid in ns.pids():
+            for pid in _netns_pids(name):
                 if pid not in recorded and self._runs_our_config(pid):
                     try:
                         self.state.procs.append(Proc.adopt(pid, f"unrecorded daemon {pid}", self.home / "log"))

@@ -26,14 +26,25 @@ import org.apache.hadoop.hdfs.protocol.DatanodeInfo;
 import org.apache.hadoop.hdfs.protocol.LocatedBlock;
 import org.apache.hadoop.hdfs.protocol.LocatedBlocks;
 import org.apache.hadoop.hdfs.server.datanode.DataNode;
+import org.apache.hadoop.net.NetUtils;
 
 /**
  * A MiniDFSCluster (one NameNode, N DataNodes) on 127.0.0.1 for the storeval testbed.
  *
  * <pre>
  * java -cp ... org.storeval.testbed.MiniCluster --datanodes N --replication R
- *      --rpc-port P --http-port P --control-port P --base-dir DIR
+ *      --rpc-port P --http-port P --control-port P --base-dir DIR [--bind ADDRESS]
  * </pre>
+ *
+ * {@code --bind ADDRESS} (default 127.0.0.1) puts the cluster on an emulated host: the launcher runs inside that
+ * host's network namespace and ADDRESS is the host's address there. The datanodes and the control port listen on
+ * ADDRESS; the datanodes register with the NameNode at ADDRESS, so the NameNode records ADDRESS as their IP and
+ * hands it out to clients on other hosts. MiniDFSCluster writes 127.0.0.1 into every address it configures, so
+ * Hadoop's own resolver is told that 127.0.0.1 and localhost mean ADDRESS ({@code NetUtils.addStaticResolution}):
+ * the datanodes' ports bind ADDRESS and the datanodes connect to the NameNode there. The NameNode's RPC and HTTP
+ * ports (WebHDFS, JMX) bind 0.0.0.0 of the namespace ({@code dfs.namenode.rpc-bind-host}, {@code http-bind-host}):
+ * MiniDFSCluster's own clients hold the NameNode's address already resolved to the loopback, and Jetty resolves
+ * addresses itself. Reached at ADDRESS and at the namespace's own loopback, nowhere else.
  *
  * stdout carries only this launcher's lines ({@code READY <rpc-port>}, {@code STOPPED}); Hadoop logs to
  * stderr at WARN. Control protocol on 127.0.0.1:control-port, one command per line, each answered by a line
@@ -75,11 +86,13 @@ public final class MiniCluster {
         int httpPort = Integer.parseInt(require(opts, "http-port"));
         int controlPort = Integer.parseInt(require(opts, "control-port"));
         File baseDir = new File(require(opts, "base-dir")).getAbsoluteFile();
+        String bind = opts.getOrDefault("bind", "127.0.0.1");
+        boolean placed = !bind.equals("127.0.0.1");
 
         // Bind the control port first: if it was lost in a race, fail before the cluster starts.
         ServerSocket control = new ServerSocket();
         control.setReuseAddress(true);
-        control.bind(new InetSocketAddress(InetAddress.getByName("127.0.0.1"), controlPort));
+        control.bind(new InetSocketAddress(InetAddress.getByName(bind), controlPort));
 
         Configuration conf = new Configuration();
         conf.set(DFSConfigKeys.DFS_NAMENODE_RPC_ADDRESS_KEY, "127.0.0.1:" + rpcPort);
@@ -96,14 +109,35 @@ public final class MiniCluster {
         // below the 20 s expiry (else a warning); reads do not avoid stale nodes unless dfs.namenode.avoid.read.stale.datanode
         conf.setLong(DFSConfigKeys.DFS_NAMENODE_STALE_DATANODE_INTERVAL_KEY, 10_000);
         conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.getPath());
+        if (placed) {
+            // MiniDFSCluster writes 127.0.0.1 (and localhost) into every address it configures: Hadoop resolves both
+            // to the host's address instead, so the NameNode and the datanodes listen there and the datanodes reach
+            // the NameNode from there — the IP it records for them and hands out
+            NetUtils.addStaticResolution("127.0.0.1", bind);
+            NetUtils.addStaticResolution("localhost", bind);
+            // the NameNode listens on the whole namespace: MiniDFSCluster's own clients hold its address resolved to
+            // the loopback already, and Jetty resolves the HTTP address itself
+            conf.set(DFSConfigKeys.DFS_NAMENODE_RPC_BIND_HOST_KEY, "0.0.0.0");
+            conf.set(DFSConfigKeys.DFS_NAMENODE_HTTP_BIND_HOST_KEY, "0.0.0.0");
+            // the host's address has no name: the NameNode must not refuse datanodes whose address it cannot resolve
+            conf.setBoolean(DFSConfigKeys.DFS_NAMENODE_DATANODE_REGISTRATION_IP_HOSTNAME_CHECK_KEY, false);
+            conf.set(DFSConfigKeys.DFS_DATANODE_HOST_NAME_KEY, bind);
+        }
 
-        cluster = new MiniDFSCluster.Builder(conf, baseDir)
-                .nameNodePort(rpcPort)
-                .nameNodeHttpPort(httpPort)
-                .numDataNodes(datanodes)
-                .format(true)
-                .build();
-        cluster.waitActive();
+        try {
+            cluster = new MiniDFSCluster.Builder(conf, baseDir)
+                    .nameNodePort(rpcPort)
+                    .nameNodeHttpPort(httpPort)
+                    .numDataNodes(datanodes)
+                    .checkDataNodeHostConfig(placed)
+                    .format(true)
+                    .build();
+            cluster.waitActive();
+        } catch (Throwable t) {
+            // the cluster's threads would keep a half-started JVM alive: say why, and end it
+            t.printStackTrace();
+            System.exit(1);
+        }
         for (DataNode dn : cluster.getDataNodes()) {
             nodes.add(new Node(dn.getXferPort()));
         }
