@@ -413,7 +413,7 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
         raise InputError(f"{where}.use: {_show(use)} is not a target of the {kind} testbed "
                          f"(one of {', '.join(schemes) or 'none'})")
     settings = _setting_values(entry.get("settings") or {}, f"{where}.settings")
-    for key in cls.options_help:
+    for key in (*cls.options_help, "host"):  # host: every kind's check says whether it can run on one
         if key in entry:
             settings[key] = _setting_values({key: entry[key]}, where)[key]
     for combo in combinations(settings):
@@ -422,7 +422,7 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
         except TestbedError as e:
             raise InputError(f"{where}: {one_line(e)}") from None
     driver = driver_class(f"{schemes[use]}://")
-    raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS and k not in cls.options_help}
+    raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS and k not in cls.options_help and k != "host"}
     try:
         options = driver.Options.model_validate(raw_opts)
         limits = Limits.model_validate(entry.get("limits") or {})
