@@ -263,8 +263,10 @@ def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dic
              if isinstance(s, dict) and s.get("rate")}
     for fig in phases:
         recs = by_step.get((fig.phase, fig.iteration), [])
-        if series and recs and fig.status == "ok":
-            fig.links = link_traffic(series, min(r.start_ns for r in recs), max(r.end_ns for r in recs), rates)
+        exact = {r.extra["link"]["host"]: r.extra["link"] for r in recs if isinstance(r.extra.get("link"), dict)}
+        if (series or exact) and recs and fig.status == "ok":
+            fig.links = link_traffic(series, min(r.start_ns for r in recs), max(r.end_ns for r in recs), rates,
+                                     exact)
             fig.warnings += [w for w in saturation_warnings(fig.links) if w not in fig.warnings]
         if fig.status == "ok":
             fig.warnings += [w for w in rtt_warnings(rtt) if w not in fig.warnings]

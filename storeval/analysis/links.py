@@ -15,8 +15,11 @@ Inputs, as the runner stores them:
 
 Rules, stated so a reader can check them:
 
-* a phase's traffic through a link = the counters interpolated linearly at the phase's first start and last
-  end (samples are ~1 s apart: a phase shorter than that gets the mean rate of the samples around it);
+* a phase's traffic through a link = the bytes and packets the first client on that host counted at its
+  interface between the phase's barriers (exact: no client moves data outside them; ``counted: barriers``),
+  else the counters interpolated linearly at the phase's first start and last end (samples are ~1 s apart: a
+  phase shorter than that gets the mean rate of the samples around it; ``counted: samples``); drops and queues
+  always come from the samples;
 * ``link-saturated``: the larger direction's bytes / phase seconds reached SATURATED (90 %) of the link's rate;
 * limit ``link_rate``: when every client group sits on a host with a rate-limited link, the sum of the rates
   of those distinct hosts' links; ``not-physical`` when the phase's aggregate exceeds it by more than 5 %;
@@ -30,12 +33,14 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from ..core.network import factor_text
 from ..units import sig
 
 MiB = float(1 << 20)
 SATURATED = 0.90
 RTT_OFF = 0.10
 RTT_FLOOR_S = 0.001
+COUNTED = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")  # what a client counts between the barriers
 DROPS = ("drops", "tbf_drops", "relay_dropped_loss", "relay_dropped_queue")
 RULE = (f"link-saturated: a phase's traffic through a rate-limited link (the larger direction) reached "
         f"{SATURATED:.0%} of its rate; rtt-off: measured median differs from the requested RTT by more than "
@@ -50,13 +55,7 @@ def is_gauge(metric: str) -> bool:
 def link_text(key: str, value: Any) -> str:
     """A link setting as a study writes it (``12ms``, ``1Gbit/s``, ``0.1%``) from its value (seconds, bytes/s,
     fraction); text and other factors as they are."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or key not in ("rtt", "jitter", "rate", "loss"):
-        return str(value)
-    if key in ("rtt", "jitter"):
-        return f"{value * 1e3:g}ms"
-    if key == "rate":
-        return f"{value * 8 / 1e9:g}Gbit/s" if value >= 125e6 else f"{value * 8 / 1e6:g}Mbit/s"
-    return f"{value * 100:g}%"
+    return factor_text(key, value)
 
 
 def network_event(events: list[dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -116,12 +115,16 @@ def _window(points: list[tuple[int, float]], start: int, end: int) -> list[tuple
 
 
 def link_traffic(series: dict[str, dict[str, list[tuple[int, float]]]], start: int, end: int,
-                 rates: dict[str, float]) -> dict[str, dict[str, Any]]:
+                 rates: dict[str, float], exact: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, Any]]:
     """Per host: bytes and MiB/s each way, drops, the largest queue, the relay's mean delay, and the share of
-    the link's rate used (``utilisation``, larger direction) during [start, end] (ns)."""
+    the link's rate used (``utilisation``, larger direction) during [start, end] (ns). ``exact``: host → the
+    interface's bytes and packets counted by a client on that host between the phase's barriers (records'
+    ``extra["link"]``), used instead of the interpolated samples (``counted`` says which)."""
     seconds = max(end - start, 1) / 1e9
     out: dict[str, dict[str, Any]] = {}
-    for host, metrics in sorted(series.items()):
+    exact = exact or {}
+    for host in sorted(set(series) | set(exact)):
+        metrics = series.get(host, {})
         fig: dict[str, Any] = {}
         for metric, pts in metrics.items():
             if is_gauge(metric):
@@ -133,6 +136,9 @@ def link_traffic(series: dict[str, dict[str, list[tuple[int, float]]]], start: i
             a, b = _at(pts, start), _at(pts, end)
             if a is not None and b is not None:
                 fig[metric] = max(b - a, 0.0)
+        if host in exact:
+            fig.update({k: v for k, v in exact[host].items() if k in COUNTED})
+        fig["counted"] = "barriers" if host in exact else "samples"
         for d in ("rx", "tx"):
             if f"{d}_bytes" in fig:
                 fig[f"{d}_MiBps"] = fig[f"{d}_bytes"] / MiB / seconds

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..drivers import make_driver
 from ..errors import error_kind, one_line
-from ..probes.counters import read_process_io, snapshot
+from ..probes.counters import read_netdev, read_process_io, snapshot
 from ..probes.server import ServerProbe, server_delta, server_spec
 from ..workloads.loaded import make_workload  # loads every workload: the fork server preloads them
 from ..workloads.base import ClientContext
@@ -105,6 +105,12 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
                             seed=job.seed, comm=comm, keep_cache=job.keep_cache, host_leader=leader,
                             server_pids=list(job.server_pids), faulted=frozenset(job.faulted))
         host = HostProbe(job) if leader else None
+        # the first client on each emulated host counts that host's interface between the same barriers as the
+        # leader's counters: the link's bytes of exactly the phase (the sampler's are a second apart)
+        link_host = link_dev = None
+        if job.netns and job.netns[rank] and job.netns.index(job.netns[rank]) == rank:
+            link_host = rank_groups(job.groups)[rank].get("host")
+            link_dev = (job.links.get(link_host) or {}).get("dev", "eth0")
         phase, iteration = "prepare", 0
         wl.prepare(ctx)
         comm.barrier()
@@ -119,6 +125,7 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
             # client is held between two barriers, before the first starts and after the last has ended.
             comm.barrier()
             host0 = host.snapshot() if host is not None else None
+            link0 = read_netdev().get(link_dev) if link_host else None
             snapped_ns = time.perf_counter_ns()
             comm.barrier()
             io0 = _own_io()
@@ -146,6 +153,9 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
                 rec.extra["probe_window"] = {"before_start_ns": rec.start_ns - snapped_ns,
                                              "after_end_ns": snap_ns - rec.end_ns}
                 rec.extra["host_ram_bytes"] = host0.get("mem", {}).get("mem", {}).get("total_bytes")
+            if link0 is not None:
+                link1 = read_netdev().get(link_dev) or {}
+                rec.extra["link"] = {"host": link_host, **{k: link1.get(k, v) - v for k, v in link0.items()}}
             comm.barrier()  # nobody's next untimed work (set-up, clean-up) may reach the leader's counters
             send(("record", rank, rec.record(exit_ns).to_wire()))
             checked = wl.check_after(ctx, phase)
