@@ -287,7 +287,8 @@ class Runner:
 
     def _network_event(self, cell: Cell) -> list[dict[str, Any]]:
         """What the network was for this cell: each host's link as set and, for each group on an emulated
-        host, the round trip to the target's server as requested and as measured (TCP connects over the path)."""
+        host, the round trip to the target's server as requested and as measured (the kernel's
+        round trip of TCP connects over the path)."""
         net = self.systems.net if cell.network else None
         if net is None:
             return []

@@ -23,7 +23,8 @@ Rules, stated so a reader can check them:
 * ``link-saturated``: the larger direction's bytes / phase seconds reached SATURATED (90 %) of the link's rate;
 * limit ``link_rate``: when every client group sits on a host with a rate-limited link, the sum of the rates
   of those distinct hosts' links; ``not-physical`` when the phase's aggregate exceeds it by more than 5 %;
-* ``rtt-off``: the measured median TCP connect time differs from the requested RTT by more than 10 % of it
+* ``rtt-off``: the measured median round trip of TCP connects (the kernel's
+  TCP_INFO sample) differs from the requested RTT by more than 10 % of it
   (at least RTT_FLOOR_S: a connect on an unshaped path takes some tens of µs, more on a busy host).
 """
 
@@ -189,7 +190,7 @@ def rtt_rows(network: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 def rtt_warnings(rows: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     return [{"code": "rtt-off", "message": (
-        f"group {g}: measured RTT {r['median_s'] * 1e3:.3g} ms (median TCP connect) differs from the requested "
+        f"group {g}: measured RTT {r['median_s'] * 1e3:.3g} ms (median of TCP connects) differs from the requested "
         f"{r['requested_s'] * 1e3:.3g} ms by more than {RTT_OFF:.0%}: the emulated delay is not what was asked")}
         for g, r in rows.items() if r.get("off")]
 

@@ -264,18 +264,8 @@ def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dic
             _, tot = _rates(total)
             data.append({"type": "scatter", "mode": "lines+markers", "name": "CPU busy %", "yaxis": "y2",
                          "x": [sec(x) for x in xs], "y": [100 * bb / tt if tt else 0 for bb, tt in zip(b, tot)]})
-        shapes, notes = [], []
-        spans: dict[tuple[str, int], list[int]] = {}
-        for r in cell.records:
-            span = spans.setdefault((r.phase, r.iteration), [r.start_ns, r.end_ns])
-            span[0], span[1] = min(span[0], r.start_ns), max(span[1], r.end_ns)
-        for i, ((phase, iteration), (start, end)) in enumerate(sorted(spans.items(), key=lambda kv: kv[1][0])):
-            shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": sec(start), "x1": sec(end), "y0": 0,
-                           "y1": 1, "fillcolor": "#1f77b4" if i % 2 == 0 else "#ff7f0e", "opacity": 0.08,
-                           "line": {"width": 0}})
-            notes.append({"x": sec(start), "y": 1.02, "xref": "x", "yref": "paper", "showarrow": False,
-                          "xanchor": "left", "text": phase + (f" #{iteration + 1}" if iteration else ""),
-                          "font": {"size": 10}})
+        shapes, notes = _phase_shapes(cell, sec)
+        spans = _phase_spans(cell)
         faults = [e for e in events if e.get("cell") == cell.cell_id and e.get("kind") in FAULT_EVENTS]
         for e in faults:  # events carry wall-clock times: mark them at the end of the phase they name
             at = max((sp[1] for (ph, _), sp in spans.items() if ph == (e.get("phase") or "").split(" #")[0]),
@@ -296,14 +286,19 @@ def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dic
     return out
 
 
-def _phase_shapes(cell: CellRow, sec: Any) -> tuple[list[dict], list[dict]]:
-    """Shaded spans of a cell's phases (first start to last end of all clients) and their names."""
-    shapes, notes = [], []
+def _phase_spans(cell: CellRow) -> dict[tuple[str, int], list[int]]:
+    """(phase, iteration) → [first start, last end] of all its clients (ns)."""
     spans: dict[tuple[str, int], list[int]] = {}
     for r in cell.records:
         span = spans.setdefault((r.phase, r.iteration), [r.start_ns, r.end_ns])
         span[0], span[1] = min(span[0], r.start_ns), max(span[1], r.end_ns)
-    for i, ((phase, iteration), (start, end)) in enumerate(sorted(spans.items(), key=lambda kv: kv[1][0])):
+    return spans
+
+
+def _phase_shapes(cell: CellRow, sec: Any) -> tuple[list[dict], list[dict]]:
+    """Shaded spans of a cell's phases (first start to last end of all clients) and their names."""
+    shapes, notes = [], []
+    for i, ((phase, iteration), (start, end)) in enumerate(sorted(_phase_spans(cell).items(), key=lambda kv: kv[1][0])):
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": sec(start), "x1": sec(end), "y0": 0,
                        "y1": 1, "fillcolor": "#1f77b4" if i % 2 == 0 else "#ff7f0e", "opacity": 0.08,
                        "line": {"width": 0}})

@@ -352,7 +352,7 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
         tables.append({"id": "rtt-table", "title": "Network — requested vs measured RTT per client group",
                        "columns": ["configuration", "group", "requested", "measured median", "measured p90"],
                        "rows": list(rtt.values()),
-                       "caption": ["measured: TCP connect times from the group's host to the target's server, "
+                       "caption": ["measured: the kernel's round trip (TCP_INFO) of TCP connects from the group's host to the target's server, "
                                    "median over the cell's repetitions; ✗ = " + LINK_RULE.split("; ")[1] + "."]})
     return tables
 

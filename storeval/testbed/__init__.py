@@ -203,6 +203,17 @@ class Testbed:
         finally:
             os.close(fd)
 
+    @contextlib.contextmanager
+    def _anchored(self) -> Iterator[None]:
+        """Locked, with the state loaded and the directory made (and locked once it exists)."""
+        with contextlib.ExitStack() as stack:
+            locked = stack.enter_context(self._locked())
+            self._servers = self.load()
+            self._anchor()
+            if not locked:
+                stack.enter_context(self._locked())
+            yield
+
     def targets(self, servers: dict[str, Server] | None = None) -> dict[str, dict[str, Any]]:
         servers = self.load() if servers is None else servers
         out: dict[str, dict[str, Any]] = {}
@@ -427,12 +438,7 @@ class Testbed:
         """The emulated network with ``hosts`` (host -> link name or None) in it: planned (and recorded) then made,
         or grown by the hosts it lacks; each host's link then gets its settings from ``links`` (name ->
         settings, or host -> settings). A host that exists with another link is refused in one line."""
-        with contextlib.ExitStack() as stack:
-            locked = stack.enter_context(self._locked())
-            self._servers = self.load()
-            self._anchor()
-            if not locked:
-                stack.enter_context(self._locked())
+        with self._anchored():
             return self._network_up(hosts, links or {}, log)
 
     def _network_up(self, hosts: dict[str, str | None], links: dict[str, LinkSettings], log,
@@ -480,12 +486,7 @@ class Testbed:
     def set_link(self, host: str, settings: LinkSettings, *, log=print) -> Network:
         """Change the link of emulated host ``host`` now (the host, and the network, made with a link if absent)."""
         settings.check(f"link of {host}")
-        with contextlib.ExitStack() as stack:
-            locked = stack.enter_context(self._locked())
-            self._servers = self.load()
-            self._anchor()
-            if not locked:
-                stack.enter_context(self._locked())
+        with self._anchored():
             net = self._net
             if net is None or host not in net.hosts:
                 net = self._network_up({host: host}, {host: settings}, log)

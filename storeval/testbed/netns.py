@@ -56,18 +56,25 @@ def require_root(what: str) -> None:
         raise TestbedError(f"{what} runs in a network namespace of its own, which needs root: run storeval as root")
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """``ip ARGS``; one TestbedError line with its message when it fails and ``check``."""
+def run_tool(cmd: list[str], what: str = "", check: bool = True) -> subprocess.CompletedProcess:
+    """``cmd`` (``ip``, ``tc``, ``sysctl`` …) to its end, output captured; one TestbedError line (``what: …``)
+    naming the command and its message when it fails and ``check``."""
+    at = f"{what}: " if what else ""
     try:
-        proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=IP_TIMEOUT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=IP_TIMEOUT)
     except FileNotFoundError:
-        raise TestbedError("the `ip` command (iproute2) is missing: apt-get install iproute2") from None
+        raise TestbedError(f"{at}the `{cmd[0]}` command is missing: apt-get install iproute2 procps") from None
     except subprocess.TimeoutExpired:
-        raise TestbedError(f"`ip {' '.join(args)}` did not finish within {IP_TIMEOUT:g} s") from None
+        raise TestbedError(f"{at}`{' '.join(cmd)}` did not finish within {IP_TIMEOUT:g} s") from None
     if check and proc.returncode:
         why = " ".join((proc.stderr or proc.stdout).split()) or f"exit {proc.returncode}"
-        raise TestbedError(f"`ip {' '.join(args)}` failed: {why}")
+        raise TestbedError(f"{at}`{' '.join(cmd)}` failed: {why}")
     return proc
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``ip ARGS``; one TestbedError line with its message when it fails and ``check``."""
+    return run_tool(["ip", *args], check=check)
 
 
 def used_networks() -> list[ipaddress.IPv4Network]:
