@@ -100,6 +100,8 @@ class Systems:
             where = str(self._testbed().dir)
             items.append({"argv": [sys.executable, "-m", "storeval", "testbed", "network", "--down", "--dir", where],
                           "what": "removed the emulated network", "timeout": 120})
+        if self._base and (self._started or self._net_made):  # the run's own directory, once empty (rmdir)
+            items.append({"argv": ["rmdir", self._base], "what": f"removed {self._base}", "timeout": 30})
         self.on_pending(items)
 
     # -- blocks ------------------------------------------------------------------------------------------------

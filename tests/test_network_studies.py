@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -141,3 +143,56 @@ def test_seed000_onboard_and_external_clients_side_by_side(tmp_path, nothing_lef
     table = {row.get("group"): row for row in doc["table"]}
     assert set(table) == {None, "onboard", "external"}
     assert "Fairness per client group" in r.out
+
+
+def _clients_in(namespaces: list[str]) -> list[int]:
+    """PIDs of storeval client processes inside those namespaces."""
+    pids = []
+    for ns in namespaces:
+        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        for pid in out:
+            try:
+                if psutil.Process(int(pid)).name() == "storeval-client":
+                    pids.append(int(pid))
+            except (psutil.Error, ValueError):
+                pass
+    return pids
+
+
+def test_a_killed_run_leaves_no_host_link_relay_or_server(tmp_path):
+    before = _ours()
+    systems = {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")}
+    study = tmp_path / "long.yaml"
+    study.write_text(textwrap.dedent("""\
+        targets:
+          minio: {testbed: minio, host: store}
+        network:
+          links:
+            wan: {rate: 100Mbit, rtt: 2ms}
+        clients:
+          far: {count: 1, host: far, link: wan}
+        workloads:
+          bw: {bandwidth: {file_size: 1GiB, transfer_size: 1MiB, phases: [write], deadline: 10m}}
+        """))
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(tmp_path / "r")],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the client is writing through the link once it runs on its emulated host: progress, not a guess at time
+        while proc.poll() is None:
+            new = sorted(set(_ours()["namespaces"]) - set(before["namespaces"]))
+            if _clients_in(new):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        made = _ours()
+        assert set(made["namespaces"]) - set(before["namespaces"]) and set(made["relays"]) - set(before["relays"])
+        proc.kill()
+        _, err = proc.communicate(timeout=600)  # the watchdog holds stderr until it has undone everything
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "the storeval coordinator was killed during write" in err
+    assert "stopped the minio testbed, removed the emulated network" in err
+    after = _ours()
+    assert {k: sorted(set(after[k]) - set(before[k])) for k in after} == {"namespaces": [], "links": [], "relays": []}
+    assert {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")} == systems
