@@ -674,7 +674,29 @@ def _rank_list(value: Any, where: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-GROUP_KEYS = ("count", "host", "link", "hosts", "ranks")
+GROUP_KEYS = ("count", "host", "link", "hosts", "hostfile", "ranks")
+
+
+def _hostfile(path: Any, where: str) -> tuple[str, ...]:
+    """The host names of an MPI hostfile (``node1``, ``node1:4``, ``node1 slots=4``; ``#`` comments)."""
+    if not isinstance(path, str) or not path.strip():
+        raise InputError(f"{where}: {_show(path)} is not a file name (an MPI hostfile: one host per line)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read(1 << 20).splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not a text file"
+        raise InputError(f"{where}: cannot read {visible(path)}: {why}") from None
+    hosts: list[str] = []
+    for n, line in enumerate(lines, 1):
+        word = line.split("#", 1)[0].split()
+        if word:
+            name = _host_name(word[0].split(":", 1)[0], f"{where} ({visible(path)} line {n})")
+            if name not in hosts:
+                hosts.append(name)
+    if not hosts:
+        raise InputError(f"{where}: {visible(path)} names no host (one host name per line)")
+    return tuple(hosts)
 
 
 def _groups(raw: dict[str, Any], network: NetworkSpec, where: str = "clients") -> tuple[dict[str, Group], NetworkSpec]:
@@ -709,9 +731,12 @@ def _groups(raw: dict[str, Any], network: NetworkSpec, where: str = "clients") -
         if link and not host:
             raise InputError(f"{at}.link: a link attaches an emulated host; add host: NAME (the clients run there)")
         real = tuple(_host_name(h, f"{at}.hosts[{i}]") for i, h in enumerate(entry.get("hosts") or []))
+        if entry.get("hostfile") is not None:
+            real += tuple(h for h in _hostfile(entry["hostfile"], f"{at}.hostfile") if h not in real)
         ranks = _rank_list(entry["ranks"], f"{at}.ranks") if entry.get("ranks") is not None else ()
         if host and (real or ranks):
-            raise InputError(f"{at}: give host (an emulated host, local clients) or hosts/ranks (MPI), not both")
+            raise InputError(f"{at}: give host (an emulated host, local clients) or hosts/hostfile/ranks (MPI), not "
+                             "both")
         if host:
             had = hosts.get(host, link)
             if link is not None and had != link:

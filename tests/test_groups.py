@@ -87,7 +87,9 @@ MISTAKES = [
      "clients.a.link: host h is attached by link lan elsewhere in the study; a host has one link (use another "
      "host name)"),
     ("clients: {a: {count: 1, host: h, ranks: 0-3}}",
-     "clients.a: give host (an emulated host, local clients) or hosts/ranks (MPI), not both"),
+     "clients.a: give host (an emulated host, local clients) or hosts/hostfile/ranks (MPI), not both"),
+    ("clients: {a: {count: 1, hostfile: /nonexistent/hosts}}",
+     "clients.a.hostfile: cannot read /nonexistent/hosts: No such file or directory"),
     ("clients: {a: {count: 1, ranks: 3-1}}", "clients.a.ranks: '3-1' is not a range of ranks (e.g. 0-3)"),
     ("network: {links: {wan: {rtt: 12s}}}", "network.links.wan.rtt: '12s' is longer than 10 s (write milliseconds: "
                                             "12ms)"),
@@ -111,6 +113,15 @@ def test_every_mistake_is_one_line(tmp_path, text, message):
     with pytest.raises(InputError) as e:
         load_study(write(tmp_path, BASE + text + "\n"))
     assert str(e.value) == message
+
+
+def test_a_groups_hosts_may_come_from_an_mpi_hostfile(tmp_path):
+    (tmp_path / "hosts").write_text("# rack 1\nnode1:4\nnode2 slots=4\n\nnode1\n")
+    study = load_study(write(tmp_path, BASE + f"clients: {{a: {{count: 2, hosts: [node0], hostfile: {tmp_path}/hosts}}}}\n"))
+    assert study.groups["a"].hosts == ("node0", "node1", "node2")
+    (tmp_path / "empty").write_text("# nothing\n")
+    with pytest.raises(InputError, match=r"^clients\.a\.hostfile: .*/empty names no host \(one host name per line\)$"):
+        load_study(write(tmp_path, BASE + f"clients: {{a: {{count: 2, hostfile: {tmp_path}/empty}}}}\n"))
 
 
 def test_the_command_line_cannot_override_groups(tmp_path):
