@@ -154,13 +154,13 @@ class Systems:
         began = time.monotonic()
         try:
             existed = bed.network() is not None
-            self.net = bed.network_up(hosts, settings)
+            if not existed:  # before it is made: a death half-way through is undone too
+                self._net_made = True
+                self._pending()
+            self.net = bed.network_up(hosts, settings, log=self.log)
         except TestbedError as e:
             self._net_key = None
             raise StorevalError(f"the emulated network: {one_line(e)}") from None
-        if not existed:
-            self._net_made = True
-            self._pending()
         self._net_key = key
         seconds = round(time.monotonic() - began, 3)
         shown = "; ".join(f"{h}: {describe_link(links[link]) if link else 'unshaped'}" for h, link in hosts.items())
@@ -178,7 +178,7 @@ class Systems:
         from .testbed.base import TestbedError
 
         try:
-            self._testbed().network_down()
+            self._testbed().network_down(log=lambda m: None)
             self.events.append({"kind": "network-down", "message": "emulated network removed"})
         except TestbedError as e:
             message = (f"could not remove the emulated network of {self._testbed().dir}: {one_line(e)}; "
