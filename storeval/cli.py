@@ -632,6 +632,9 @@ def testbed_up(
         if kind not in SERVERS:
             raise InputError(f"testbed up {kind}: unknown server (choose from {', '.join(SERVERS)})")
     if host is not None:
+        from .spec import host_name
+
+        host = host_name(host, "testbed up --host")
         placeable = [k for k in SERVERS if "host" in server_class(k).options_help]
         for kind in kinds:
             if kind not in placeable:
@@ -676,31 +679,9 @@ def testbed_down(
     Testbed(directory).down(servers or None, log=_testbed_log)
 
 
-def _link_value(option: str, text: str, parse, example: str) -> float:
-    """One value of `testbed link`, or one line naming the option, the value and an example."""
-    from .units import UnitError
-
-    try:
-        value = parse(text)
-    except (UnitError, ValueError):
-        raise InputError(f"testbed link {option} {text!r}: not a valid value (e.g. {option} {example})") from None
-    if not value == value or value < 0:  # NaN or negative
-        raise InputError(f"testbed link {option} {text!r}: not a valid value (e.g. {option} {example})")
-    return value
-
-
-def _loss(text: str) -> float:
-    """``0.1%`` (a percentage) or ``0.001`` (a fraction) as a fraction below 1."""
-    t = text.strip()
-    value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    if not 0 <= value < 1:
-        raise ValueError(text)
-    return value
-
-
 @testbed_app.command("network")
 def testbed_network(
-    down: bool = typer.Option(False, "--down", help="Remove the emulated network (its servers stopped first)."),
+    down: bool = typer.Option(False, "--down", help="Remove the emulated network (stop the servers on it first)."),
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
 ) -> None:
     """Show the emulated network: hosts, addresses, links and their counters (bytes, packets, drops, queues)."""
@@ -739,22 +720,17 @@ def testbed_link(
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
 ) -> None:
     """Change one emulated host's link now (rate, delay, jitter, loss); values not given stay as they are."""
+    from .spec import host_name, link_value
     from .testbed import Testbed, TestbedError
     from .testbed.network import LinkSettings
-    from .units import parse_duration, parse_rate
 
+    host = host_name(host, "testbed link HOST")
     bed = Testbed(directory)
     net = bed.network()
     now = net.link_settings(host) if net is not None and host in net.hosts else LinkSettings()
-    if rate is not None:
-        now.rate = None if rate.strip().lower() in ("none", "unlimited", "0") else \
-            _link_value("--rate", rate, parse_rate, "1gbit")
-    if rtt is not None:
-        now.rtt = _link_value("--rtt", rtt, parse_duration, "12ms")
-    if jitter is not None:
-        now.jitter = _link_value("--jitter", jitter, parse_duration, "1ms")
-    if loss is not None:
-        now.loss = _link_value("--loss", loss, _loss, "0.1%")
+    for key, text in (("rate", rate), ("rtt", rtt), ("jitter", jitter), ("loss", loss)):
+        if text is not None:  # the values and their one-line errors are a study's (`network: links:`)
+            setattr(now, key, link_value(key, text, f"testbed link --{key}"))
     try:
         now.check(f"testbed link {host}")
     except TestbedError as e:

@@ -550,24 +550,33 @@ def _as_list(value: Any) -> list[Any]:
     return [] if value is None else value if isinstance(value, list) else [value]
 
 
+MIN_LINK_RATE, MAX_LINK_RATE = 1e3, 1.25e11  # bytes/s: what tbf can shape (testbed/network.py)
+RESERVED_HOSTS = ("controller",)  # storeval's own end of the emulated network
 MAX_RTT = 10.0  # seconds: beyond any real path; a typo (12s for 12ms) should not hold a link for minutes
 MAX_HOST_NAME = 64
 
 
-def _host_name(value: Any, where: str) -> str:
+def host_name(value: Any, where: str) -> str:
+    """An emulated host's name as given (a study's or a command's), or one line saying why it cannot be one."""
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_HOST_NAME:
         raise InputError(f"{where}: {_show(value)} is not a host name (a word such as server1, at most "
                          f"{MAX_HOST_NAME} characters)")
+    if value.strip() in RESERVED_HOSTS:
+        raise InputError(f"{where}: '{value.strip()}' names storeval's own end of the emulated network; call the "
+                         "host otherwise")
     return check_name(value.strip(), where)
 
 
-def _link_value(key: str, value: Any, where: str) -> Any:
+def link_value(key: str, value: Any, where: str) -> Any:
     """One value of a link setting: rate in bytes/s (None: unlimited), rtt/jitter in seconds, loss a fraction."""
     try:
         if key == "rate":
             if value is None or (isinstance(value, str) and value.strip().lower() in ("unlimited", "none")):
                 return None
-            return parse_rate(value)
+            rate = parse_rate(value)
+            if not MIN_LINK_RATE <= rate <= MAX_LINK_RATE:
+                raise UnitError("is not a rate an emulated link can have (8kbit to 1tbit, e.g. 1Gbit)")
+            return rate
         if key in ("rtt", "jitter"):
             seconds = parse_duration(value)
             if seconds > MAX_RTT:
@@ -575,8 +584,8 @@ def _link_value(key: str, value: Any, where: str) -> Any:
             return seconds
         if isinstance(value, str) and value.strip().endswith("%"):
             fraction = float(value.strip()[:-1]) / 100
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            fraction = float(value)
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            fraction = float(value)  # a fraction (a command line's text too)
         else:
             raise ValueError
         if not 0 <= fraction < 1 or fraction != fraction:
@@ -615,12 +624,12 @@ def _network(raw: Any, where: str = "network") -> NetworkSpec:
             if isinstance(value, list):
                 if not value:
                     raise InputError(f"{at}.{key}: is an empty list (give a value, or a list of values to sweep)")
-                values = [_link_value(key, v, f"{at}.{key}[{i}]") for i, v in enumerate(value)]
+                values = [link_value(key, v, f"{at}.{key}[{i}]") for i, v in enumerate(value)]
                 if len(set(values)) != len(values):
                     raise InputError(f"{at}.{key}: {_show(value)} repeats a value")
                 out[key] = values if len(values) > 1 else values[0]
             else:
-                out[key] = _link_value(key, value, f"{at}.{key}")
+                out[key] = link_value(key, value, f"{at}.{key}")
         links[str(name)] = out
     hosts: dict[str, str | None] = {}
     raw_hosts = raw.get("hosts") or {}
@@ -628,11 +637,17 @@ def _network(raw: Any, where: str = "network") -> NetworkSpec:
         raise InputError(f"{where}.hosts: {_show(raw_hosts)} is not a mapping of host names to {{link: NAME}}")
     for name, entry in raw_hosts.items():
         at = f"{where}.hosts.{visible(str(name))}"
-        host = _host_name(name, at)
+        host = host_name(name, at)
         entry = entry or {}
         if not isinstance(entry, dict) or any(k != "link" for k in entry):
             raise InputError(f"{at}: {_show(entry)} is not {{link: NAME}} (or nothing, for an unshaped host)")
         hosts[host] = _link_name(entry.get("link"), links, f"{at}.link")
+    for name, settings in links.items():
+        jitter = max(_as_list(settings.get("jitter")) or [0.0])
+        rtt = min(_as_list(settings.get("rtt")) or [0.0])
+        if jitter > rtt / 2 + 1e-12:
+            raise InputError(f"{where}.links.{visible(name)}.jitter: {jitter * 1e3:g}ms is more than half the rtt "
+                             f"{rtt * 1e3:g}ms (the jitter of each way's delay); lower it or raise the rtt")
     sweeps: dict[str, str] = {}
     for name, settings in links.items():
         for key, value in settings.items():
@@ -691,7 +706,7 @@ def _hostfile(path: Any, where: str) -> tuple[str, ...]:
     for n, line in enumerate(lines, 1):
         word = line.split("#", 1)[0].split()
         if word:
-            name = _host_name(word[0].split(":", 1)[0], f"{where} ({visible(path)} line {n})")
+            name = host_name(word[0].split(":", 1)[0], f"{where} ({visible(path)} line {n})")
             if name not in hosts:
                 hosts.append(name)
     if not hosts:
@@ -706,6 +721,8 @@ def _groups(raw: dict[str, Any], network: NetworkSpec, where: str = "clients") -
     for name, entry in raw.items():
         at = f"{where}.{visible(str(name))}"
         check_name(str(name), at)
+        if str(name) == "all":
+            raise InputError(f"{at}: 'all' names every client in the reports; call the group otherwise")
         if isinstance(entry, (int, list)) and not isinstance(entry, bool):
             entry = {"count": entry}
         if not isinstance(entry, dict):
@@ -726,11 +743,11 @@ def _groups(raw: dict[str, Any], network: NetworkSpec, where: str = "clients") -
                 parsed.append(c)
         if not parsed:
             raise InputError(f"{at}.count: no client counts given (e.g. [2, 4])")
-        host = _host_name(entry["host"], f"{at}.host") if entry.get("host") is not None else None
+        host = host_name(entry["host"], f"{at}.host") if entry.get("host") is not None else None
         link = _link_name(entry.get("link"), network.links, f"{at}.link")
         if link and not host:
             raise InputError(f"{at}.link: a link attaches an emulated host; add host: NAME (the clients run there)")
-        real = tuple(_host_name(h, f"{at}.hosts[{i}]") for i, h in enumerate(entry.get("hosts") or []))
+        real = tuple(host_name(h, f"{at}.hosts[{i}]") for i, h in enumerate(entry.get("hosts") or []))
         if entry.get("hostfile") is not None:
             real += tuple(h for h in _hostfile(entry["hostfile"], f"{at}.hostfile") if h not in real)
         ranks = _rank_list(entry["ranks"], f"{at}.ranks") if entry.get("ranks") is not None else ()
@@ -909,9 +926,17 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         client_counts = parse_int_list(raw["clients"], "clients")
     else:
         client_counts = list(DEFAULT_CLIENTS) if not path else [1]
+    server_hosts = []
     for t in chosen_targets.values():  # a testbed server placed on an emulated host: that host is the network's
-        for host in _as_list(((t.system or {}).get("settings") or {}).get("host")):
+        placed = _as_list(((t.system or {}).get("settings") or {}).get("host"))
+        server_hosts.append(set(placed))
+        for host in placed:
             network.hosts.setdefault(host, None)
+    for g in (groups or {}).values():
+        if g.link and server_hosts and all(hosts == {g.host} for hosts in server_hosts):
+            raise InputError(f"clients.{visible(g.name)}.link: the group runs on host {g.host}, where every target's "
+                             f"server runs: its traffic never crosses link {g.link}; put the group on another host, or "
+                             "drop link")
     reps = repetitions if repetitions is not None else raw.get("repetitions", DEFAULT_REPETITIONS if default_study else 1)
     if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_REPETITIONS:
         where = "--repetitions" if repetitions is not None else "repetitions"

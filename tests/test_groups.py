@@ -103,6 +103,14 @@ MISTAKES = [
     ("network: {links: {a: {rtt: [1ms, 2ms]}, b: {rtt: [3ms, 4ms]}}}",
      "network.links.b.rtt: links a and b both sweep rtt; sweep it on one link (the factor is named rtt)"),
     ("network: {link: {}}", "network.link: unknown key (did you mean 'links'?)"),
+    ("network: {links: {wan: {rate: 1bit}}}", "network.links.wan.rate: '1bit' is not a rate an emulated link can have "
+                                              "(8kbit to 1tbit, e.g. 1Gbit)"),
+    ("network: {links: {wan: {rtt: [0ms, 10ms], jitter: 2ms}}}",
+     "network.links.wan.jitter: 2ms is more than half the rtt 0ms (the jitter of each way's delay); lower it or raise "
+     "the rtt"),
+    ("clients: {a: {count: 1, host: controller}}",
+     "clients.a.host: 'controller' names storeval's own end of the emulated network; call the host otherwise"),
+    ("clients: {all: {count: 1}}", "clients.all: 'all' names every client in the reports; call the group otherwise"),
     ("network: {hosts: {h: {link: wan}}}", "network.hosts.h.link: 'wan' is not a link of network.links (none: "
                                            "declare it under network.links)"),
 ]
@@ -122,6 +130,16 @@ def test_a_groups_hosts_may_come_from_an_mpi_hostfile(tmp_path):
     (tmp_path / "empty").write_text("# nothing\n")
     with pytest.raises(InputError, match=r"^clients\.a\.hostfile: .*/empty names no host \(one host name per line\)$"):
         load_study(write(tmp_path, BASE + f"clients: {{a: {{count: 2, hostfile: {tmp_path}/empty}}}}\n"))
+
+
+def test_a_link_on_the_servers_own_host_is_refused(tmp_path):
+    text = ("targets: {m: {testbed: minio, host: store}}\nworkloads: {bw: bandwidth}\n"
+            "network: {links: {wan: {rate: 100Mbit}}}\nclients: {g: {count: 1, host: store, link: wan}}\n")
+    with pytest.raises(InputError) as e:
+        load_study(write(tmp_path, text))
+    assert str(e.value) == ("clients.g.link: the group runs on host store, where every target's server runs: its "
+                            "traffic never crosses link wan; put the group on another host, or drop link")
+    load_study(write(tmp_path, text.replace("host: store, link", "host: far, link")))  # elsewhere: fine
 
 
 def test_the_command_line_cannot_override_groups(tmp_path):

@@ -283,13 +283,20 @@ def test_cli_network_and_link(bed, net, tmp_path):
     assert f"server1: {net.address('server1')} in {net.netns('server1')}, no link (on the bridge)" in r.out
     assert f"client-net: {net.address('client-net')} in {net.netns('client-net')}, link wan:" in r.out
     assert "  client-net: sent " in r.out
-    for args, line in [(("--rate", "fast"), "testbed link --rate 'fast': not a valid value (e.g. --rate 1gbit)"),
-                       (("--rtt", "-2ms"), "testbed link --rtt '-2ms': not a valid value (e.g. --rtt 12ms)"),
-                       (("--loss", "120%"), "testbed link --loss '120%': not a valid value (e.g. --loss 0.1%)"),
+    for args, line in [(("--rate", "fast"), "testbed link --rate: 'fast' is not a rate (e.g. 10Gbit, 3GB/s, 800MiB/s)"),
+                       (("--rate", "1bit"), "testbed link --rate: '1bit' is not a rate an emulated link can have "
+                                            "(8kbit to 1tbit, e.g. 1Gbit)"),
+                       (("--rtt", "-2ms"), "testbed link --rtt: '-2ms' is not a duration (e.g. 30s, 100ms, 5m)"),
+                       (("--rtt", "12"), "testbed link --rtt: '12' is longer than 10 s (write milliseconds: 12ms)"),
+                       (("--loss", "120%"), "testbed link --loss: '120%' is not a loss between 0 and 100 % (e.g. 0.1% "
+                                            "or 0.001)"),
                        (("--rtt", "2ms", "--jitter", "3ms"),
                         "testbed link client-net: jitter must be between 0 and half the rtt (each way's delay)")]:
         r = storeval("testbed", "link", "client-net", *args, "--dir", str(bed.dir))
         assert (r.rc, r.err_lines) == (2, [f"error: {line}"]), r
+    r = storeval("testbed", "link", "controller", "--rtt", "1ms", "--dir", str(bed.dir))
+    assert (r.rc, r.err_lines) == (2, ["error: testbed link HOST: 'controller' names storeval's own end of the emulated "
+                                       "network; call the host otherwise"]), r
     r = storeval("testbed", "network", "--dir", str(tmp_path / "none"))
     assert r.rc == 0 and r.out.startswith("no emulated network here"), r
     r = storeval("testbed", "up", "glusterfs", "--host", "server1", "--dir", str(tmp_path / "g"))

@@ -87,7 +87,8 @@ def link_limits(network: dict[str, Any] | None, factors: dict[str, Any] | None =
             count = (factors or {}).get(f"clients.{name}", 1)
         if count:
             hosts.append(host)
-    if hosts and all(h in rates for h in hosts):
+    server = network.get("server_host")
+    if hosts and all(h in rates and h != server for h in hosts):  # clients on the server's host never cross its link
         behind = dict.fromkeys(hosts)
         out["links"] = {h: rates[h] for h in behind}
         out["link_rate"] = sum(rates[h] for h in behind)

@@ -422,9 +422,13 @@ class Testbed:
         no server left, the testbed directory goes too. TestbedError names what stays."""
         with self._locked():
             servers = self.load()
-            if self.ledger is None or self._net is None:
+            if self.ledger is None:
                 log(f"no emulated network in {self.dir}: nothing to remove")
                 return []
+            if self._net is None:  # none (or one whose making was refused): the directory goes if nothing is left
+                log(f"no emulated network in {self.dir}: nothing to remove")
+                self.ledger.on_change = self._journal
+                return self._finish(servers, [], log)
             self.ledger.on_change = self._journal
             placed = sorted(k for k, s in servers.items() if s.state.procs and s.state.info.get("placement"))
             if placed:

@@ -52,6 +52,8 @@ from .netns import (GONE_WAIT, Taken, _ip, add_netns, free_subnet, link_exists, 
 
 NET_PREFIX = 24
 CONTROLLER = "controller"
+MIN_RATE = 1e3  # bytes/s (8 kbit/s): tbf's rate table cannot go below; a typo (1bit) is refused, not sent to tc
+MAX_RATE = 1.25e11  # bytes/s (1 Tbit/s): beyond what a veth moves
 RUN_DIR = "/run"  # where each network's relay files live (/run/storeval-net-<token>)
 TBF_LATENCY_MIN = 0.01  # seconds of queue a tbf holds at least (it holds one round trip at most beyond that)
 TBF_BURST_MIN = 128 << 10  # bytes: below the GSO frame size TCP stalls (TESTBED-NOTES)
@@ -79,10 +81,11 @@ class LinkSettings:
 
     def check(self, what: str = "link") -> LinkSettings:
         """Itself, or a one-line TestbedError naming the value out of range."""
-        if self.rate is not None and not self.rate > 0:
-            raise TestbedError(f"{what}: rate must be positive (e.g. 1gbit, 125MB/s), or none for unlimited")
+        if self.rate is not None and not MIN_RATE <= self.rate <= MAX_RATE:
+            raise TestbedError(f"{what}: rate must be between 8kbit and 1tbit (e.g. 1gbit, 125MB/s), or none for "
+                               "unlimited")
         if not 0 <= self.rtt <= 10:
-            raise TestbedError(f"{what}: rtt must be between 0 and 10 s (e.g. 12ms)")
+            raise TestbedError(f"{what}: rtt must be between 0 and 10 s (write milliseconds: 12ms)")
         if not 0 <= self.jitter <= self.rtt / 2 + 1e-12:
             raise TestbedError(f"{what}: jitter must be between 0 and half the rtt (each way's delay)")
         if not 0 <= self.loss < 1:
@@ -365,22 +368,35 @@ class Network:
         without a link gets one, named after the host."""
         settings.check(f"link of {host}")
         info = self._host(host)
-        info.settings = settings.to_json()
         if info.link is None:
+            info.settings = settings.to_json()
             info.link = host
             self._journal()
             self._make_link(info)
             return
-        self._journal()
-        self._write_settings(info)
-        self._shape(info, settings)
         relay = self._relay(info)
         if relay is None:
             raise TestbedError(f"the relay of emulated host {host} is not running: `storeval testbed down` and up again")
-        stats = self._files(info)["stats"]
-        before = self._reloads(stats)
-        os.kill(relay.pid, 1)  # SIGHUP: read the settings again
-        wait_until(lambda: self._reloads(stats) > before, RELAY_READY, f"the relay of {host} taking its new settings")
+        # the settings recorded are always those in force: a change that fails half-way is put back
+        previous = info.settings
+        info.settings = settings.to_json()
+        try:
+            self._shape(info, settings)
+            self._write_settings(info)
+            stats = self._files(info)["stats"]
+            before = self._reloads(stats)
+            os.kill(relay.pid, 1)  # SIGHUP: read the settings again
+            wait_until(lambda: self._reloads(stats) > before, RELAY_READY,
+                       f"the relay of {host} taking its new settings")
+        except BaseException:
+            info.settings = previous
+            with contextlib.suppress(Exception):
+                self._shape(info, LinkSettings.from_json(previous))
+                self._write_settings(info)
+                os.kill(relay.pid, 1)
+            raise
+        finally:
+            self._journal()
 
     @staticmethod
     def _reloads(stats: Path) -> int:
