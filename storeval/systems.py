@@ -145,6 +145,10 @@ class Systems:
         links = cell.network["links"]
         key = json.dumps([hosts, links], sort_keys=True)
         if key == self._net_key and self.net is not None:
+            broken = self.net.broken()  # a relay that died since: the path is not what the cell asks for
+            if broken:
+                raise StorevalError(f"the emulated network: {', '.join(broken)} died; `storeval testbed down --dir "
+                                    f"{self._testbed().dir}` and run again")
             return
         from .testbed.base import TestbedError
         from .testbed.network import LinkSettings

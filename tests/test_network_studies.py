@@ -196,3 +196,44 @@ def test_a_killed_run_leaves_no_host_link_relay_or_server(tmp_path):
     after = _ours()
     assert {k: sorted(set(after[k]) - set(before[k])) for k in after} == {"namespaces": [], "links": [], "relays": []}
     assert {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")} == systems
+
+
+def test_a_relay_that_dies_fails_its_cell_at_once_and_says_so(tmp_path):
+    before = _ours()
+    study = tmp_path / "relay.yaml"
+    study.write_text(textwrap.dedent("""\
+        targets:
+          minio: {testbed: minio, host: store}
+        network:
+          links:
+            wan: {rate: 100Mbit, rtt: 2ms}
+        clients:
+          far: {count: 1, host: far, link: wan}
+        workloads:
+          bw: {bandwidth: {file_size: 1GiB, transfer_size: 1MiB, phases: [write], deadline: 10m}}
+        """))
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(tmp_path / "r"),
+                             "--json", str(tmp_path / "out.json")], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        relay = None
+        while proc.poll() is None and relay is None:
+            new = sorted(set(_ours()["namespaces"]) - set(before["namespaces"]))
+            relays = sorted(set(_ours()["relays"]) - set(before["relays"]))
+            if _clients_in(new) and relays:
+                relay = int(relays[0])
+            time.sleep(0.2)
+        assert relay is not None, proc.communicate()[1][-2000:]
+        os.kill(relay, 9)
+        out, err = proc.communicate(timeout=600)  # not the phase timeout (1 h): the cell fails as the relay ends
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    doc = load_json(tmp_path / "out.json")
+    (cell,) = doc["cells"]
+    assert cell["status"] == "failed"
+    assert cell["error"] == (f"the relay of emulated host far's link (pid {relay}) ended: the cell's clients lost "
+                             "their path to the target")
+    after = _ours()
+    assert {k: sorted(set(after[k]) - set(before[k])) for k in after} == {"namespaces": [], "links": [], "relays": []}

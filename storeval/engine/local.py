@@ -144,7 +144,9 @@ class LocalEngine:
         out = ctx.Queue()
         procs = [ctx.Process(target=_client_entry, args=(job, r, nclients, barrier, shared, out, progress),
                              name=f"storeval-client-{r}", daemon=True) for r in range(nclients)]
-        watch = Watch(procs, [tuple(st) for st in job.steps], nclients, progress, timeout, watcher)
+        relays = {f"the relay of emulated host {host}'s link": (r["pid"], r["created"])
+                  for host, spec in job.links.items() if (r := spec.get("relay"))}
+        watch = Watch(procs, [tuple(st) for st in job.steps], nclients, progress, timeout, watcher, relays)
         sampler: Sampler | None = None
         try:
             try:

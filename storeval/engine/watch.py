@@ -12,6 +12,7 @@ from typing import Any
 from .. import interrupts
 from ..core.oplog import P_BEAT, P_BYTES, P_DONE, P_OPS, P_WAIT, PROGRESS_SLOTS
 from ..core.outcome import CellOutcome, PhaseWatcher, ProgressFn
+from ..core.process import alive
 from ..core.records import PhaseRecord
 from ..probes.sampler import Sampler
 
@@ -91,9 +92,10 @@ class Watch:
     """The coordinator's view of one running cell."""
 
     def __init__(self, procs: list, steps: list[tuple[str, int]], n: int, progress: Any, timeout: float,
-                 watcher: PhaseWatcher | None = None) -> None:
+                 watcher: PhaseWatcher | None = None, required: dict[str, tuple[int, float]] | None = None) -> None:
         self.procs, self.steps, self.n, self.progress, self.timeout = procs, steps, n, progress, timeout
         self.watcher = watcher
+        self.required = required or {}  # what -> (pid, start time): processes the cell's path needs
         self.started: set[tuple[str, int]] = set()  # steps the watcher was told had started
         self.iterated = any(it for _, it in steps)
         self.records: dict[tuple[str, int], dict[int, PhaseRecord]] = {st: {} for st in steps}
@@ -207,7 +209,18 @@ class Watch:
                     self.watcher.progress(step[0], step[1], done_bytes, done_ops)
             self._check_exits(out)
             if self.status == "ok":
+                self._check_required()
+            if self.status == "ok":
                 self._check_hung()
+
+    def _check_required(self) -> None:
+        """A process the cell's path depends on (an emulated link's relay) that ended fails the cell at once: its
+        clients would otherwise wait on a path that no longer carries anything until the phase timeout."""
+        for what, (pid, created) in self.required.items():
+            if not alive(pid, created):
+                self.fail("failed", self.current_step(), f"{what} (pid {pid}) ended: the cell's clients lost their "
+                                                         "path to the target")
+                return
 
     def _drain(self, out: Any) -> None:
         try:

@@ -414,6 +414,16 @@ class Network:
         return LinkSettings.from_json(self._host(host).settings)
 
     # -- looking -------------------------------------------------------------------------------------------
+    def broken(self) -> list[str]:
+        """What of the network is gone now (the switch, a host's namespace, a link's relay), one phrase each."""
+        out = [] if netns_exists(self.switch) else [f"the switch namespace {self.switch}"]
+        for h in self.hosts.values():
+            if not netns_exists(h.netns):
+                out.append(f"host {h.name}'s namespace {h.netns}")
+            elif h.link and self._relay(h) is None:
+                out.append(f"the relay of host {h.name}'s link {h.link}" + (f" (pid {h.relay['pid']})" if h.relay else ""))
+        return out
+
     def alive(self) -> bool:
         """Whether the switch, every host and every relay are there."""
         return (netns_exists(self.switch) and all(netns_exists(h.netns) for h in self.hosts.values())
@@ -479,7 +489,9 @@ class Network:
             rate = LinkSettings.from_json(h.settings).rate
             out[h.name] = {"netns": h.netns, "dev": "eth0",
                            "tbf": [[h.netns, "eth0"], [self.switch, h.peer_if]] if h.link and rate else [],
-                           "relay_stats": str(self._files(h)["stats"]) if h.link else None}
+                           "relay_stats": str(self._files(h)["stats"]) if h.link else None,
+                           "relay": ({"pid": h.relay["pid"], "created": h.relay["create_time"]}
+                                     if h.link and h.relay else None)}
         return out
 
     def _host_qdisc(self, h: HostInfo) -> dict[str, Any] | None:
