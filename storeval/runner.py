@@ -315,9 +315,14 @@ class Runner:
         shown = "; ".join(f"{h}: {describe_link(s)}" for h, s in host_links.items()) or "no shaped link"
         shown_rtt = ", ".join(f"{n} {v['median_s'] * 1e3:.2f} ms (asked {v['requested_s'] * 1e3:g})"
                               for n, v in rtt.items() if "median_s" in v)
-        return [{"kind": "network", "message": f"links {shown}" + (f"; round trip {shown_rtt}" if shown_rtt else ""),
+        cc = (self.systems.environment.get("network") or {}).get("tcp_congestion_control")
+        lossy = any(s.get("loss") for s in host_links.values())
+        caution = (f"; TCP here is {cc}, which barely slows for random loss: the loss shows in retransmissions more "
+                   "than in throughput" if lossy and cc == "bbr" else "")
+        return [{"kind": "network",
+                 "message": f"links {shown}" + (f"; round trip {shown_rtt}" if shown_rtt else "") + caution,
                  "detail": {"links": host_links, "hosts": hosts, "groups": groups, "server_host": server_host,
-                            "rtt": rtt}}]
+                            "rtt": rtt, "tcp_congestion_control": cc}}]
 
     def _clean_cell(self, wl: Any, driver: Driver, cell: Cell, cell_dir: str) -> None:
         """Remove what the cell's clients may have left (files, then the directory; on object stores also the

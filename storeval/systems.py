@@ -173,7 +173,18 @@ class Systems:
                             "detail": {"hosts": hosts, "links": links, "seconds": seconds}})
         self.environment["network"] = {"hosts": {h: {"address": self.net.address(h), "link": link}
                                                  for h, link in hosts.items()},
-                                       "controller": self.net.controller_addr}
+                                       "controller": self.net.controller_addr,
+                                       "tcp_congestion_control": self._congestion_control()}
+
+    def _congestion_control(self) -> str | None:
+        """The TCP congestion control the emulated hosts use (they inherit this machine's): how TCP answers a
+        link's loss depends on it (BBR barely slows on random loss, CUBIC halves its window)."""
+        host = next(iter(self.net.hosts), None) if self.net is not None else None
+        if host is None:
+            return None
+        proc = subprocess.run(["ip", "netns", "exec", self.net.netns(host), "sysctl", "-n",
+                               "net.ipv4.tcp_congestion_control"], capture_output=True, text=True, timeout=30)
+        return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
     def _network_down(self) -> None:
         """Remove the emulated network this run made (its servers are stopped first, by ``close``)."""

@@ -22,7 +22,7 @@ from ..core.records import NS, PhaseRecord
 from ..histogram import Histogram
 from ..store import CellRow, RunData
 from .fairness import fairness
-from .links import (link_limits, link_series, link_traffic, network_event, rtt_rows, rtt_warnings, saturation_warnings,
+from .links import (link_limits, loss_warnings, link_series, link_traffic, network_event, rtt_rows, rtt_warnings, saturation_warnings,
                     summarize_links, summarize_rtt)
 from .sanity import check, moved
 from .timeline import phase_timeline
@@ -269,7 +269,7 @@ def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dic
                                      exact)
             fig.warnings += [w for w in saturation_warnings(fig.links) if w not in fig.warnings]
         if fig.status == "ok":
-            fig.warnings += [w for w in rtt_warnings(rtt) if w not in fig.warnings]
+            fig.warnings += [w for w in rtt_warnings(rtt) + loss_warnings(network) if w not in fig.warnings]
     return CellFigures(cell=cell, phases=phases, rtt=rtt, network=network)
 
 

@@ -196,6 +196,18 @@ def rtt_warnings(rows: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
         for g, r in rows.items() if r.get("off")]
 
 
+def loss_warnings(network: dict[str, Any] | None) -> list[dict[str, str]]:
+    """A lossy link under BBR (the hosts' TCP congestion control): the loss costs retransmissions, hardly rate."""
+    network = network or {}
+    lossy = sorted(h for h, s in (network.get("links") or {}).items() if isinstance(s, dict) and s.get("loss"))
+    if not lossy or network.get("tcp_congestion_control") != "bbr":
+        return []
+    return [{"code": "loss-under-bbr", "message": (
+        f"the link of {', '.join(lossy)} loses packets, and TCP on the emulated hosts is BBR (this machine's "
+        "default), which barely slows for random loss: the figure shows what BBR makes of it; CUBIC (most clusters' "
+        "default) would slow far more")}]
+
+
 def summarize_rtt(networks: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """The RTT rows of a configuration's repetitions: requested, median of the measured medians and p90s."""
     by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)

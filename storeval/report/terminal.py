@@ -248,7 +248,8 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
                 f"{', '.join(targets)} — {ENGINE_WORDS.get(e, e)}" for e, targets in engines.items()) + ".")
         rate_columns = [(f.name, f.cell) for f in report.columns]
         if report.amplification and any(r.amplification is not None for r in rows):
-            rate_columns = [*rate_columns, ("moved ×", lambda r: fmt_summary(r.amplification))]
+            # what the server moved is the whole phase's: a group's share of it is not known
+            rate_columns = [*rate_columns, ("moved ×", lambda r: "–" if r.group else fmt_summary(r.amplification))]
         grouped = any(r.groups for r in rows)
         if grouped and not any("per " in name for name, _ in rate_columns):  # each group's per-client mean
             rate_columns = [*rate_columns, ("MiB/s per client", lambda r: fmt_summary(r.per_client_MiBps))]
