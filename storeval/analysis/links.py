@@ -136,8 +136,8 @@ def link_traffic(series: dict[str, dict[str, list[tuple[int, float]]]], start: i
                         max(values) if "backlog" in metric else values[-1])
                 continue
             a, b = _at(pts, start), _at(pts, end)
-            if a is not None and b is not None:
-                fig[metric] = max(b - a, 0.0)
+            if a is not None and b is not None:  # drops and packets are whole, however they were interpolated
+                fig[metric] = float(round(max(b - a, 0.0))) if metric in DROPS or "packets" in metric else max(b - a, 0.0)
         if host in exact:
             fig.update({k: v for k, v in exact[host].items() if k in COUNTED})
         fig["counted"] = "barriers" if host in exact else "samples"

@@ -338,10 +338,13 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
         tables.append({"id": "links-table", "title": "Emulated links — traffic per phase",
                        "columns": ["configuration", "clients", "phase", "host", "rate MiB/s", "rx MiB/s", "tx MiB/s",
                                    "used", "dropped", "queue max", "delay added"], "rows": links,
-                       "caption": ["rx/tx: the host's link counters over the phase (interpolated at its first start "
-                                   "and last end), mean over repetitions; used: the larger direction / the link's "
-                                   "rate; dropped: tbf + relay drops (loss and full queue), all repetitions; delay "
-                                   "added: the relay's mean hold time. " + LINK_RULE + "."]})
+                       "caption": ["rx/tx: what the host's interface counted in the phase — between the phase's "
+                                   "barriers by the first client on that host, else its sampled counters interpolated "
+                                   "at the phase's first start and last end (a host with no client: approximate for "
+                                   "phases of a few seconds) — mean over repetitions; used: the larger direction / "
+                                   "the link's rate; dropped: tbf + relay drops (loss and full queue), all "
+                                   "repetitions; delay added: the relay's mean hold time each way (half the rtt "
+                                   "asked). " + LINK_RULE + "."]})
     rtt: dict[tuple, list[str]] = {}
     for r in summary:
         for group, x in r.rtt.items():
