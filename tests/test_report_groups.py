@@ -252,7 +252,7 @@ def test_the_html_report_shows_groups_links_and_rtt(run, tmp_path):
     assert [row[3:6] for row in fair[1:4]] == [["all", "4", "0.598"], ["onboard", "2", "0.900"],
                                                ["external", "2", "1.00"]]
     assert ["t · bw clients.onboard=2 clients.external=2", "4", "read", "client-net", "40.0", "40.0", "0.500",
-            "100% ✗", "7.50", "64 KiB", "–"] in tables["links-table"]
+            "100% ✗", "8", "64 KiB", "–"] in tables["links-table"]
     assert ["t · sk clients.external=2 rtt=12ms strategy=basket", "external", "12 ms", "14.9 ms ✗",
             "16.4 ms"] in tables["rtt-table"]
     assert re.search(r'<h2 id="network">Network</h2>', html)

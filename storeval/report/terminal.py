@@ -332,7 +332,7 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
                           sig(f["rate_Bps"] / (1 << 20)) if f.get("rate_Bps") else "unlimited",
                           sig(f.get("rx_MiBps")), sig(f.get("tx_MiBps")),
                           "–" if used is None else f"{used:.0%}" + (" ✗" if used >= SATURATED else ""),
-                          sig(f.get("dropped"), 3), "–" if f.get("queue_max_bytes") is None
+                          "–" if f.get("dropped") is None else f"{round(f['dropped']):,}", "–" if f.get("queue_max_bytes") is None
                           else format_size(f["queue_max_bytes"]), _ms(f.get("held_mean_s"))])
     if links:
         tables.append({"id": "links-table", "title": "Emulated links — traffic per phase",
