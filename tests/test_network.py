@@ -378,8 +378,10 @@ def test_cli_network_down_removes_the_network_and_the_empty_testbed(tmp_path):
     assert r.rc == 0, r.err
     net = Network.from_json(json.loads((d / "state.json").read_text())["network"])
     spec = net.probe_spec()
+    relay = net.hosts["far"].relay
     assert spec == {"far": {"netns": net.netns("far"), "dev": "eth0", "tbf": [],
-                            "relay_stats": f"{net.workdir}/relay-1.stats.json"}}
+                            "relay_stats": f"{net.workdir}/relay-1.stats.json",
+                            "relay": {"pid": relay["pid"], "created": relay["create_time"]}}}
     r = storeval("testbed", "network", "--down", "--dir", str(d))
     assert r.rc == 0, r.err
     _assert_gone(net)
