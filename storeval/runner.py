@@ -277,13 +277,13 @@ class Runner:
     # -- where the clients sit ------------------------------------------------------------------------------
     def _placement(self, cell: Cell) -> dict[str, Any]:
         """The job's groups and network namespaces, rank by rank (core/network.py), and the link probes."""
-        if not cell.groups:
-            return {}
-        ranks = rank_groups(cell.groups)
         net = self.systems.net if cell.network else None
+        links = {"links": net.probe_spec()} if net is not None else {}  # also when every client sits here
+        if not cell.groups:
+            return links
+        ranks = rank_groups(cell.groups)
         netns = tuple(net.netns(g["host"]) if net is not None and g.get("host") else None for g in ranks)
-        return {"groups": tuple(cell.groups), "netns": netns if any(netns) else (),
-                "links": net.probe_spec() if net is not None else {}}
+        return {"groups": tuple(cell.groups), "netns": netns if any(netns) else (), **links}
 
     def _network_event(self, cell: Cell) -> list[dict[str, Any]]:
         """What the network was for this cell: each host's link as set and, for each group on an emulated
