@@ -376,6 +376,14 @@ def test_cli_network_down_removes_the_network_and_the_empty_testbed(tmp_path):
     d = tmp_path / "tb"
     r = storeval("testbed", "link", "far", "--rtt", "2ms", "--dir", str(d))
     assert r.rc == 0, r.err
+    try:
+        _probe_spec_then_down(d)
+    finally:  # a failed check leaves no network behind
+        if d.exists():
+            storeval("testbed", "network", "--down", "--dir", str(d))
+
+
+def _probe_spec_then_down(d: Path) -> None:
     net = Network.from_json(json.loads((d / "state.json").read_text())["network"])
     spec = net.probe_spec()
     relay = net.hosts["far"].relay
