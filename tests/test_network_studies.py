@@ -159,33 +159,41 @@ def _clients_in(namespaces: list[str]) -> list[int]:
     return pids
 
 
+LONG = """\
+    targets:
+      minio: {testbed: minio, host: store}
+    network:
+      links:
+        wan: {rate: 100Mbit, rtt: 2ms}
+    clients:
+      far: {count: 1, host: far, link: wan}
+    workloads:
+      bw: {bandwidth: {file_size: 1GiB, transfer_size: 1MiB, phases: [write], deadline: 10m}}
+    """
+
+
+def _long_run(tmp_path: Path, before: dict[str, list[str]]) -> tuple[subprocess.Popen, int]:
+    """A run whose client writes through a 100 Mbit/s link for minutes, once the client runs on its emulated host
+    (progress, not a guess at time): the process and its link's relay."""
+    study = tmp_path / "long.yaml"
+    study.write_text(textwrap.dedent(LONG))
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(tmp_path / "r"),
+                             "--json", str(tmp_path / "out.json")], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None:
+        now = _ours()
+        relays = sorted(set(now["relays"]) - set(before["relays"]))
+        if relays and _clients_in(sorted(set(now["namespaces"]) - set(before["namespaces"]))):
+            return proc, int(relays[0])
+        time.sleep(0.2)
+    raise AssertionError(proc.communicate()[1][-2000:])
+
+
 def test_a_killed_run_leaves_no_host_link_relay_or_server(tmp_path):
     before = _ours()
     systems = {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")}
-    study = tmp_path / "long.yaml"
-    study.write_text(textwrap.dedent("""\
-        targets:
-          minio: {testbed: minio, host: store}
-        network:
-          links:
-            wan: {rate: 100Mbit, rtt: 2ms}
-        clients:
-          far: {count: 1, host: far, link: wan}
-        workloads:
-          bw: {bandwidth: {file_size: 1GiB, transfer_size: 1MiB, phases: [write], deadline: 10m}}
-        """))
-    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(tmp_path / "r")],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, _ = _long_run(tmp_path, before)
     try:
-        # the client is writing through the link once it runs on its emulated host: progress, not a guess at time
-        while proc.poll() is None:
-            new = sorted(set(_ours()["namespaces"]) - set(before["namespaces"]))
-            if _clients_in(new):
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        made = _ours()
-        assert set(made["namespaces"]) - set(before["namespaces"]) and set(made["relays"]) - set(before["relays"])
         proc.kill()
         _, err = proc.communicate(timeout=600)  # the watchdog holds stderr until it has undone everything
     finally:
@@ -200,30 +208,8 @@ def test_a_killed_run_leaves_no_host_link_relay_or_server(tmp_path):
 
 def test_a_relay_that_dies_fails_its_cell_at_once_and_says_so(tmp_path):
     before = _ours()
-    study = tmp_path / "relay.yaml"
-    study.write_text(textwrap.dedent("""\
-        targets:
-          minio: {testbed: minio, host: store}
-        network:
-          links:
-            wan: {rate: 100Mbit, rtt: 2ms}
-        clients:
-          far: {count: 1, host: far, link: wan}
-        workloads:
-          bw: {bandwidth: {file_size: 1GiB, transfer_size: 1MiB, phases: [write], deadline: 10m}}
-        """))
-    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(tmp_path / "r"),
-                             "--json", str(tmp_path / "out.json")], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc, relay = _long_run(tmp_path, before)
     try:
-        relay = None
-        while proc.poll() is None and relay is None:
-            new = sorted(set(_ours()["namespaces"]) - set(before["namespaces"]))
-            relays = sorted(set(_ours()["relays"]) - set(before["relays"]))
-            if _clients_in(new) and relays:
-                relay = int(relays[0])
-            time.sleep(0.2)
-        assert relay is not None, proc.communicate()[1][-2000:]
         os.kill(relay, 9)
         out, err = proc.communicate(timeout=600)  # not the phase timeout (1 h): the cell fails as the relay ends
     finally:

@@ -225,20 +225,29 @@ def _rates(points: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
+def _first_sampled(cells: list[CellRow], samples: list[tuple], probe: str | None = None):
+    """(cell, its samples (t, probe, device, metric, value)) for the first repetition of each configuration that
+    has samples (of ``probe`` only, when given)."""
+    per_cell: dict[int, list[tuple]] = defaultdict(list)
+    for row in samples:
+        if probe is None or row[2] == probe:
+            per_cell[row[0]].append(row[1:])
+    seen: set[int] = set()
+    for cell in cells:
+        rows = per_cell.get(cell.cell_id)
+        if rows and cell.config not in seen:
+            seen.add(cell.config)
+            yield cell, rows
+
+
 def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) -> list[tuple[str, dict]]:
     """Network, disk and CPU per second while a cell ran, phase boundaries shaded, faults marked.
 
     One chart per configuration (its first repetition with samples), at most MAX_TIMELINES."""
-    per_cell: dict[int, list[tuple]] = defaultdict(list)
-    for row in samples:
-        per_cell[row[0]].append(row[1:])
     out = []
-    seen: set[int] = set()
-    for cell in cells:
-        rows = per_cell.get(cell.cell_id)
-        if not rows or cell.config in seen or len(out) >= MAX_TIMELINES:
-            continue
-        seen.add(cell.config)
+    for cell, rows in _first_sampled(cells, samples):
+        if len(out) >= MAX_TIMELINES:
+            break
         t_zero = rows[0][0]
         series: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
         for t, probe, device, metric, value in rows:
@@ -315,17 +324,10 @@ def link_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) 
     One chart per configuration (its first repetition with link samples), at most MAX_TIMELINES."""
     from ..analysis.links import DROPS, link_series, network_event
 
-    per_cell: dict[int, list[tuple]] = defaultdict(list)
-    for row in samples:
-        if row[2] == "link":
-            per_cell[row[0]].append(row[1:])
     out = []
-    seen: set[int] = set()
-    for cell in cells:
-        rows = per_cell.get(cell.cell_id)
-        if not rows or cell.config in seen or len(out) >= MAX_TIMELINES:
-            continue
-        seen.add(cell.config)
+    for cell, rows in _first_sampled(cells, samples, probe="link"):
+        if len(out) >= MAX_TIMELINES:
+            break
         t_zero = min(r[0] for r in rows)
 
         def sec(t: float) -> float:
