@@ -173,7 +173,7 @@ class Systems:
                             "detail": {"hosts": hosts, "links": links, "seconds": seconds}})
         self.environment["network"] = {"hosts": {h: {"address": self.net.address(h), "link": link}
                                                  for h, link in hosts.items()},
-                                       "controller": self.net.controller_addr,
+                                       "controller": self.net.controller_addr, "token": self.net.token,
                                        "tcp_congestion_control": self._congestion_control()}
 
     def _congestion_control(self) -> str | None:
