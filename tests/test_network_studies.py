@@ -154,6 +154,18 @@ def test_seed000_onboard_and_external_clients_side_by_side(tmp_path, nothing_lef
     assert "Fairness per client group" in r.out
 
 
+def _writing(pids: list[int]) -> bool:
+    """Whether one of those clients has written more than 8 MiB to its sockets: its timed write has begun (the
+    setup before it writes a few KiB), so the coordinator is inside the phase, not still starting the cell."""
+    for pid in pids:
+        try:
+            if psutil.Process(pid).io_counters().write_chars > 8 << 20:
+                return True
+        except psutil.Error:
+            pass
+    return False
+
+
 def _clients_in(namespaces: list[str]) -> list[int]:
     """PIDs of storeval client processes inside those namespaces."""
     pids = []
@@ -182,8 +194,8 @@ LONG = """\
 
 
 def _long_run(tmp_path: Path, before: dict[str, list[str]]) -> tuple[subprocess.Popen, int, str]:
-    """A run whose client writes through a 100 Mbit/s link for minutes, once the client runs on its emulated host
-    (progress, not a guess at time): the process, its link's relay and its network's token."""
+    """A run whose client writes through a 100 Mbit/s link for minutes, once the client on its emulated host is
+    writing (progress, not a guess at time): the process, its link's relay and its network's token."""
     study = tmp_path / "long.yaml"
     study.write_text(textwrap.dedent(LONG))
     proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(tmp_path / "r"),
@@ -192,7 +204,7 @@ def _long_run(tmp_path: Path, before: dict[str, list[str]]) -> tuple[subprocess.
     while proc.poll() is None:
         now = _ours()
         relays = sorted(set(now["relays"]) - set(before["relays"]))
-        if relays and _clients_in(sorted(set(now["namespaces"]) - set(before["namespaces"]))):
+        if relays and _writing(_clients_in(sorted(set(now["namespaces"]) - set(before["namespaces"])))):
             args = " ".join(psutil.Process(int(relays[0])).cmdline())
             return proc, int(relays[0]), args.split("/run/storeval-net-", 1)[1].split("/", 1)[0]
         time.sleep(0.2)
