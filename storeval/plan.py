@@ -14,7 +14,8 @@ configured system (same testbed kind and settings) share the block.
 
 Link settings of the emulated network (core/network.py) are factors like a workload's parameters: changing one
 between cells costs nothing. With client groups, a configuration's cells are the combinations of the groups'
-counts, each cell carrying its groups in rank order.
+counts, each cell carrying its groups in rank order. A workload whose parameters fix its client count
+(``Workload.fixed_clients``: a replay's one client per traced stream) runs at that count only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from .core.cell import Cell, TargetSpec
 from .core.network import cell_groups, group_factors
 from .core.system import combinations, identity, swept
 from .spec import Study
-from .workloads import WORKLOADS
+from .errors import InputError
+from .redact import visible
+from .workloads import WORKLOADS, make_workload
 
 
 def _variants(target: TargetSpec) -> list[tuple[TargetSpec, dict]]:
@@ -58,9 +61,14 @@ def plan(study: Study) -> list[Cell]:
         for target, settings in targets:
             for wl in study.workloads.values():
                 for combo in wl.combos:
+                    fixed = make_workload(wl.kind, combo).fixed_clients()
+                    if fixed is not None and study.groups:
+                        raise InputError(f"workloads.{visible(wl.name)}: its parameters fix the number of clients "
+                                         f"({fixed}), so it cannot run with client groups; remove clients: groups or "
+                                         "run it in a study of its own")
                     for network, link_factors in networks:
                         factors = {**settings, **{k: combo[k] for k in wl.sweeps}, **link_factors}
-                        for clients in study.client_combinations():
+                        for clients in ([fixed] if fixed is not None else study.client_combinations()):
                             if isinstance(clients, dict):  # client groups: one count of each
                                 groups, n = cell_groups(study.groups, clients), sum(clients.values())
                                 more = {"clients": n, **group_factors(clients)}

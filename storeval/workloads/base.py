@@ -295,6 +295,11 @@ class Workload(ABC):
         """Phases a target with ``caps`` cannot run, with the reason shown to the user."""
         return {}
 
+    def fixed_clients(self) -> int | None:
+        """The number of clients these parameters fix (a replay runs one client per traced stream), which every
+        cell then runs instead of the study's client counts; None when the study chooses."""
+        return None
+
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         """Total (bytes, ops) of a phase across clients, for progress bars; 0 when unknown."""
         return 0, 0
