@@ -235,3 +235,48 @@ def test_aws_cli_on_minio_gets_the_keys_only_through_its_environment(tmp_path, t
     texts += [f.read_bytes().decode("latin-1") for f in (tmp_path / "res").rglob("*") if f.is_file()]
     for secret in testbed_credentials:
         assert all(secret not in t for t in texts)
+
+
+def test_a_write_command_that_leaves_a_short_file_fails_the_cell_after_the_phase(tmp_path, target):
+    path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"short": {"command": {
+        "run": "dd if={local} of={url} bs=1000 count=1", "phase": "write", "files_per_client": 2,
+        "file_size": 8192}}})
+    r, _ = run(tmp_path, path, rc=1)
+    assert len(r.err_lines) == 1 and r.err_lines[0].startswith(
+        "cell 0 (local · short · 1 clients) failed: client 0 failed in write: the write command left "
+        f"{target}/storeval-")
+    assert r.err_lines[0].endswith("/command-0-0 with 1,000 bytes, not 8,192")
+    assert leftovers(target) == []
+
+
+# -- seed 004: the site's client beside storeval's own driver -----------------------------------------------------
+@needs_xrdcp
+@needs_aws
+@pytest.mark.skipif(os.geteuid() != 0, reason="the study's testbed systems and cold reads need root")
+def test_seed004_puts_xrdcp_and_aws_cli_beside_storevals_own_drivers(tmp_path):
+    study_file = Path(__file__).resolve().parent.parent / "studies" / "seed004-clients.yaml"
+    size = 8 * MiB
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study_file), "--clients", "1,2", "--set", f"file_size={size}", "--set",
+                 f"chunk_size={size}", "--results", str(tmp_path / "res"), "--json", str(out), "--quiet",
+                 cwd=tmp_path, timeout=1500)
+    assert r.rc == 0, r.err[-3000:]
+    doc = load_json(out)
+    cells = {(c["target"], c["workload"], c["clients"]): c for c in doc["cells"]}
+    assert set(cells) == {(t, w, n) for t in ("xrootd", "minio") for w in ("client", "storeval") for n in (1, 2)}
+    for (target, workload, n), c in cells.items():
+        assert c["status"] == "ok", (target, workload, n)
+        (ph,) = c["phases"]
+        assert ph["phase"] == ("read" if workload == "client" else "download")
+        assert ph["bytes"] == n * size, (target, workload, n)  # the same bytes, whoever reads them
+        # the server's own counters saw the same bytes move for both (its processes' I/O, MinIO's metrics)
+        assert abs(ph["read_amplification"] - 1) <= 0.05, (target, workload, n, ph["read_amplification"])
+        if workload == "client":
+            assert ph["file_bytes"] == n * size and ph["commands"] == n and ph["failures"] == 0
+            assert ph["cmd_cpu_seconds_per_GB"] > 0 and ph["syscall_bytes"]["wchar"] >= n * size
+            assert ph["moved_bytes"] == pytest.approx(ph["read_amplification"] * ph["bytes"])
+            assert ph["command"].split()[0] == ("xrdcp" if target == "xrootd" else "aws")
+        else:
+            assert ph["cpu_seconds_per_GB"] > 0
+    rows = {(row["target"], row["workload"]) for row in doc["table"]}
+    assert rows == {(t, w) for t in ("xrootd", "minio") for w in ("client", "storeval")}

@@ -139,11 +139,14 @@ def missing_program(program: str) -> str | None:
     return f"{where} (install it: {how})" if how else f"{where} (install it, or give its full path)"
 
 
+Template = str | dict[str, str]  # one command line, or one per kind of target (URL scheme: root, s3, file …)
+
+
 class CommandParams(Params):
-    run: str | None = None  # one template, for the phase ``phase``
+    run: Template | None = None  # one template, for the phase ``phase``
     phase: Literal["read", "write"] = "read"
-    read: str | None = None  # or a template per phase (write runs first when both are given)
-    write: str | None = None
+    read: Template | None = None  # or a template per phase (write runs first when both are given)
+    write: Template | None = None
     shell: bool = False  # run through /bin/sh -c, every value shlex.quote'd
     files_per_client: Annotated[int, Field(ge=1, le=100_000)] = 4
     file_size: Size = 64 << 20
@@ -163,31 +166,51 @@ class CommandParams(Params):
             raise ValueError("file_size must be more than 0 bytes")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("timeout must be more than 0 seconds")
-        for phase, template in self.templates().items():
+        for phase, given in self.templates().items():
             where = "run" if self.run is not None else phase
-            try:
-                names = template_fields(template)
-                split_template(template)
-            except ValueError as e:
-                raise ValueError(f"{where}: {e}") from None
-            unknown = [n for n in names if n not in PLACEHOLDERS]
-            if unknown:
-                raise ValueError(f"{where}: unknown placeholder {{{unknown[0]}}} (known: "
-                                 f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ for a literal brace)")
-            program = program_of(template, self.shell)
-            why = missing_program(program) if program is not None else None
-            if why is not None:
-                raise ValueError(f"{where}: {why}")
+            if isinstance(given, dict):
+                if not given:
+                    raise ValueError(f"{where}: names no kind of target (write {{root: \"xrdcp …\", s3: \"aws …\"}})")
+                bad = next((k for k in given if not k.isidentifier() or not k.islower()), None)
+                if bad is not None:
+                    raise ValueError(f"{where}: {bad!r} is not a URL scheme (write root, s3, file, hdfs or nfs)")
+            for scheme, template in (given.items() if isinstance(given, dict) else [(None, given)]):
+                at = f"{where}.{scheme}" if scheme else where
+                try:
+                    names = template_fields(template)
+                    split_template(template)
+                except ValueError as e:
+                    raise ValueError(f"{at}: {e}") from None
+                unknown = [n for n in names if n not in PLACEHOLDERS]
+                if unknown:
+                    raise ValueError(f"{at}: unknown placeholder {{{unknown[0]}}} (known: "
+                                     f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ for a literal "
+                                     "brace)")
+                program = program_of(template, self.shell)
+                why = missing_program(program) if program is not None else None
+                if why is not None:
+                    raise ValueError(f"{at}: {why}")
         if self.shell and shutil.which("sh") is None:
             raise ValueError("shell: true needs /bin/sh")
         return self
 
-    def templates(self) -> dict[str, str]:
-        """Phase -> template, in the order the phases run."""
+    def templates(self) -> dict[str, Template]:
+        """Phase -> template (or templates by URL scheme), in the order the phases run."""
         if self.run is not None:
             return {self.phase: self.run}
         given = {"write": self.write, "read": self.read}
         return {ph: given[ph] for ph in PHASES if given[ph] is not None}
+
+    def template(self, phase: str, scheme: str) -> str:
+        """The command line of ``phase`` on a target of URL scheme ``scheme``."""
+        given = self.templates()[phase]
+        if isinstance(given, str):
+            return given
+        if scheme not in given:
+            where = "run" if self.run is not None else phase
+            raise StorevalError(f"the command workload has no {where} template for {scheme}:// targets (add "
+                                f"{scheme}: \"...\" under {where}, beside {', '.join(sorted(given))})")
+        return given[scheme]
 
 
 def address_parts(address: str) -> tuple[str, str]:
@@ -454,8 +477,11 @@ class Command(Workload):
         from ..units import format_size_compact
 
         p = {k: v for k, v in params.items() if k not in exclude}
-        runs = [f"{p['run']!r} ({p.get('phase', 'read')})"] if p.get("run") else \
-            [f"{ph}: {p[ph]!r}" for ph in PHASES if p.get(ph)]
+        def shown(t: Any) -> str:
+            return "; ".join(f"{k}: {v!r}" for k, v in t.items()) if isinstance(t, dict) else repr(t)
+
+        runs = [f"{shown(p['run'])} ({p.get('phase', 'read')})"] if p.get("run") else \
+            [f"{ph}: {shown(p[ph])}" for ph in PHASES if p.get(ph)]
         parts = [", ".join(runs)]
         if "files_per_client" in p or "file_size" in p:
             parts.append(f"{p.get('files_per_client', 4)} files of {format_size_compact(p.get('file_size', 64 << 20))} "
@@ -519,7 +545,7 @@ class Command(Workload):
         """Untimed: the program checked on this host, the addresses and environment, the local files (a write's
         sources) and, when the first phase reads, the files on the target."""
         p = self.p
-        templates = p.templates()
+        templates = {phase: p.template(phase, c.driver.scheme) for phase in p.templates()}
         for template in templates.values():
             program = program_of(template, p.shell)
             why = missing_program(program) if program is not None else None
@@ -554,7 +580,7 @@ class Command(Workload):
     def _argvs(self, c: ClientContext, phase: str) -> list[list[str]]:
         """Every command line of the phase, filled in before the timed region."""
         p, st = self.p, c.state
-        template = p.templates()[phase]
+        template = p.template(phase, c.driver.scheme)
         server = c.driver.address()  # host:port it talks to (the URL itself, or words, where there is none)
         server = "" if server == c.driver.url or " " in server else server
         host, _, port = server.rpartition(":") if server.rpartition(":")[2].isdigit() else (server, "", "")
@@ -576,7 +602,7 @@ class Command(Workload):
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
         argvs = st["argvs"]
-        program = os.path.basename(argvs[0][0] if not p.shell else split_template(p.templates()[phase])[0])
+        program = os.path.basename(argvs[0][0] if not p.shell else split_template(p.template(phase, c.driver.scheme))[0])
         log = rec.oplog(max(16, min(4096, p.files_per_client)))
         runner = Commands(argvs, [p.file_size] * len(argvs), st["env"], p.parallel, self._timeout(c), log, program)
         if phase == "read":
