@@ -280,3 +280,16 @@ def test_seed004_puts_xrdcp_and_aws_cli_beside_storevals_own_drivers(tmp_path):
             assert ph["cpu_seconds_per_GB"] > 0
     rows = {(row["target"], row["workload"]) for row in doc["table"]}
     assert rows == {(t, w) for t in ("xrootd", "minio") for w in ("client", "storeval")}
+
+
+def test_parallel_commands_run_at_once(tmp_path, target):
+    """Each command marks that it started and waits until three have: only three at once get past it (one at a
+    time would wait until its timeout), and every file is counted."""
+    wait = ("touch {local}.go; while [ $(ls $(dirname {local}) | grep -c 'go$') -lt 3 ]; do sleep 0.05; done; "
+            "cat {url}")
+    path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"par": {"command": {
+        "run": wait, "shell": True, "parallel": 3, "files_per_client": 6, "file_size": 65536, "timeout": "120s"}}})
+    _, doc = run(tmp_path, path)
+    ph = phases(doc)["read"]
+    assert ph["commands"] == ph["ops"] == 6 and ph["bytes"] == 6 * 65536 and ph["failures"] == 0
+    assert ph["command"].startswith("/bin/sh -c 'touch /")

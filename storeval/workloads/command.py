@@ -14,7 +14,8 @@ write, a place a read may copy to), ``{rank}``, ``{index}`` (the file's index am
 ``{size}`` (bytes). Unknown placeholders and a program that is not installed are refused in one line before
 anything runs. The target's credentials reach the command as environment variables (``Driver.tool_env``:
 ``AWS_ACCESS_KEY_ID`` … for S3), never on its command line; the command line kept in the results shows the
-placeholders' values, never the environment.
+placeholders' values, never the environment. ``env:`` is stored with the study's parameters: give secrets
+through the target (its credentials), never there.
 
 Phases: ``read`` (storeval lays out each client's files first, untimed, with its incompressible payload, and
 clears the page caches it can; the command reads them) and ``write`` (storeval makes the local source files
@@ -505,7 +506,7 @@ class Command(Workload):
         """A payload block per client, the command processes beside it; every client's files on the target."""
         p = self.p
         files = nclients * p.files_per_client
-        return Needs(memory=(Need(BLOCK, "a payload block of 1 MiB", "-"),
+        return Needs(memory=(Need(BLOCK, "a payload block of 1 MiB", "nothing lowers it"),
                              Need(p.parallel * COMMAND_PROCESS_BYTES,
                                   f"{p.parallel} command processes at once (about 64 MiB each)", "lower parallel")),
                      scratch=(Need(files * p.file_size, f"{files:,} files of file_size {format_size(p.file_size)}",
@@ -618,7 +619,9 @@ class Command(Workload):
                 "io_missing": t.io_missing, "first_failure": t.first_failure, "failed": t.failed,
                 "command": redact_text(shlex.join(argvs[0])), "program": program, "parallel": p.parallel,
                 "timeout_s": runner.timeout,
-                "client_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
+                "client_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                # CPU this client's children used: storeval's, not foreign load (analysis/guards.py's busy-host)
+                "children_cpu_seconds": t.user_s + t.sys_s})
             if t.failures:
                 rec.error("command-failed", t.failures)
         if t.first_failure is not None:
