@@ -293,3 +293,46 @@ def test_parallel_commands_run_at_once(tmp_path, target):
     ph = phases(doc)["read"]
     assert ph["commands"] == ph["ops"] == 6 and ph["bytes"] == 6 * 65536 and ph["failures"] == 0
     assert ph["command"].startswith("/bin/sh -c 'touch /")
+
+
+def test_the_io_and_cpu_of_a_commands_own_children_are_counted(tmp_path, target):
+    """/proc/PID/io and wait4's rusage of the command include the children it waited for: sh running cat twice
+    per file counts both cats' bytes."""
+    path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"twice": {"command": {
+        "run": "sh -c 'cat \"$0\"; cat \"$0\"' {url}", "files_per_client": 3, "file_size": 65536}}})
+    _, doc = run(tmp_path, path)
+    ph = phases(doc)["read"]
+    assert ph["bytes"] == 3 * 65536
+    assert ph["syscall_bytes"]["wchar"] == 2 * 3 * 65536  # both cats wrote each file to stdout (/dev/null)
+    assert ph["syscall_ratio"] >= 4  # ... after reading it twice
+
+
+# -- how outside tools name each target's files (Driver.tool_address / tool_env) ----------------------------------
+def test_each_driver_gives_outside_tools_an_address_and_only_the_s3_keys_in_the_environment(monkeypatch, tmp_path):
+    from storeval.drivers import make_driver
+    from storeval.errors import CapabilityError
+    from storeval.redact import redact_text
+
+    assert make_driver(f"file://{tmp_path}", {}).tool_address("d/f") == f"{tmp_path}/d/f"
+    assert make_driver("root://10.1.2.3:1094//data/x", {}).tool_address("d/f") == "root://10.1.2.3:1094//data/x/d/f"
+    assert make_driver("hdfs://127.0.0.1:9000/storeval", {}).tool_address("d/f") == "hdfs://127.0.0.1:9000/storeval/d/f"
+    assert make_driver("nfs://127.0.0.1:2050/export/run", {}).tool_address("d/f") == \
+        "nfs://127.0.0.1/export/run/d/f?version=4&nfsport=2050"
+    assert make_driver("nfs://127.0.0.1/export/run", {"version": "3"}).tool_address("f") == \
+        "nfs://127.0.0.1/export/run/f?version=3&nfsport=2049"
+    for url in (f"file://{tmp_path}", "root://10.1.2.3:1094//data", "hdfs://127.0.0.1:9000/x"):
+        assert make_driver(url, {}).tool_env() == {}
+    with pytest.raises(CapabilityError) as e:
+        make_driver("null://a", {}).tool_address("f")
+    assert str(e.value).startswith("target null://a cannot be reached by outside tools")
+
+    monkeypatch.setenv("MY_KEY", "AKIAEXAMPLEKEY123")
+    monkeypatch.setenv("MY_SECRET", "s3cr3t/Value+with=odd")
+    s3 = make_driver("s3://bucket/prefix", {"endpoint": "http://127.0.0.1:9000", "region": "eu-west-3",
+                                            "access_key_env": "MY_KEY", "secret_key_env": "MY_SECRET"})
+    assert s3.tool_address("d/f") == "s3://bucket/prefix/d/f"
+    assert s3.tool_env() == {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEY123", "AWS_SECRET_ACCESS_KEY": "s3cr3t/Value+with=odd",
+                             "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_DEFAULT_REGION": "eu-west-3",
+                             "AWS_REGION": "eu-west-3"}
+    # once read, the keys are masked in everything this process prints or stores
+    assert redact_text("key AKIAEXAMPLEKEY123 secret s3cr3t/Value+with=odd") == "key *** secret ***"
