@@ -342,10 +342,10 @@ class Commands:
             del self.by_err[run.errfd]
             os.close(run.errfd)
 
-    def _reap(self, run: Running) -> None:
-        """The command has exited: its /proc/PID/io while it is a zombie, what is left of its group killed, then
-        reaped with its rusage; the latency (exit seen) into the OpLog when it succeeded."""
-        t1 = time.perf_counter_ns()
+    def _reap(self, run: Running, t1: int) -> None:
+        """The command has exited (seen at ``t1``): its /proc/PID/io while it is a zombie, what is left of its group
+        killed, then reaped with its rusage; its latency into the OpLog, folded at once (a command is a long
+        operation: the engine's hang detection sees each one end) when it succeeded."""
         os.waitid(os.P_PIDFD, run.pidfd, os.WEXITED | os.WNOWAIT)
         io = read_proc_io(run.pid)
         killpg(run.pid)  # a child it left running (the group id is still the zombie's: no one else's)
@@ -369,6 +369,7 @@ class Commands:
                 t.io[k] += io.get(k, 0)
         if code == 0 and not run.timed_out:
             self.log.add(run.t0, t1, self.sizes[run.index])
+            self.log.flush()
             t.file_bytes += self.sizes[run.index]
             return
         t.failures += 1
@@ -402,12 +403,13 @@ class Commands:
                     raise ClientStopped("stopped by the engine")
                 wait = min(r.deadline for r in self.running.values()) - time.monotonic()
                 events = self.poll.poll(max(0, min(wait, 1.0)) * 1000)
+                woke = time.perf_counter_ns()
                 for fd, _ in events:
                     if fd in self.by_err:
                         if not self._drain(self.by_err[fd]):
                             self._close_err(self.by_err[fd])
                     elif fd in self.running:
-                        self._reap(self.running[fd])
+                        self._reap(self.running[fd], woke)
                 now = time.monotonic()
                 for run in list(self.running.values()):
                     if now >= run.deadline and not run.timed_out:
