@@ -628,6 +628,14 @@ class Command(Workload):
                 rec.error("command-failed", t.failures)
         if t.first_failure is not None:
             raise StorevalError(t.first_failure)
+        if phase == "write" and c.driver.caps.client_page_cache:
+            c.warn(rec, "write-back", "the commands wrote through this host's page cache and storeval cannot tell "
+                                      "whether they flushed it before exiting (cp does not; dd conv=fsync does): the "
+                                      "figure may include data not yet on the storage")
+        if phase == "read" and st["cache"] in ("not-cleared", "kept"):
+            why = "kept (--keep-cache)" if st["cache"] == "kept" else "not cleared"
+            c.warn(rec, "page-cache", f"the page cache was {why} before the commands read: reads may be served from "
+                                      "memory")
 
     def check_after(self, c: ClientContext, phase: str) -> dict[str, Any] | None:
         """Untimed, after a write phase: every file the commands wrote is on the target at its full size."""
