@@ -512,6 +512,19 @@ class Driver(ABC):
         storeval's own (``storeval-<run>/`` or a cell directory) and that nobody writes there any more."""
         return []
 
+    # -- outside tools (the command workload runs xrdcp, aws, cp … on the target's files) ------------------
+    def tool_address(self, path: str) -> str:
+        """The address an outside tool gives ``path`` (relative to the target's root): a local path, or a URL such
+        as ``root://host:port//path`` or ``s3://bucket/key``. Targets that no outside tool can reach refuse in
+        one line."""
+        raise CapabilityError(f"{self.label} cannot be reached by outside tools (the command workload needs a "
+                              "target whose files a program can name: file://, root://, s3://, hdfs://, nfs://)")
+
+    def tool_env(self) -> dict[str, str]:
+        """The environment an outside tool needs to reach this target (credentials, endpoint), never printed
+        or stored: the secrets in it are registered with ``redact`` by the driver that read them."""
+        return {}
+
     # -- where its bytes travel, and the environment record (probes/topology.py, environment.py) ---------
     @classmethod
     def carrier(cls, url: str, options: Any = None) -> Any:

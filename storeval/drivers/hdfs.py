@@ -152,6 +152,10 @@ class HdfsDriver(Driver):
     def _p(self, path: str) -> str:
         return f"{self.root.rstrip('/')}/{path}" if path else self.root
 
+    def tool_address(self, path: str) -> str:
+        """``hdfs://namenode:port/path``: what ``hdfs dfs`` and other Hadoop clients take."""
+        return f"{self.namenode}{self._p(path)}"
+
     def _call(self, op: str, path: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` within the deadline; a missing path raises FileNotFoundError, a server that cannot be
         talked to the one-line TargetUnreachable, anything else what the library raised."""

@@ -143,6 +143,13 @@ class NfsDriver(Driver):
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def tool_address(self, path: str) -> str:
+        """A libnfs URL (``nfs-cp``, ``nfs-cat``): ``nfs://HOST/EXPORT/PATH?version=4&nfsport=PORT`` — libnfs takes
+        the port only as ``nfsport=`` and speaks NFSv4.0 or v3 (a 4.1 target is reached as 4)."""
+        version = "3" if self.options.version == "3" else "4"
+        full = posixpath.join(self.path, path) if path else self.path
+        return f"nfs://{self.host}{full}?version={version}&nfsport={self.port}"
+
     # -- connections --------------------------------------------------------------------------------------
     def _client_url(self) -> str:
         return f"nfs://{self.host}{self.mount}"

@@ -73,6 +73,10 @@ class PosixDriver(Driver):
                 "fs_block_size": st.f_bsize, "fs_bytes_total": st.f_blocks * st.f_frsize,
                 "fs_bytes_free": st.f_bavail * st.f_frsize}
 
+    def tool_address(self, path: str) -> str:
+        """The file's absolute local path (what cp, dd or a ROOT macro opens)."""
+        return self._p(path)
+
     # -- data ---------------------------------------------------------------------------------
     def open(self, path: str, mode: str, *, direct: bool = False) -> PosixHandle:
         flags = _MODES[mode] | os.O_CLOEXEC

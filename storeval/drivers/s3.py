@@ -242,6 +242,27 @@ class S3Driver(Driver):
         except (OSError, http.client.HTTPException) as e:
             raise self._error(e, "read", path) from None
 
+    def tool_address(self, path: str) -> str:
+        """``s3://bucket/key``: what aws-cli, s5cmd, rclone and mc take."""
+        key = "/".join(p for p in (self.prefix, path.strip("/")) if p)
+        return f"s3://{self.bucket}/{key}"
+
+    def tool_env(self) -> dict[str, str]:
+        """The standard AWS variables from this target's credentials, endpoint and region (aws-cli ≥ 1.29 reads
+        AWS_ENDPOINT_URL). The keys were registered with ``redact`` when they were read (``_credentials``)."""
+        o = self.options
+        key, secret, source = _credentials(o)
+        env = {"AWS_DEFAULT_REGION": o.region, "AWS_REGION": o.region}
+        if o.endpoint:
+            env["AWS_ENDPOINT_URL"] = o.endpoint
+        if key and secret:
+            env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = key, secret
+            token = os.environ.get("AWS_SESSION_TOKEN") if source.startswith("AWS_ACCESS_KEY_ID") else None
+            if token:
+                register_secret(token)
+                env["AWS_SESSION_TOKEN"] = token
+        return env
+
     def describe(self) -> dict[str, Any]:
         out = {"url": self.url, "driver": self.scheme, "endpoint": self.options.endpoint or "AWS",
                "region": self.options.region, "bucket": self.bucket, "prefix": self.prefix}

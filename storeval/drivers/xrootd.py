@@ -83,6 +83,10 @@ class XrootdDriver(Driver):
     def _url(self, path: str) -> str:
         return f"{self.server}/{self._p(path)}"
 
+    def tool_address(self, path: str) -> str:
+        """``root://host:port//path``: what xrdcp, xrdfs and ROOT's TFile::Open take."""
+        return self._url(path)
+
     def _check(self, status: Any, op: str, path: str) -> None:
         """Turn a failed XRootDStatus into an exception: FileNotFoundError, FileExistsError, one line naming a
         server that cannot be talked to (TargetUnreachable), or OSError with the server's message."""
