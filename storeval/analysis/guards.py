@@ -56,7 +56,7 @@ def _hosts(records: list[PhaseRecord]) -> list[tuple[str, dict[str, Any], float]
     """(host, its leader's probe delta, CPU seconds of storeval's clients on it) for every host with probes."""
     cpu: dict[str, float] = {}
     for r in records:
-        cpu[r.host] = cpu.get(r.host, 0.0) + r.cpu_seconds
+        cpu[r.host] = cpu.get(r.host, 0.0) + r.cpu_seconds + r.extra.get("children_cpu_seconds", 0.0)
     return [(r.host, r.extra["probes"], cpu.get(r.host, 0.0)) for r in records if r.extra.get("probes")]
 
 
