@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# The programs installed with the test environment (aws-cli from the test extra) are found as an activated
+# virtual environment would find them: the command workload runs them by name.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture
