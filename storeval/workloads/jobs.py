@@ -386,7 +386,7 @@ class Jobs(Workload):
         steady = int(sum(extra["events_tl"][lo:hi]))
         read, written = sum(extra["read_tl"][lo:hi]), sum(extra["write_tl"][lo:hi])
         cpu, wall = extra.get("steady_cpu_seconds"), extra.get("steady_wall_seconds")
-        return {"events": extra["events"], "steady_events": steady, "window_s": window,
+        return {"events": extra["events"], "events_tl": extra["events_tl"], "steady_events": steady, "window_s": window,
                 "events_per_s": steady / window, "MBps_read": read / 1e6 / window,
                 "MBps_written": written / 1e6 / window, "steady_bytes_read": read, "steady_bytes_written": written,
                 "cpu_efficiency": cpu / wall if cpu is not None and wall else None,
