@@ -182,7 +182,7 @@ def test_duration_is_required(tmp_path, target):
     assert r.rc == 2 and len(r.err_lines) == 1 and "duration" in r.err, r.err
 
 
-@pytest.mark.parametrize("server", ["minio", "xrootd"])
+@pytest.mark.parametrize("server", ["minio", "xrootd", "hdfs"])
 def test_write_back_to_the_testbed_server(tmp_path, testbed_targets, server):
     """Write-back through the object store's PUT / the XRootD server: the files are there during the phase (seen
     through storeval's own driver from the test) and gone after."""

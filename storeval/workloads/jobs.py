@@ -293,8 +293,8 @@ class Jobs(Workload):
             elif not c.driver.caps.client_page_cache:
                 where.append("the target's server, whose cache storeval cannot clear")
             if where:
-                c.warn(rec, "page-cache", f"each job read its files {passes} times over and the {size} of files "
-                                          f"fit in RAM: later passes may be served from {' and '.join(where)}")
+                c.warn(rec, "page-cache", f"the jobs read their files more than once and the {size} of files fit in "
+                                          f"RAM: later passes may be served from {' and '.join(where)}")
 
     def _pass(self, c: ClientContext, io_: SkimIO, writes: OpLog, job: _JobState, index: int) -> None:
         """One pass over one input file (stopping at the first cluster boundary past the deadline), its
