@@ -336,6 +336,8 @@ class Jobs(Workload):
                 now = time.perf_counter_ns()
                 io_.log.worked(now)  # analysis time is work, not a stall of the storage
                 job.completed(n, now)
+                if job.done:  # the first cluster boundary past the deadline
+                    break
             job.files_read += 1
         finally:
             c.driver.close(io_.handle)
@@ -415,7 +417,12 @@ class Jobs(Workload):
         eff = mean_stderr(effs) if effs else (None, None)
         events, written = total("events"), total("events_written")
         selected = total("bytes_selected_input")
+        counters: dict[str, float] = {}
+        for c in jobs:
+            for k, v in c["counters"].items():
+                counters[k] = counters.get(k, 0) + v
         return {"jobs": len(jobs), "window_s": window, "steady_events": int(total("steady_events")),
+                "counters": counters, "requests": int(total("requests")),
                 "events_per_s": total("steady_events") / window,
                 "events_per_s_per_job": {"mean": per_job[0], "stderr": per_job[1]},
                 "MBps_read": total("steady_bytes_read") / 1e6 / window,
