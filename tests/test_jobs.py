@@ -256,3 +256,18 @@ def test_seed000_hepix_study_events_per_s_vs_jobs(tmp_path):
         assert line["figure"] == "events_per_s" and [p["x"] for p in line["series"]] == [1, 2]
     assert "events/s" in r.out
     assert not list(tmp_path.glob("storeval-2*"))
+
+
+def test_cell_cleanup_removes_only_the_written_back_files(target):
+    """After a failed cell the coordinator removes what jobs may have written, by the names jobs give them."""
+    from storeval.drivers import make_driver
+    from storeval.workloads.jobs import Jobs, JobsParams
+
+    cell = target / "storeval-20260101-000000-1" / "cell-0003"
+    cell.mkdir(parents=True)
+    for name in ("jobs-0000-00000.root", "jobs-0001-00012.root", "jobs-0000-00001.root.other", "keep.root"):
+        (cell / name).write_bytes(b"x" * 10)
+    driver = make_driver(f"file://{target}", {})
+    Jobs(JobsParams(duration="6s")).cell_cleanup(driver, "storeval-20260101-000000-1/cell-0003", 2)
+    assert sorted(p.name for p in cell.iterdir()) == ["jobs-0000-00001.root.other", "keep.root"]
+    Jobs(JobsParams(duration="6s")).cell_cleanup(driver, "storeval-20260101-000000-1/cell-0009", 2)  # none there

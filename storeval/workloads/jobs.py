@@ -140,7 +140,10 @@ class Jobs(Workload):
                       "CPU eff. = process CPU ÷ wall from the first cluster boundary at or past steady_after to the "
                       "job's end. written back = events written ÷ events read (all of the run); out/in size = bytes "
                       "written ÷ bytes the selected events occupied in the input (their branches' baskets × their "
-                      "share of each cluster): about 1 when the output is the selected data."),
+                      "share of each cluster): about 1 when the output is the selected data. Page cache: cleared before "
+                      "the first pass (as the skim); before each later pass a job drops its own files' pages from this "
+                      "host's cache (posix_fadvise); page-cache warns where a cache it cannot drop (the host's, a "
+                      "server's) may have served a later pass."),
         read=Best(lambda r: r.extras.get("MBps_read"), ("jobs",), scale=1e6 / 2**20),
         write=Best(lambda r: r.extras.get("MBps_written"), ("jobs",), scale=1e6 / 2**20),
         rate=Best(lambda r: r.extras.get("events_per_s"), ("jobs",), unit="events/s"),
