@@ -122,7 +122,8 @@ def table_rows(table: list[dict[str, Any]]) -> list[list[str]]:
 TABLE_COLUMNS = ["target", "workload", "clients", "read MiB/s", "write MiB/s", "ops/s · events/s", "notes"]
 TABLE_CAPTION = ("Each figure is the best mean over the client counts measured, ± its stderr over repetitions, @ the "
                  "client count that reached it. read/write: bandwidth read/write phases (else reread/rewrite, "
-                 "randread/randwrite), copy download/upload, skim bytes requested per second; MiB = 2^20 bytes.")
+                 "randread/randwrite), copy download/upload, skim bytes requested per second, jobs bytes read/written per second "
+                 "of the steady window, command the files' bytes per second; MiB = 2^20 bytes.")
 
 
 def print_table(table: list[dict[str, Any]], console: Console) -> None:

@@ -14,6 +14,7 @@ BUILTIN = {
     "copy": "storeval.workloads.copy:Copy",
     "skim": "storeval.workloads.skim:Skim",
     "command": "storeval.workloads.command:Command",
+    "jobs": "storeval.workloads.jobs:Jobs",
 }
 
 

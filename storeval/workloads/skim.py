@@ -43,26 +43,41 @@ DEFAULT_FILES = 3  # files every client reads when neither files nor files_per_c
 UPROOT_STEP = 100 * 1000**2  # uproot's default step_size of TTree.iterate
 
 
-class SkimParams(Params):
-    files: Annotated[int, Field(ge=1, le=10_000)] | None = None  # every client reads all of them (default 3)
-    files_per_client: Annotated[int, Field(ge=1, le=10_000)] | None = None  # client k reads its own files only
+class EventParams(Params):
+    """What the event files are and how a job reads them: shared by the skim and the jobs workload."""
+
     file_size: Size = 64 << 20  # 1.5GiB in the seed studies
     cluster_size: Size = 1 << 20  # uncompressed bytes per cluster: one basket per branch each
     compression: Literal["zlib", "lz4", "zstd", "none"] = "zlib"
     compression_level: Annotated[int, Field(ge=1, le=9)] = 4
     fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
-    event_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
     strategy: Literal["uproot", "ttreecache", "basket"] = "ttreecache"
     learn_entries: Annotated[int, Field(ge=1)] = 100
     cpu_per_event: Duration = 0.0
     random_seed: int = 0
 
     @model_validator(mode="after")
-    def _consistent(self) -> SkimParams:
+    def _event_files(self) -> EventParams:
         if self.file_size < 256 << 10:
             raise ValueError(f"file_size {format_size(self.file_size)} is too small for a ROOT event file (at least 256KiB)")
         if self.cluster_size < 16 << 10:
             raise ValueError("cluster_size must be at least 16KiB")
+        return self
+
+    def dataset(self, files: int, layout: dict[str, Any] | None = None) -> GenParams:
+        """The dataset of ``files`` event files on a target with this ``Driver.layout()``."""
+        return GenParams(files=files, file_size=self.file_size, cluster_size=self.cluster_size,
+                         compression=self.compression, compression_level=self.compression_level, seed=self.random_seed,
+                         layout=GenParams.pairs(layout or {}))
+
+
+class SkimParams(EventParams):
+    files: Annotated[int, Field(ge=1, le=10_000)] | None = None  # every client reads all of them (default 3)
+    files_per_client: Annotated[int, Field(ge=1, le=10_000)] | None = None  # client k reads its own files only
+    event_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SkimParams:
         if self.files_per_client is not None and self.files is not None:
             raise ValueError("set files (every client reads all of them) or files_per_client (each client its own "
                              "files), not both")
@@ -82,9 +97,7 @@ class SkimParams(Params):
 
     def generation(self, nclients: int = 1, layout: dict[str, Any] | None = None) -> GenParams:
         """The dataset a cell of ``nclients`` clients reads on a target with this ``Driver.layout()``."""
-        return GenParams(files=self.file_count(nclients), file_size=self.file_size, cluster_size=self.cluster_size,
-                         compression=self.compression, compression_level=self.compression_level, seed=self.random_seed,
-                         layout=GenParams.pairs(layout or {}))
+        return self.dataset(self.file_count(nclients), layout)
 
 
 COUNTERS = ("read-numOperations", "read-totalMegabytes", "readv-numOperations", "readv-numChunks",
@@ -227,6 +240,41 @@ def select_branches(tree: Any, fraction: float, seed: int) -> list[str]:
             chosen.append(name)
             acc += sizes[name]
     return chosen
+
+
+def open_tree(io: SkimIO, path: str, size: int) -> Any:
+    """The event tree of the file open on ``io.handle``, its headers read through ``io`` (counted as opening)
+    and ``io`` switched to reading baskets with an empty cache."""
+    io.mode, io.use_cache = "open", False
+    io.cache = {}
+    f = uproot.open(path, handler=driver_source(io, size), object_cache=None, array_cache=None)
+    tree = f[TREE]
+    io.mode = "data"
+    return tree
+
+
+def tree_clusters(tree: Any) -> list[tuple[int, int]]:
+    """(first entry, entry after the last) of every cluster of the tree."""
+    offsets = tree.common_entry_offsets()
+    return list(zip(offsets[:-1], offsets[1:]))
+
+
+def cluster_arrays(tree: Any, io: SkimIO, branches: list[str], catalogue: dict, wanted: list,
+                   learn_entries: int, library: str = "np") -> Any:
+    """Yield (start, stop, arrays of ``branches``) for each ``wanted`` cluster of one file, fetched the way
+    ``io.strategy`` says (ttreecache: baskets one by one for the first ``learn_entries`` entries while the cache
+    learns, then one sorted vector read per cluster; basket: one read per basket; uproot: one vector read of
+    each cluster's baskets). The skim and the jobs workload share it, cluster by cluster."""
+    learned = io.strategy != "ttreecache"
+    for start, stop in wanted:
+        if not learned:  # TTreeCache's learning phase: baskets one by one, remembered in the cache
+            first = min(stop, start + learn_entries)
+            _touch(tree.arrays(branches, entry_start=start, entry_stop=first, library="np"))
+            learned, io.use_cache = True, True
+        if io.strategy == "ttreecache":
+            io.prefetch([(seek, seek + sz) for name in branches for (a, b, seek, sz) in catalogue[name]
+                         if a < stop and b > start])
+        yield start, stop, tree.arrays(branches, entry_start=start, entry_stop=stop, library=library)
 
 
 def burn_cpu(seconds: float) -> None:
@@ -374,14 +422,10 @@ class Skim(Workload):
         """Skim one file; return (events processed, bytes the selected baskets need)."""
         p = self.p
         io.handle = c.driver.open(path, "r")
-        io.mode, io.use_cache = "open", False
-        io.cache = {}
         try:
-            f = uproot.open(path, handler=driver_source(io, size), object_cache=None, array_cache=None)
-            tree = f[TREE]
-            io.mode = "data"
+            tree = open_tree(io, path, size)
             n_entries = tree.num_entries
-            clusters = list(zip(tree.common_entry_offsets()[:-1], tree.common_entry_offsets()[1:]))
+            clusters = tree_clusters(tree)
             if p.event_fraction is None:
                 branches = select_branches(tree, p.fraction, p.random_seed)
                 wanted = [(a, b) for a, b in clusters]
@@ -395,14 +439,14 @@ class Skim(Workload):
             catalogue = {name: baskets(tree[name]) for name in branches}
             needed = sum(sz for name in branches for (a, b, _, sz) in catalogue[name]
                          if any(a < we and ws < b for ws, we in wanted))
-            events = self._read(tree, io, branches, catalogue, clusters, wanted, picks)
+            events = self._read(tree, io, branches, catalogue, wanted, picks)
             burn_cpu(events * p.cpu_per_event)
             io.log.worked(time.perf_counter_ns())  # analysis time is work, not a stall of the storage
             return events, needed
         finally:
             c.driver.close(io.handle)
 
-    def _read(self, tree: Any, io: SkimIO, branches: list[str], catalogue: dict, clusters: list, wanted: list,
+    def _read(self, tree: Any, io: SkimIO, branches: list[str], catalogue: dict, wanted: list,
               picks: np.ndarray | None) -> int:
         p = self.p
         events = 0
@@ -415,16 +459,7 @@ class Skim(Workload):
             for e in picks:
                 _touch(tree.arrays(branches, entry_start=int(e), entry_stop=int(e) + 1, library="np"))
             return len(picks)
-        learned = p.strategy != "ttreecache"
-        for start, stop in wanted:
-            if not learned:  # TTreeCache's learning phase: baskets one by one, remembered in the cache
-                first = min(stop, start + p.learn_entries)
-                _touch(tree.arrays(branches, entry_start=start, entry_stop=first, library="np"))
-                learned, io.use_cache = True, True
-            if p.strategy == "ttreecache":
-                io.prefetch([(seek, seek + sz) for name in branches for (a, b, seek, sz) in catalogue[name]
-                             if a < stop and b > start])
-            arrays = tree.arrays(branches, entry_start=start, entry_stop=stop, library="np")
+        for start, stop, arrays in cluster_arrays(tree, io, branches, catalogue, wanted, p.learn_entries):
             if picks is None:
                 events += stop - start
                 _touch(arrays)
@@ -534,7 +569,8 @@ def _touch(arrays: dict[str, Any]) -> None:
             np.asarray(value).sum()
 
 
-__all__ = ["Skim", "SkimParams", "SkimIO", "select_branches", "baskets", "shared_files"]
+__all__ = ["Skim", "SkimParams", "SkimIO", "select_branches", "baskets", "shared_files", "open_tree", "tree_clusters",
+           "cluster_arrays", "burn_cpu", "driver_source"]
 
 
 def _per_client_text(r: Any) -> str:
