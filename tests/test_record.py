@@ -81,9 +81,9 @@ def test_skim_recorded_with_its_vector_reads(tmp_path, target):
     assert trace.elements(OPEN) == trace.elements(CLOSE)
 
 
-def test_record_must_be_true_or_a_positive_bound(tmp_path, target):
-    r = storeval("run", "--target", f"file://{target}", "--workload", "bandwidth", "--set", "record=0", cwd=tmp_path)
-    assert r.rc == 2 and "record: give true, or the most operations to keep" in r.err
+def test_record_must_be_true_false_or_a_bound(tmp_path, target):
+    r = storeval("run", "--target", f"file://{target}", "--workload", "bandwidth", "--set", "record=-1", cwd=tmp_path)
+    assert r.rc == 2 and "record: give true (or false), or the most operations to keep" in r.err
     assert "Traceback" not in r.err and len(r.err_lines) == 1
 
 

@@ -223,14 +223,14 @@ class Params(BaseModel):
 
     @field_validator("record")
     @classmethod
-    def _record_bound(cls, v: bool | int) -> int:
-        """0 (off) or the bound in operations per client and phase."""
+    def _record_bound(cls, v: bool | int) -> bool | int:
+        """False (off) or the bound in operations per client and phase."""
         if v is True:
             return RECORD_BOUND
-        if v is False:
-            return 0
-        if v < 1:
-            raise ValueError("record: give true, or the most operations to keep per client and phase (1 or more)")
+        if v is False or v == 0:
+            return False
+        if v < 0:
+            raise ValueError("record: give true (or false), or the most operations to keep per client and phase")
         return int(v)
 
 
