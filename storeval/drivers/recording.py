@@ -145,15 +145,16 @@ class RecordingDriver:
         return self._bound(self.inner.writer(h), WRITE, h)
 
     def _bound(self, call: Any, kind: int, h: Handle) -> Any:
-        """A reader/writer callable that records what it moved."""
-        if not self._on:
-            return call
-        f, s = self._where(h)
-        row, clock = self._row, self._clock
+        """A reader/writer callable that records what it moved while a phase is recorded (it may be bound
+        before the phase begins, and live on into the next)."""
+        row, clock, where = self._row, self._clock, self._where
 
         def recorded(bufs: Any, offset: int) -> int:
+            if not self._on:
+                return call(bufs, offset)
             t = clock()
             n = call(bufs, offset)
+            f, s = where(h)
             row(kind, f, offset, n, s, -1, t)
             return n
         return recorded
