@@ -147,15 +147,24 @@ class RecordingDriver:
     def _bound(self, call: Any, kind: int, h: Handle) -> Any:
         """A reader/writer callable that records what it moved while a phase is recorded (it may be bound
         before the phase begins, and live on into the next)."""
-        row, clock, where = self._row, self._clock, self._where
+        clock, where, bound, cols, key = self._clock, self._where, self.bound, self._cols, id(h)
+        t_ns, kinds, files, offsets, lengths, requests, streams = cols
 
-        def recorded(bufs: Any, offset: int) -> int:
+        def recorded(bufs: Any, offset: int) -> int:  # the hot path: the row written inline
             if not self._on:
                 return call(bufs, offset)
             t = clock()
             n = call(bufs, offset)
-            f, s = where(h)
-            row(kind, f, offset, n, s, -1, t)
+            i = next(self._next)
+            if i < bound:
+                f, s = self._handles.get(key) or where(h)
+                t_ns[i] = t
+                kinds[i] = kind
+                files[i] = f
+                offsets[i] = offset
+                lengths[i] = n
+                requests[i] = -1
+                streams[i] = s
             return n
         return recorded
 

@@ -76,7 +76,7 @@ def record_trace(rec: PhaseRecorder, taken: dict[str, Any]) -> None:
     rec.extra["trace"] = {"rows": rows, "files": taken["files"]}
     rec.extra["recorded"] = {"ops": int(len(rows)), "dropped": int(taken["dropped"]), "bound": int(taken["bound"])}
     message = (f"record: true: {len(rows)} operations recorded through the Python loop, each costing about "
-               f"0.5-1.5 µs more (measured on tmpfs): a few % on a network target, much more at page-cache speed")
+               f"0.3-0.8 µs more (measured on tmpfs): a few % on a network target, much more at page-cache speed")
     if taken["dropped"]:
         message += f"; {taken['dropped']} more beyond the bound of {taken['bound']} were not recorded"
     rec.extra.setdefault("warnings", []).append({"code": "recorded", "message": message})
