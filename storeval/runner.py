@@ -296,6 +296,10 @@ class Runner:
                       "clients": len(recs), "bound": recs[0][0].extra["recorded"]["bound"],
                       "dropped": {str(r.rank): r.extra["recorded"]["dropped"] for r, _ in recs}}
             ops = sum(len(t["rows"]) for _, t in recs)
+            if not ops:  # mkdir, stat, remove … have no kind in a trace: nothing to write
+                self.ui.log(f"cell {cell.index} {phase}: no data operations to record (open, close, read, write "
+                            f"and vector reads are traced)")
+                continue
             try:
                 write_new(path, render_trace(header, ((r.rank, r.start_ns, t["rows"], t["files"]) for r, t in recs)))
             except OSError as e:
