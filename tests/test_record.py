@@ -95,3 +95,21 @@ def test_a_damaged_storeval_trace_is_one_line(tmp_path):
     path.write_bytes(gzip.compress(b'{"storeval_trace": 1}\n')[:-6])
     with pytest.raises(InputError, match="is damaged"):
         load_trace(path)
+
+
+def test_metadata_whole_file_calls_are_recorded_and_empty_phases_write_nothing(tmp_path, target):
+    out = tmp_path / "out.json"
+    r = storeval("run", "--target", f"file://{target}", "--workload", "metadata", "--clients", "2",
+                 "--set", "record=true", "--set", "items=30", "--set", "phases=[file-create,file-read,file-remove]",
+                 "--json", str(out), cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    said = {m[2]: (int(m[3]), Path(m[4])) for m in WRITTEN.finditer(r.out + r.err)}
+    assert set(said) == {"file-create", "file-read"}
+    assert "cell 0 file-remove: no data operations to record" in r.out + r.err
+    phases = _phases(load_json(out))
+    created, read = load_trace(said["file-create"][1]), load_trace(said["file-read"][1])
+    n = phases["file-create"]["ops"]
+    assert n == 60 and phases["file-read"]["ops"] == 60
+    assert created.elements(OPEN) == created.elements(WRITE) == created.elements(CLOSE) == n == len(created.streams)
+    assert read.elements(READ) == n and read.bytes(READ) == phases["file-read"]["bytes"]
+    assert not list((tmp_path / "storeval-results" / "traces").rglob("*file-remove*"))
