@@ -14,7 +14,7 @@ ROOT = Path(storeval.__file__).parent
 LAYERS: list[set[str]] = [
     {"storeval", "errors", "units", "fields", "redact", "histogram", "interrupts", "safeyaml", "outputs", "stats",
      "plugins"},
-    {"core"},
+    {"core", "traces"},  # traces: the trace model and its parsers, plain data like core
     {"drivers"},
     {"probes"},
     {"workloads"},
