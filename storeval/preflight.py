@@ -165,6 +165,21 @@ def _biggest(needs: tuple) -> Any:
     return max(needs, key=lambda n: n.bytes) if needs else None
 
 
+def _recorded(needs: Any, params: Any) -> Any:
+    """A workload's needs plus what ``record: N`` holds per client: N rows of its trace, once in the client's
+    columns and once more as the array sent back with the phase's record."""
+    import dataclasses
+
+    from .drivers.recording import ROW_DTYPE
+    from .workloads.base import Need
+
+    bound = getattr(params, "record", False)
+    if not bound:
+        return needs
+    rows = Need(2 * bound * ROW_DTYPE.itemsize, f"the trace of record: {bound:,} operations", "lower record")
+    return dataclasses.replace(needs, memory=(*needs.memory, rows))
+
+
 def _local_path(url: str) -> str | None:
     """The local path holding a target's data (a file system's), None for any other target: its driver says."""
     from .drivers import driver_class
@@ -213,7 +228,7 @@ class Preflight:
             wl = make_workload(cell.kind, cell.params)
             # a testbed system's target has its URL once it runs: its driver is known by the scheme it will have
             url = cell.target.url or f"{(cell.target.system or {}).get('scheme', 'file')}://"
-            needs = wl.needs(cell.clients, driver_class(url).caps)
+            needs = _recorded(wl.needs(cell.clients, driver_class(url).caps), wl.p)
             records += cell.clients * len(wl.steps())
             for p in self._cell_problems(cell, needs):
                 key = (p.kind, p.hard)

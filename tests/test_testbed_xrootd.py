@@ -298,9 +298,10 @@ def test_trace_shows_writes_reads_and_readv_elements(server: XrootdServer):
     # parse_trace on the raw lines gives the same, and every one of them is a real server line
     lines = server.trace_log().read_text().splitlines()
     assert parse_trace(lines)[-len(ops):] == ops
-    assert any(re.search(r"Xrootd_Protocol: fh=\d+ readV 100@5000$", ln) for ln in lines)
-    assert any(re.search(r"Xrootd_Protocol: 0 fh=\d+ read 456@123$", ln) for ln in lines)
-    assert any(re.search(r"Xrootd_Protocol: 0 fh=\d+ write 3000@5000$", ln) for ln in lines)
+    # `xrootd.trace fs fsio request` puts the client's 4-hex-digit stream id into every line
+    assert any(re.search(r"Xrootd_Protocol: [0-9a-f]{4} fh=\d+ readV 100@5000$", ln) for ln in lines)
+    assert any(re.search(r"Xrootd_Protocol: [0-9a-f]{4} 0 fh=\d+ read 456@123$", ln) for ln in lines)
+    assert any(re.search(r"Xrootd_Protocol: [0-9a-f]{4} 0 fh=\d+ write 3000@5000$", ln) for ln in lines)
 
 
 def test_trace_of_xrdcp_pgread_and_pgwrite(server: XrootdServer, tmp_path: Path):
