@@ -13,6 +13,7 @@ BUILTIN = {
     "metadata": "storeval.workloads.metadata:Metadata",
     "copy": "storeval.workloads.copy:Copy",
     "skim": "storeval.workloads.skim:Skim",
+    "replay": "storeval.workloads.replay:Replay",
 }
 
 
