@@ -345,11 +345,20 @@ def _coalesced(ranges: list[tuple[int, int]], gap: int) -> int:
 
 
 # -- the report ---------------------------------------------------------------------------------------------
-def _ms_pair(r: Any, a: str, b: str) -> str:
-    x, y = r.extras.get(a), r.extras.get(b)
-    if x is None and y is None:
+def _pair(r: Any, *keys: Any) -> str:
+    """Two or three figures of the extras as ``a / b [/ c]`` (``scale`` the number among the keys)."""
+    scale = next((k for k in keys if not isinstance(k, str)), 1.0)
+    values = [r.extras.get(k) for k in keys if isinstance(k, str)]
+    if all(v is None for v in values):
         return "–"
-    return f"{summary_text(x)} / {summary_text(y)}"
+    return " / ".join(summary_text(v, scale) for v in values)
+
+
+def _kinds_text(r: Any) -> str:
+    """Latency p50/p99 of each data kind the phase had: ``read 0.1/0.3 · readv 2/5``."""
+    parts = [f"{name} {_pair(r, f'{name}_p50_ms', f'{name}_p99_ms').replace(' / ', '/')}"
+             for name in ("read", "readv", "write") if r.extras.get(f"{name}_p50_ms") is not None]
+    return " · ".join(parts) or "–"
 
 
 def _bytes_text(r: Any) -> str:
@@ -366,22 +375,16 @@ class Replay(Workload):
     summary = "a recorded application's reads and writes replayed open- or closed-loop (seed 003)"
     report = Report(
         columns=(Figure("MB/s", "MB/s", value=lambda r: r.extras.get("MBps")),
-                 Figure("read MB", "MB", direction="read", value=lambda r: r.extras.get("bytes_read"), scale=1e-6),
-                 Figure("written MB", "MB", direction="write", value=lambda r: r.extras.get("bytes_written"),
-                        scale=1e-6),
-                 Figure("bytes vs trace", text=_bytes_text),
-                 Figure("lag p50/p99 ms", direction="time", text=lambda r: _ms_pair(r, "lag_p50_ms", "lag_p99_ms")),
-                 Figure("lag max ms", "ms", direction="time", value=lambda r: r.extras.get("lag_max_ms"),
-                        higher_is_better=False),
+                 Figure("read / written MB", "MB", direction="read",
+                        text=lambda r: _pair(r, "bytes_read", "bytes_written", 1e-6)),
+                 Figure("vs trace", text=_bytes_text),
+                 Figure("lag p50/p99/max ms", direction="time",
+                        text=lambda r: _pair(r, "lag_p50_ms", "lag_p99_ms", 1.0, "lag_max_ms")),
                  Figure("fidelity", "×", direction="ratio", value=lambda r: r.extras.get("fidelity"),
                         higher_is_better=False),
-                 Figure("read p50/p99 ms", direction="time", text=lambda r: _ms_pair(r, "read_p50_ms", "read_p99_ms")),
-                 Figure("readv p50/p99 ms", direction="time",
-                        text=lambda r: _ms_pair(r, "readv_p50_ms", "readv_p99_ms")),
-                 Figure("write p50/p99 ms", direction="time",
-                        text=lambda r: _ms_pair(r, "write_p50_ms", "write_p99_ms")),
+                 Figure("p50/p99 ms", direction="time", text=_kinds_text),
                  Figure("readv req/elem", direction="cost",
-                        text=lambda r: _ms_pair(r, "readv_requests", "readv_elements"))),
+                        text=lambda r: _pair(r, "readv_requests", "readv_elements"))),
         how_measured=("MB/s: bytes read and written (10^6 B, as the driver returned them) / (last end − first start) "
                       "of all clients. read/written MB vs the trace's: 'equal' when every client moved exactly the "
                       "trace's bytes of its streams (flag replay-bytes otherwise). Latency per kind (read, readv = one "
