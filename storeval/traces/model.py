@@ -52,7 +52,7 @@ class Stream:
 
 @dataclass
 class Trace:
-    """A parsed trace. ``resolution`` is the timestamps' resolution in seconds (XRootD logs 1.0, fio v3 1e-3,
+    """A parsed trace. ``resolution`` is the timestamps' resolution in seconds (XRootD logs 1.0, fio v3 1e-6,
     storeval 1e-9), or None when the format has no times (fio iolog v2: every t is 0, replay it closed-loop).
     ``notes`` say what the parser could not know and assumed; a replay repeats them in its report."""
 
@@ -145,6 +145,15 @@ class TraceBuilder:
         ls.append(length)
         rs.append(request)
 
+    def drop_last(self, stream: int, kind: int, file: int) -> bool:
+        """Take back the last row of ``stream`` if it is a ``kind`` on ``file`` (an open the server refused)."""
+        cols = self._cols[stream]
+        if not len(cols[0]) or cols[1][-1] != kind or cols[2][-1] != file:
+            return False
+        for col in cols:
+            col.pop()
+        return True
+
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
@@ -164,11 +173,18 @@ class TraceBuilder:
         for a in arrays:
             a["t"] -= t0
         extent = np.zeros(len(self._files), np.int64)
+        used = np.zeros(len(self._files), bool)
         for a in arrays:
             data = a[(a["file"] >= 0) & (a["kind"] >= READ)]
             np.maximum.at(extent, data["file"], data["offset"] + data["length"])
+            used[a["file"][a["file"] >= 0]] = True
+        # files no operation names (an open the server refused) are left out; indices are renumbered
+        renumber = np.full(len(self._files) + 1, -1, np.int32)  # [-1] stays -1
+        renumber[:-1][used] = np.arange(int(used.sum()), dtype=np.int32)
+        for a in arrays:
+            a["file"] = renumber[a["file"]]
         files = [TraceFile(name, self._stated.get(i, int(extent[i])), i in self._stated)
-                 for name, i in self._files.items()]
+                 for name, i in self._files.items() if used[i]]
         streams = [Stream(name, arrays[i]) for name, i in self._streams.items()]
         return Trace(self.format, self.source, files, streams, self.resolution, tuple(self.notes), self.header)
 
