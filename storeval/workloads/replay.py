@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..core.oplog import PhaseRecorder
 from ..drivers.base import Capabilities, Driver, join
@@ -140,7 +140,7 @@ def _facts(trace: Trace) -> Facts:
 
 
 class ReplayParams(Params):
-    trace: str  # the trace file (a relative path is taken from the current directory)
+    trace: str  # the trace file (relative: from the study file's directory where the study says it, else the cwd)
     format: Literal["auto", "xrootd", "fio", "csv", "jsonl", "storeval"] = "auto"
     mode: Literal["open", "closed"] = "open"  # open: at the recorded times ÷ speed; closed: as fast as possible
     speed: Annotated[float, Field(gt=0, le=1e6)] = 1.0
@@ -152,10 +152,13 @@ class ReplayParams(Params):
 
     @field_validator("trace")
     @classmethod
-    def _absolute(cls, v: str) -> str:
+    def _absolute(cls, v: str, info: ValidationInfo) -> str:
+        """An absolute path, so every client finds the same file: a relative one is taken from the study file's
+        directory when the study passes it (validation context ``study_dir``), else from the current one."""
         if not v.strip():
             raise ValueError("is empty (give the path of a trace file)")
-        return os.path.abspath(v)
+        base = (info.context or {}).get("study_dir") if isinstance(info.context, dict) else None
+        return os.path.abspath(os.path.join(base, v) if base else v)
 
     @model_validator(mode="after")
     def _consistent(self) -> ReplayParams:
@@ -507,8 +510,8 @@ class Replay(Workload):
                   Need(rows * PER_OP_BYTES, f"{rows:,} prepared operations", "replay a shorter trace"))
         wanted = np.flatnonzero(f.read_files & ~f.written_files).tolist()
         written = np.flatnonzero(f.written_files).tolist()
-        scratch = (Need(int(f.written_extent[written].sum()) if written else 0, f"{len(written)} file(s) the trace "
-                        "writes", "replay a trace that writes less"),)
+        scratch = (Need(int(np.maximum(f.written_extent, f.extent)[written].sum()) if written else 0,
+                        f"{len(written)} file(s) the trace writes", "replay a trace that writes less"),)
         kept = kept_dir = None
         if p.files == "create":
             total = sum(_layout_size(f.trace, f, i) for i in wanted)
@@ -546,6 +549,12 @@ class Replay(Workload):
         for fi, path in paths.items():  # every file this client reads is there and large enough, before timing
             if not f.written_files[fi] and f.read_files[fi]:
                 _check_size(c.driver, path, int(f.extent[fi]), trace.files[fi].name)
+        # a file the trace both writes and reads was there when it was recorded: client 0 lays it out in the cell's
+        # directory at the size its reads need (untimed; the barrier after prepare makes it there for everyone)
+        both = np.flatnonzero(f.written_files & f.read_files).tolist()
+        if c.rank == 0:
+            for fi in both:
+                _write_file(c.driver, join(c.cell_dir, _written_name(fi)), int(f.extent[fi]), fi, p.random_seed)
         c.state.update(plans=plans, paths=paths, native=native, coalesce=coalesce,
                        buffers=[_Buffers(plan, c.rank * 100_003 + plan.index, p.random_seed) for plan in plans])
 
@@ -566,12 +575,10 @@ class Replay(Workload):
         open_loop = p.mode == "open"
         calls = [(lambda i=i: self._stream(c, plans[i], st["buffers"][i], logs[i], lags[i], got[i], done, i, t0,
                                            open_loop)) for i in range(len(plans))]
-        try:
-            run_parallel(calls)
-        finally:
-            for row in logs:
-                for log in row:
-                    log.flush()
+        run_parallel(calls)  # a failure leaves the logs unfolded: the record of a failed phase is partial anyway
+        for row in logs:
+            for log in row:
+                log.flush()
         rec.extra["cache"] = st["cache"]
         kinds: dict[str, Any] = {}
         for k, name in enumerate(KINDS):
@@ -686,6 +693,9 @@ class Replay(Workload):
         for fi, path in c.state.get("paths", {}).items():
             if f.written_files[fi]:
                 c.driver.remove_quietly(path)
+        if c.rank == 0:  # and those it laid out for the others
+            for fi in np.flatnonzero(f.written_files & f.read_files).tolist():
+                c.driver.remove_quietly(join(c.cell_dir, _written_name(fi)))
 
     # -- figures -------------------------------------------------------------------------------------------
     @staticmethod
