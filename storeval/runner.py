@@ -40,6 +40,7 @@ from .core.network import describe_link, rank_groups, server_endpoint
 from .core.system import identity, label
 from .core.outcome import CellOutcome
 from .spec import Study
+from .traces.recorded import render as render_trace, write_new
 from .store import Store, now
 from .systems import Systems
 from .workloads import make_workload
@@ -268,11 +269,50 @@ class Runner:
                 phases.append((phase, iteration, "not-run", None))
         events = network_events + outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
                                    if outcome.status == "failed" and not outcome.events else []) + fault_events
+        events += self._write_traces(cell, outcome.records, planned)
         self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,
                               phases=phases, records=outcome.records, events=events, samples=outcome.samples)
         self._note_host(outcome.records)
         bar.done(outcome.status)
         return outcome
+
+    # -- record: true ---------------------------------------------------------------------------------------
+    def _write_traces(self, cell: Cell, records: list, planned: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        """Take the recorded operations out of the records (the store keeps only their counts) and write one
+        trace per phase: ``<results>/traces/<run>/cell-NNNN-<phase>[-<iteration>].jsonl.gz``; say where."""
+        steps: dict[tuple[str, int], list] = {}
+        for r in records:
+            taken = r.extra.pop("trace", None)
+            if taken is not None:
+                steps.setdefault((r.phase, r.iteration), []).append((r, taken))
+        events = []
+        for (phase, iteration), recs in steps.items():
+            iterated = sum(1 for p, _ in planned if p == phase) > 1
+            name = f"cell-{cell.index:04d}-{phase}" + (f"-{iteration + 1}" if iterated else "") + ".jsonl.gz"
+            path = os.path.join(self.store.dir, "traces", self.run_id, name)
+            recs.sort(key=lambda x: x[0].rank)
+            header = {"run": self.run_id, "cell": cell.index, "phase": phase, "iteration": iteration,
+                      "workload": cell.workload, "kind": cell.kind, "target": cell.target.name,
+                      "clients": len(recs), "bound": recs[0][0].extra["recorded"]["bound"],
+                      "dropped": {str(r.rank): r.extra["recorded"]["dropped"] for r, _ in recs}}
+            ops = sum(len(t["rows"]) for _, t in recs)
+            if not ops:  # mkdir, stat, remove … have no kind in a trace: nothing to write
+                self.ui.log(f"cell {cell.index} {phase}: no data operations to record (open, close, read, write "
+                            f"and vector reads are traced)")
+                continue
+            try:
+                write_new(path, render_trace(header, ((r.rank, r.start_ns, t["rows"], t["files"]) for r, t in recs)))
+            except OSError as e:
+                events.append({"kind": "warning", "phase": phase,
+                               "message": f"record: true: the trace of {phase} could not be written to {path}: "
+                                          f"{e.strerror or e}"})
+                continue
+            for r, _ in recs:
+                r.extra["recorded"]["path"] = path
+            dropped = sum(r.extra["recorded"]["dropped"] for r, _ in recs)
+            self.ui.log(f"cell {cell.index} {phase}: trace of {ops} operations written to {path}"
+                        + (f" ({dropped} beyond the bound not recorded)" if dropped else ""))
+        return events
 
     # -- where the clients sit ------------------------------------------------------------------------------
     def _placement(self, cell: Cell) -> dict[str, Any]:

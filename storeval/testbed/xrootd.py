@@ -40,9 +40,12 @@ placed after 1 s rather than XRootD's 5.
 
 Namespaces need root: as another user, ``start`` says so in one line and makes nothing.
 
-``xrootd.trace fsio`` makes each (data) server log one line per read, vector-read element and write:
-:func:`parse_trace` turns those lines into ``(op, offset, length)`` so a test can count the bytes the servers
-were asked for (:meth:`XrootdServer.trace_ops`, over every data server's log). Logs are never rotated (``-k
+``xrootd.trace fs fsio request`` makes each (data) server log one line per read, vector-read element and write
+(``fsio``), each open and close (``fs``: the file a handle is on) and each request (``request``: where one
+vector read ends; it also puts the client's stream id into every line): :func:`parse_trace` turns the I/O lines
+into ``(op, offset, length)`` so a test can count the bytes the servers were asked for
+(:meth:`XrootdServer.trace_ops`, over every data server's log), and ``storeval.traces.load_trace`` reads the
+same log as a trace to replay (docs/traces.md). Logs are never rotated (``-k
 fifo``: a log would only rotate when someone writes to its ``.xrootd.log``/``.cmsd.log`` fifo), so their paths
 stay valid for as long as the server runs.
 
@@ -79,6 +82,7 @@ from .base import (
     apt_install,
     port_open,
 )
+from ..traces.xrootd import data_ops, pgwrite_payload
 from .netns import Netns, Taken, require_root
 
 PACKAGES = ("xrootd-server", "xrootd-client")
@@ -95,32 +99,6 @@ NETNS_ATTEMPTS = 3
 _READY = re.compile(r"------ (?:xrootd|cmsd) \S+ initialization completed")
 _LOG_NAMES = re.compile(r"\.?(?:xrootd|cmsd)\.log.*")  # a daemon's log, its fifo (-k fifo), rotated copies
 
-# One trace line per read / readV element / write with ``xrootd.trace fsio``:
-#   5.5:  ... root.123:20@localhost Xrootd_Protocol: 0 fh=0 read 2176@64970135
-#         ... root.123:20@localhost Xrootd_Protocol: fh=0 readV 10@0
-#         ... root.123:20@localhost Xrootd_Protocol: 0 pgread 8388608@0 fn=/storeval/f
-#         ... root.123:20@localhost Xrootd_Protocol: 0 fh=0 write 10@100
-#         ... root.123:20@localhost Xrootd_Protocol: 0 pgwrite 8396800@0 fn=/storeval/f
-#   <5.4: the same with ``XrootdProtocol:``; pgread may read ``0 fh=0 pgread 8388608@0``.
-_TRACE = re.compile(
-    r"\bXrootd_?Protocol:\s+(?:\d+\s+)?(?:fh=\d+\s+)?"
-    r"(?P<op>readV|read|pgread|writeV|write|pgwrite)\s+(?:retry\s+)?(?P<len>\d+)@(?P<off>\d+)")
-PAGE = 4096  # pgread/pgwrite page size
-CRC = 4  # a CRC32C per page travels with pgwrite data, and the traced length includes them
-
-
-def pgwrite_payload(offset: int, traced: int) -> int:
-    """Data bytes of a pgwrite whose traced length (data plus one 4-byte CRC per page) is ``traced``.
-
-    Pages are aligned to 4 KiB file offsets, so the first one may be short.
-    """
-    first = PAGE - offset % PAGE
-    if traced <= first + CRC:
-        return max(traced - CRC, 0)
-    full, rest = divmod(traced - first - CRC, PAGE + CRC)
-    return first + full * PAGE + max(rest - CRC, 0)
-
-
 def parse_trace(lines: Iterable[str]) -> list[tuple[str, int, int]]:
     """``(op, offset, length)`` for every read, readV element, pgread, write and pgwrite in trace lines.
 
@@ -128,18 +106,10 @@ def parse_trace(lines: Iterable[str]) -> list[tuple[str, int, int]]:
     request gives one tuple per element. Lengths are what the client *asked* for, as the server logs them
     before doing the I/O: a read that crosses the end of the file is logged with its full length, and a
     request that fails afterwards is logged too. For ``pgwrite`` the length is the data only (the CRC32C
-    bytes the server also logs are taken off). Other lines are ignored.
+    bytes the server also logs are taken off). Other lines (``fs`` opens and closes, ``request`` lines) are
+    ignored. The line layouts are :mod:`storeval.traces.xrootd`'s, which reads the same log as a whole trace.
     """
-    out = []
-    for line in lines:
-        m = _TRACE.search(line)
-        if not m:
-            continue
-        op, offset, length = m["op"], int(m["off"]), int(m["len"])
-        if op == "pgwrite":
-            length = pgwrite_payload(offset, length)
-        out.append((op, offset, length))
-    return out
+    return list(data_ops(lines))
 
 
 def query_readv_limits(url: str, timeout: int = 10) -> tuple[int, int]:
@@ -387,7 +357,7 @@ class XrootdServer(Server):
             f"oss.localroot {self.data_dir}",
             f"all.adminpath {self.home / 'admin'}",
             f"all.pidpath {self.home / 'run'}",
-            "xrootd.trace fsio",
+            "xrootd.trace fs fsio request",
             "",
         ]))
 
@@ -403,7 +373,7 @@ class XrootdServer(Server):
             f"all.adminpath {self.home / 'admin'}",
             f"all.pidpath {self.home / 'run'}",
             "cms.delay startup 1 servers 1 lookup 1 drop 5",
-            "xrootd.trace fsio",
+            "xrootd.trace fs fsio request",
             f"if named {REDIRECTOR}",
             "  all.role manager",
             f"  xrd.port {ports['xrootd']} if exec xrootd",
@@ -738,4 +708,4 @@ class XrootdServer(Server):
             return False
 
 
-__all__ = ["XrootdServer", "parse_trace", "pgwrite_payload", "query_readv_limits"]
+__all__ = ["XrootdServer", "parse_trace", "pgwrite_payload", "query_readv_limits"]  # pgwrite_payload: from traces

@@ -11,6 +11,9 @@ and share a request id (unique in the whole trace), so the request structure sur
 names are interned to indices, and :meth:`TraceBuilder.build` sorts each stream by time (stably: the elements
 of one vector read stay together), puts the first operation at t = 0 and sizes the files from the operations
 that touch them unless the format stated a size.
+
+Beyond the shared design: ``Trace.resolution`` is None for a trace without times (fio v2 without waits),
+``Trace.timed``, ``Trace.header`` (what the format says of itself), ``Trace.operations()`` and ``Trace.counts()``.
 """
 
 from __future__ import annotations

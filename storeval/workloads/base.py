@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..drivers.base import Capabilities, Driver
 from ..core.comm import Comm
@@ -208,10 +208,30 @@ def check_workload(cls: Any, name: str, package: str = "?") -> None:
                           f"out (declare report = Report(columns=(Figure(...), ...)) in its class)")
 
 
+RECORD_BOUND = 100_000  # record: true keeps at most this many operations per client and phase
+
+
 class Params(BaseModel):
-    """Base of every workload's parameters: unknown keys are errors, values are frozen."""
+    """Base of every workload's parameters: unknown keys are errors, values are frozen.
+
+    ``record`` (every workload): write each client's operations of every phase as a trace into the results
+    (``record: true``, or ``record: N`` to keep at most N operations per client and phase; docs/traces.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    record: bool | int = False
+
+    @field_validator("record")
+    @classmethod
+    def _record_bound(cls, v: bool | int) -> bool | int:
+        """False (off) or the bound in operations per client and phase."""
+        if v is True:
+            return RECORD_BOUND
+        if v is False or v == 0:
+            return False
+        if v < 0:
+            raise ValueError("record: give true (or false), or the most operations to keep per client and phase")
+        return int(v)
 
 
 @dataclass

@@ -205,9 +205,13 @@ def choose_engine(wanted: str, native_io: Any, depth: int = 1, degraded: bool = 
     """The engine a phase runs (``python``, ``psync``, ``threads``, ``io_uring`` or ``null``) and, when it is
     not the one asked for, why. ``native_io`` is what the driver offers (:meth:`Driver.native_io`). In degraded
     mode (``on_error`` retry or continue) io_uring is not used: its operations complete out of order, and a
-    failed one could not be retried or skipped without counting others twice."""
+    failed one could not be retried or skipped without counting others twice. A recording driver (``record:
+    true``) takes the Python loop: a native engine would do its I/O without the driver seeing it."""
     if wanted == "python":
         return "python", None
+    if native_io is not None and native_io.kind == "recording":  # record: true — RecordingDriver.native_io
+        return "python", (f"record: true: every operation goes through the driver to be recorded, so the python "
+                          f"loop ran, not {'a native engine' if wanted == 'auto' else wanted}")
     why = None
     if native_io is None:
         why = "the target's driver has no file descriptor or local path for a native engine"
