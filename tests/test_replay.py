@@ -18,6 +18,8 @@ from storeval.workloads.replay import plan_stream, trace_seconds
 
 from .helpers import leftovers, load_json, storeval
 
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
+
 HEADER = ("t", "stream", "op", "file", "offset", "length", "request", "size")
 
 
@@ -236,6 +238,13 @@ def test_minio_and_xrootd_replay_the_traces_bytes_and_vector_reads(tmp_path, tes
         assert reads[(o, n)] >= 1
     writes = Counter((o, n) for op, o, n in ops if op == "write")  # beside them: the run's owner record
     assert writes[(0, 100_000)] == 1 and writes[(100_000, 50_000)] == 1
+    # the server's log of the replay read as a trace: the vector reads are 2 requests of 3 and 2 elements
+    (log,) = xrd.trace_logs().values()
+    with open(log, "rb") as f:
+        f.seek(mark[0])
+        (tmp_path / "server.log").write_bytes(f.read())
+    seen = load_trace(str(tmp_path / "server.log"), "xrootd")
+    assert (seen.requests(READV), seen.elements(READV), seen.bytes(READV)) == (2, 5, 4096 + 8192 + 1000 + 20 + 576)
 
 
 def test_closed_loop_keeps_each_streams_order_on_xrootd(tmp_path, testbed, testbed_targets):
@@ -252,3 +261,35 @@ def test_closed_loop_keeps_each_streams_order_on_xrootd(tmp_path, testbed, testb
     seen = [(o, n) for op, o, n in xrd.trace_ops(mark) if op == "read" and (o, n) in
             {(x * 10_000, 1000 + x) for x in offsets}]
     assert seen == [(o * 10_000, 1000 + o) for o in offsets]
+
+
+def test_fio_v2_has_no_times_so_it_replays_closed_loop_only(tmp_path, target):
+    log = TRACES / "fio-v2-handmade-randrw.iolog"
+    trace = load_trace(str(log))
+    targets = {"local": {"url": f"file://{target}"}}
+    r = storeval("run", str(study(tmp_path, targets, {"trace": str(log)}, len(trace.streams))),
+                 "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1 and "mode: closed" in r.err, r.err
+    doc = run(tmp_path, targets, {"trace": str(log), "mode": "closed"}, clients=len(trace.streams))
+    ph = phases(doc)["local"]
+    assert (ph["bytes_read"], ph["bytes_written"]) == (trace.bytes(READ), trace.bytes(WRITE))
+    assert ph["bytes_equal"] == 1 and ph["write_count"] == trace.elements(WRITE)
+
+
+def test_a_run_storeval_recorded_replays_with_its_bytes(tmp_path, target):
+    """record: true on a bandwidth run writes a storeval trace; replaying it reads and writes those bytes again."""
+    r = storeval("run", "--target", f"file://{target}", "--workload", "bandwidth", "--clients", "2", "--set",
+                 "record=true", "--set", "file_size=1MiB", "--set", "transfer_size=64KiB", "--set",
+                 "phases=[write,read]", "--results", str(tmp_path / "rec"), "--quiet", cwd=tmp_path, timeout=300)
+    assert r.rc == 0, r.err
+    (read_trace,) = (tmp_path / "rec" / "traces").rglob("*-read.jsonl.gz")
+    (write_trace,) = (tmp_path / "rec" / "traces").rglob("*-write.jsonl.gz")
+    targets = {"local": {"url": f"file://{target}"}}
+    for path, kind in ((read_trace, READ), (write_trace, WRITE)):
+        trace = load_trace(str(path))
+        assert trace.format == "storeval" and trace.bytes(kind) == 2 << 20
+        doc = run(tmp_path, targets, {"trace": str(path)}, clients=len(trace.streams))
+        ph = phases(doc)["local"]
+        assert ph["bytes_equal"] == 1
+        assert (ph["bytes_read"], ph["bytes_written"]) == (trace.bytes(READ), trace.bytes(WRITE))
+        assert ph["lag_p99_ms"] is not None

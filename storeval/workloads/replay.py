@@ -357,6 +357,19 @@ def _pair(r: Any, *keys: Any) -> str:
     return " / ".join(summary_text(v, scale) for v in values)
 
 
+def _readv_text(r: Any) -> str:
+    """Vector reads / their elements, and how the target did them: one request each (native; an object store's
+    ranged GETs after coalescing) or element by element (split)."""
+    if r.extras.get("readv_requests") is None or not r.extras["readv_requests"].mean:
+        return "–"
+    native = r.extras.get("vector_native")
+    how = "native" if native is not None and native.mean == 1 else "split"
+    gets = r.extras.get("coalesced_requests")
+    if gets is not None and how == "native":
+        how += f", {summary_text(gets)} GETs"
+    return f"{_pair(r, 'readv_requests', 'readv_elements')} ({how})"
+
+
 def _kinds_text(r: Any) -> str:
     """Latency p50/p99 of each data kind the phase had: ``read 0.1/0.3 · readv 2/5``."""
     parts = [f"{name} {_pair(r, f'{name}_p50_ms', f'{name}_p99_ms').replace(' / ', '/')}"
@@ -386,8 +399,7 @@ class Replay(Workload):
                  Figure("fidelity", "×", direction="ratio", value=lambda r: r.extras.get("fidelity"),
                         higher_is_better=False),
                  Figure("p50/p99 ms", direction="time", text=_kinds_text),
-                 Figure("readv req/elem", direction="cost",
-                        text=lambda r: _pair(r, "readv_requests", "readv_elements"))),
+                 Figure("readv req/elem", direction="cost", text=_readv_text)),
         how_measured=("MB/s: bytes read and written (10^6 B, as the driver returned them) / (last end − first start) "
                       "of all clients. read/written MB vs the trace's: 'equal' when every client moved exactly the "
                       "trace's bytes of its streams (flag replay-bytes otherwise). Latency per kind (read, readv = one "
@@ -730,6 +742,7 @@ class Replay(Workload):
                    write_MBps=written / 1e6 / seconds if seconds and written else None)
         vector = sorted({c.get("vector") for c in clients if c.get("vector")})
         out["vector"] = "/".join(vector)
+        out["vector_native"] = int(vector == ["native"])
         if any(c.get("coalesced") is not None for c in clients):
             out["coalesced_requests"] = total("coalesced")
         lag_all = Histogram()
