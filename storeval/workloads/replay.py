@@ -23,7 +23,14 @@ Files: ``files: create`` lays out every file the trace reads at its traced size 
 by the coordinator, reused by later cells and runs) written with storeval's stamped random payload;
 ``files: map`` rewrites the traced names by ``map`` prefixes onto data already on the target, each checked to
 be there and large enough before the timed phase. Files the trace writes are written under the cell's own
-directory (never over input data) and removed after the cell.
+directory (never over input data) and removed after the cell; one it also reads was there when it was recorded,
+so client 0 lays it out there first (untimed) at the size the reads need. Across streams only the recorded
+times order operations (open-loop): a write one stream made before another stream's read is not waited for.
+
+Where the checks sit: the trace is parsed when the study is validated (a missing or malformed trace is one line
+with its YAML path, exit 2); ``needs`` — which preflight asks for every cell before anything runs — refuses a
+cell whose client count does not fit the trace's streams; mapped files are checked on the target by the
+coordinator before the cell (``prepare_target``) and again by each client before the timed phase.
 
 A trace without open lines opens a file at its stream's first use of it and closes it at the stream's end (the
 output counts these opens and closes that the trace did not have). The hot loop runs over per-stream lists
