@@ -15,6 +15,7 @@ BUILTIN = {
     "skim": "storeval.workloads.skim:Skim",
     "command": "storeval.workloads.command:Command",
     "jobs": "storeval.workloads.jobs:Jobs",
+    "replay": "storeval.workloads.replay:Replay",
 }
 
 

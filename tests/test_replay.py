@@ -1,0 +1,295 @@
+"""The replay workload: a trace's reads, vector reads and writes issued again on a local directory, the testbed's
+MinIO (S3) and XRootD — exactly the trace's bytes, its vector reads' elements and requests as the server saw them,
+open-loop lag, closed-loop order, map mode, and one-line refusals of what cannot be replayed."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from storeval.traces import load_trace
+from storeval.traces.model import READ, READV, WRITE, TraceBuilder
+from storeval.workloads.replay import plan_stream, trace_seconds
+
+from .helpers import leftovers, load_json, storeval
+
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
+
+HEADER = ("t", "stream", "op", "file", "offset", "length", "request", "size")
+
+
+def write_trace(path: Path, rows: list[tuple]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(HEADER)
+        for row in rows:
+            w.writerow(list(row) + [""] * (len(HEADER) - len(row)))
+    return path
+
+
+def two_streams(span: float = 0.3) -> list[tuple]:
+    """Stream ``job1`` opens a file, reads, makes two vector reads and closes it; stream ``job2`` reads another
+    file without open lines and writes an output front to back (so every target can take it)."""
+    s = span / 6
+    rows = [(0.0, "job1", "open", "/data/run1/a.root"),
+            (s, "job1", "read", "/data/run1/a.root", 0, 65536),
+            (2 * s, "job1", "readv", "/data/run1/a.root", 100_000, 4096, "v1"),
+            (2 * s, "job1", "readv", "/data/run1/a.root", 300_000, 8192, "v1"),
+            (2 * s, "job1", "readv", "/data/run1/a.root", 900_000, 1000, "v1"),
+            (3 * s, "job1", "readv", "/data/run1/a.root", 10, 20, "v2"),
+            (3 * s, "job1", "readv", "/data/run1/a.root", 1_048_000, 576, "v2"),
+            (4 * s, "job1", "read", "/data/run1/a.root", 500_000, 131072),
+            (5 * s, "job1", "close", "/data/run1/a.root"),
+            (0.0, "job2", "read", "/data/run1/b.root", 0, 262144),
+            (s, "job2", "read", "/data/run1/b.root", 262144, 262144),
+            (2 * s, "job2", "write", "/out/skim.root", 0, 100_000),
+            (3 * s, "job2", "write", "/out/skim.root", 100_000, 50_000),
+            (6 * s, "job2", "read", "/data/run1/b.root", 600_000, 7)]
+    return rows
+
+
+def study(tmp_path: Path, targets: dict, params: dict, clients: int = 2) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"targets": targets, "clients": [clients],
+                                    "workloads": {"rp": {"replay": params}}}))
+    return path
+
+
+def run(tmp_path: Path, targets: dict, params: dict, clients: int = 2) -> dict:
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study(tmp_path, targets, params, clients)), "--json", str(out), "--quiet",
+                 "--results", str(tmp_path / "results"), cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    return load_json(out)
+
+
+def phases(doc: dict) -> dict[str, dict]:
+    out = {}
+    for cell in doc["cells"]:
+        assert cell["status"] == "ok", cell["error"]
+        (ph,) = cell["phases"]
+        out[cell["target"]] = ph
+    return out
+
+
+def expect(trace_path: Path) -> dict:
+    t = load_trace(str(trace_path))
+    return {"read": t.bytes(READ) + t.bytes(READV), "written": t.bytes(WRITE), "elements": t.elements(READV),
+            "requests": t.requests(READV)}
+
+
+# -- a local directory ------------------------------------------------------------------------------------------
+def test_local_open_loop_bytes_lag_fidelity_and_cleanup(tmp_path, target):
+    trace = write_trace(tmp_path / "jobs.csv", two_streams())
+    want = expect(trace)
+    doc = run(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": "jobs.csv"})
+    ph = phases(doc)["local"]
+    assert (ph["bytes_read"], ph["bytes_written"]) == (want["read"], want["written"])
+    assert (ph["trace_bytes_read"], ph["trace_bytes_written"]) == (want["read"], want["written"])
+    assert ph["bytes_equal"] == 1
+    assert (ph["readv_requests"], ph["readv_elements"]) == (2, 5) == (want["requests"], want["elements"])
+    assert ph["vector"] == "split"  # POSIX has no vector read: element by element
+    assert (ph["read_count"], ph["readv_count"], ph["write_count"]) == (5, 2, 2)
+    # job2's input and output opened at their first use (no open lines), closed at the stream's end
+    assert ph["open_count"] == 3 and ph["close_count"] == 3
+    assert ph["implicit_opens"] == 2 and ph["implicit_closes"] == 2
+    assert ph["lag_p50_ms"] is not None and ph["lag_p99_ms"] >= ph["lag_p50_ms"] and ph["lag_max_ms"] >= 0
+    assert ph["trace_seconds"] == pytest.approx(0.3)
+    # open-loop: the last operation cannot start before its schedule, so the replay lasts at least the trace
+    assert ph["fidelity"] >= 1.0
+    # the read files stay in the kept key directory at their traced sizes; what the trace wrote is gone
+    kept = sorted(p for p in Path(target, "storeval-data").rglob("file-*"))
+    assert [p.stat().st_size for p in kept] == [1_048_576, 600_007]
+    assert not [p for p in leftovers(target) if "replay-w-" in p]
+    assert not list(Path(target).glob("storeval-2*"))
+
+
+def test_closed_loop_speed_and_files_are_reused(tmp_path, target):
+    trace = write_trace(tmp_path / "jobs.csv", two_streams(span=60.0))  # a minute recorded: closed-loop ignores it
+    kept_before = None
+    for mode in ("closed", "closed"):
+        doc = run(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": str(trace), "mode": mode, "speed": 4})
+        ph = phases(doc)["local"]
+        assert ph["bytes_equal"] == 1 and "lag_p99_ms" not in ph
+        assert ph["expected_seconds"] == pytest.approx(15.0)  # 60 s ÷ speed 4
+        assert ph["fidelity"] == pytest.approx(ph["seconds"] / 15.0)  # the phase's wall time ÷ 15 s
+        kept = {p: p.stat().st_mtime_ns for p in Path(target, "storeval-data").rglob("file-*")}
+        assert kept_before is None or kept == kept_before  # the second run reused the laid-out files
+        kept_before = kept
+
+
+def test_map_mode_reads_existing_data_and_refuses_a_short_file(tmp_path, target):
+    trace = write_trace(tmp_path / "jobs.csv", two_streams())
+    data = Path(target, "mine", "run1")
+    data.mkdir(parents=True)
+    (data / "a.root").write_bytes(os.urandom(1_048_576))
+    (data / "b.root").write_bytes(os.urandom(700_000))
+    params = {"trace": "jobs.csv", "files": "map", "map": {"/data/": "mine/"}, "mode": "closed"}
+    doc = run(tmp_path, {"local": {"url": f"file://{target}"}}, params)
+    ph = phases(doc)["local"]
+    assert ph["bytes_equal"] == 1 and ph["bytes_read"] == expect(trace)["read"]
+    assert not Path(target, "storeval-data").exists()  # nothing laid out
+    assert (data / "a.root").stat().st_size == 1_048_576  # input data untouched
+    (data / "b.root").write_bytes(os.urandom(600_000))  # shorter than the trace's last read of it
+    out = tmp_path / "short.json"
+    r = storeval("run", str(study(tmp_path, {"local": {"url": f"file://{target}"}}, params)), "--json", str(out),
+                 "--quiet", "--results", str(tmp_path / "results"), cwd=tmp_path, timeout=300)
+    assert r.rc != 0
+    (cell,) = load_json(out)["cells"]
+    assert cell["status"] == "failed"
+    assert "/data/run1/b.root" in cell["error"] and "600,000" in cell["error"] and "600,007" in cell["error"]
+    assert "\n" not in cell["error"]
+
+
+def test_map_mode_refuses_a_name_no_prefix_matches(tmp_path, target):
+    write_trace(tmp_path / "jobs.csv", two_streams())
+    r = storeval("run", str(study(tmp_path, {"local": {"url": f"file://{target}"}},
+                                  {"trace": "jobs.csv", "files": "map", "map": {"/other/": "x/"}})),
+                 "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1, r.err
+    assert "/data/run1/a.root" in r.err and "map" in r.err
+
+
+def test_a_client_count_other_than_the_streams_is_refused_in_one_line(tmp_path, target):
+    write_trace(tmp_path / "jobs.csv", two_streams())
+    r = storeval("run", str(study(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": "jobs.csv"}, 3)),
+                 "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1, r.err
+    assert "2 stream(s)" in r.err and "3 client(s)" in r.err and "clients: [2]" in r.err
+    assert not (tmp_path / "results").exists() and not list(Path(target).iterdir())  # nothing ran
+    # streams: N must match too
+    r = storeval("run", str(study(tmp_path, {"local": {"url": f"file://{target}"}},
+                                  {"trace": "jobs.csv", "streams": 1}, 2)),
+                 "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1 and "streams: 1" in r.err, r.err
+
+
+def test_streams_spread_over_fewer_clients_run_as_threads(tmp_path, target):
+    trace = write_trace(tmp_path / "jobs.csv", two_streams())
+    doc = run(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": "jobs.csv", "streams": 1}, clients=1)
+    ph = phases(doc)["local"]
+    assert ph["bytes_equal"] == 1 and ph["bytes_read"] == expect(trace)["read"]
+    (stat,) = ph["client_stats"]
+    assert stat["streams"] == 2
+
+
+@pytest.mark.parametrize("content, what", [
+    (None, "cannot be read"),
+    ("t,stream,op,file,offset,length\n0,a,read,/f,0,10\n0.1,a,fly,/f,0,10\n", "line 3"),
+    ("t,stream,op,file,offset,length\n0,a,read,/f,-5,10\n", "negative"),
+])
+def test_a_missing_or_malformed_trace_is_refused_in_one_line(tmp_path, target, content, what):
+    if content is not None:
+        (tmp_path / "bad.csv").write_text(content)
+    r = storeval("run", str(study(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": "bad.csv"})),
+                 "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1, r.err
+    assert "workloads.rp" in r.err and "bad.csv" in r.err and what in r.err and "Traceback" not in r.err
+    assert not (tmp_path / "results").exists()
+
+
+def test_coarse_timestamps_are_spread_over_their_second_and_vector_reads_are_one_operation():
+    b = TraceBuilder("xrootd", "x", 1.0)
+    s, f = b.stream("conn"), b.file("/f")
+    for off in (0, 10, 20):
+        b.add(s, 5.0, READ, f, off, 10)
+    rid = b.new_request()
+    for off in (100, 200):
+        b.add(s, 5.0, READV, f, off, 5, rid)
+    b.add(s, 7.0, READ, f, 0, 1)
+    trace = b.build()
+    plan = plan_stream(trace, 0, 2.0, None)
+    # an implicit open, then 4 operations sharing second 0 at 0, 1/4, 2/4, 3/4 s — ÷ speed 2 — then second 2
+    assert plan.kinds == [0, READ, READ, READ, READV, READ, 1]
+    assert plan.due == [0, 0, 125_000_000, 250_000_000, 375_000_000, 1_000_000_000, 1_000_000_000]
+    assert plan.ranges[4] == [(100, 5), (200, 5)] and (plan.requests, plan.elements) == (1, 2)
+    assert trace_seconds(trace) == 3.0  # 0 … 2 s, plus the last second itself
+
+
+# -- the testbed's servers ----------------------------------------------------------------------------------------
+def test_minio_and_xrootd_replay_the_traces_bytes_and_vector_reads(tmp_path, testbed, testbed_targets):
+    trace = write_trace(tmp_path / "jobs.csv", two_streams())
+    want = expect(trace)
+    targets = {k: v for k, v in testbed_targets.items() if k in ("minio", "xrootd")}
+    xrd = testbed.load()["xrootd"]
+    doc = run(tmp_path, targets, {"trace": "jobs.csv"})  # lays the files out on both
+    mark = xrd.trace_mark()
+    doc = run(tmp_path, targets, {"trace": "jobs.csv"})  # reuses them: the server's log holds the replay's I/O
+    ops = xrd.trace_ops(mark)
+    by = phases(doc)
+    for name in ("minio", "xrootd"):
+        ph = by[name]
+        assert (ph["bytes_read"], ph["bytes_written"]) == (want["read"], want["written"]), name
+        assert ph["bytes_equal"] == 1 and ph["vector"] == "native"
+        assert (ph["readv_requests"], ph["readv_elements"]) == (want["requests"], want["elements"])
+        assert ph["lag_p99_ms"] is not None and ph["fidelity"] is not None
+    # S3: the elements of each vector read closer than vector_coalesce (1 MiB) are one ranged GET
+    assert by["minio"]["coalesced_requests"] == 2
+    # XRootD: the server saw every element of the vector reads, and every read and write at its offset
+    assert Counter((o, n) for op, o, n in ops if op == "readV") == Counter(
+        [(100_000, 4096), (300_000, 8192), (900_000, 1000), (10, 20), (1_048_000, 576)])
+    reads = Counter((o, n) for op, o, n in ops if op == "read")
+    for o, n in [(0, 65536), (500_000, 131072), (0, 262144), (262144, 262144), (600_000, 7)]:
+        assert reads[(o, n)] >= 1
+    writes = Counter((o, n) for op, o, n in ops if op == "write")  # beside them: the run's owner record
+    assert writes[(0, 100_000)] == 1 and writes[(100_000, 50_000)] == 1
+    # the server's log of the replay read as a trace: the vector reads are 2 requests of 3 and 2 elements
+    (log,) = xrd.trace_logs().values()
+    with open(log, "rb") as f:
+        f.seek(mark[0])
+        (tmp_path / "server.log").write_bytes(f.read())
+    seen = load_trace(str(tmp_path / "server.log"), "xrootd")
+    assert (seen.requests(READV), seen.elements(READV), seen.bytes(READV)) == (2, 5, 4096 + 8192 + 1000 + 20 + 576)
+
+
+def test_closed_loop_keeps_each_streams_order_on_xrootd(tmp_path, testbed, testbed_targets):
+    """One stream, reads in a shuffled order: the server's log has them in the trace's order."""
+    offsets = [7, 3, 9, 1, 5, 0, 8, 2, 6, 4]
+    rows = [(i * 0.001, "only", "read", "/d/f.bin", o * 10_000, 1000 + o) for i, o in enumerate(offsets)]
+    write_trace(tmp_path / "order.csv", rows)
+    xrd = testbed.load()["xrootd"]
+    targets = {"xrootd": testbed_targets["xrootd"]}
+    run(tmp_path, targets, {"trace": "order.csv", "mode": "closed"}, clients=1)
+    mark = xrd.trace_mark()
+    doc = run(tmp_path, targets, {"trace": "order.csv", "mode": "closed"}, clients=1)
+    assert phases(doc)["xrootd"]["bytes_equal"] == 1
+    seen = [(o, n) for op, o, n in xrd.trace_ops(mark) if op == "read" and (o, n) in
+            {(x * 10_000, 1000 + x) for x in offsets}]
+    assert seen == [(o * 10_000, 1000 + o) for o in offsets]
+
+
+def test_fio_v2_has_no_times_so_it_replays_closed_loop_only(tmp_path, target):
+    log = TRACES / "fio-v2-handmade-randrw.iolog"
+    trace = load_trace(str(log))
+    targets = {"local": {"url": f"file://{target}"}}
+    r = storeval("run", str(study(tmp_path, targets, {"trace": str(log)}, len(trace.streams))),
+                 "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1 and "mode: closed" in r.err, r.err
+    doc = run(tmp_path, targets, {"trace": str(log), "mode": "closed"}, clients=len(trace.streams))
+    ph = phases(doc)["local"]
+    assert (ph["bytes_read"], ph["bytes_written"]) == (trace.bytes(READ), trace.bytes(WRITE))
+    assert ph["bytes_equal"] == 1 and ph["write_count"] == trace.elements(WRITE)
+
+
+def test_a_run_storeval_recorded_replays_with_its_bytes(tmp_path, target):
+    """record: true on a bandwidth run writes a storeval trace; replaying it reads and writes those bytes again."""
+    r = storeval("run", "--target", f"file://{target}", "--workload", "bandwidth", "--clients", "2", "--set",
+                 "record=true", "--set", "file_size=1MiB", "--set", "transfer_size=64KiB", "--set",
+                 "phases=[write,read]", "--results", str(tmp_path / "rec"), "--quiet", cwd=tmp_path, timeout=300)
+    assert r.rc == 0, r.err
+    (read_trace,) = (tmp_path / "rec" / "traces").rglob("*-read.jsonl.gz")
+    (write_trace,) = (tmp_path / "rec" / "traces").rglob("*-write.jsonl.gz")
+    targets = {"local": {"url": f"file://{target}"}}
+    for path, kind in ((read_trace, READ), (write_trace, WRITE)):
+        trace = load_trace(str(path))
+        assert trace.format == "storeval" and trace.bytes(kind) == 2 << 20
+        doc = run(tmp_path, targets, {"trace": str(path)}, clients=len(trace.streams))
+        ph = phases(doc)["local"]
+        assert ph["bytes_equal"] == 1
+        assert (ph["bytes_read"], ph["bytes_written"]) == (trace.bytes(READ), trace.bytes(WRITE))
+        assert ph["lag_p99_ms"] is not None
