@@ -249,7 +249,10 @@ def _validate_value(model: type[Params], key: str, value: Any, where: str) -> An
         raise pydantic_error(e, where) from None
 
 
-def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str) -> WorkloadSpec:
+def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str,
+                    study_dir: str | None = None) -> WorkloadSpec:
+    """A workload's fixed and swept parameters and every combination, validated; ``study_dir`` (the study
+    file's directory) is the validation context relative paths in parameters are taken from (a replay's trace)."""
     model = WORKLOADS[kind].Params
     fixed: dict[str, Any] = {}
     sweeps: dict[str, list[Any]] = {}
@@ -270,7 +273,7 @@ def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str) -> Wo
     for values in itertools.product(*sweeps.values()):
         combo = dict(zip(sweeps, values))
         try:
-            params = model.model_validate({**fixed, **combo})
+            params = model.model_validate({**fixed, **combo}, context={"study_dir": study_dir})
         except ValidationError as e:
             err = pydantic_error(e, where)
             with_ = ", ".join(f"{k}={_show(v)}" for k, v in combo.items())
@@ -909,7 +912,8 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
             what = "no selected workload has this parameter" if scope is None else f"{scope} has no parameter {param}"
             raise InputError(f"--set {key}: {what} ({_suggest(param, known)})")
 
-    specs = {n: expand_workload(n, kind, params, where_of[n]) for n, (kind, params) in entries.items()}
+    study_dir = os.path.dirname(os.path.abspath(path)) if path else None
+    specs = {n: expand_workload(n, kind, params, where_of[n], study_dir) for n, (kind, params) in entries.items()}
 
     # factors and engine settings
     network = _network(raw.get("network"))

@@ -31,6 +31,8 @@ phase_timeout: 3s
               "null driver: injected failure on client 1"),
     ("exit", "client 1 exited with code 17 during write"),
     ("hang", "client 1 hung in write (no progress for the phase timeout of 3 s); all clients stopped"),
+    ("stop", "client 1 stopped during write though nothing asked it to (its workload raised ClientStopped itself); "
+             "all clients stopped"),
 ])
 def test_a_failing_client_fails_its_cell_and_the_run_goes_on(tmp_path, target, action, message):
     study = tmp_path / "study.yaml"

@@ -155,18 +155,26 @@ def test_map_mode_refuses_a_name_no_prefix_matches(tmp_path, target):
     assert "/data/run1/a.root" in r.err and "map" in r.err
 
 
-def test_a_client_count_other_than_the_streams_is_refused_in_one_line(tmp_path, target):
+def test_the_trace_sets_the_client_count_whatever_the_study_says(tmp_path, target):
+    """streams: per-client runs one client per traced stream, streams: N runs N clients (Workload.fixed_clients):
+    the study's client counts, which its other workloads sweep, do not apply to a replay."""
     write_trace(tmp_path / "jobs.csv", two_streams())
-    r = storeval("run", str(study(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": "jobs.csv"}, 3)),
-                 "--results", str(tmp_path / "results"), cwd=tmp_path)
+    doc = run(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": "jobs.csv"}, clients=3)
+    assert [(c["clients"], c["status"]) for c in doc["cells"]] == [(2, "ok")]
+    doc = run(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": "jobs.csv", "streams": 1}, clients=2)
+    assert [(c["clients"], c["status"]) for c in doc["cells"]] == [(1, "ok")]
+
+
+def test_a_replay_with_client_groups_is_refused_in_one_line(tmp_path, target):
+    write_trace(tmp_path / "jobs.csv", two_streams())
+    path = tmp_path / "groups.yaml"
+    path.write_text(yaml.safe_dump({"targets": {"local": {"url": f"file://{target}"}},
+                                    "clients": {"a": {"count": [1]}, "b": {"count": [1]}},
+                                    "workloads": {"replay": {"replay": {"trace": "jobs.csv"}}}}))
+    r = storeval("run", str(path), "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert r.rc == 2 and len(r.err_lines) == 1, r.err
-    assert "2 stream(s)" in r.err and "3 client(s)" in r.err and "clients: [2]" in r.err
+    assert "fix the number of clients (2)" in r.err and "client groups" in r.err
     assert not (tmp_path / "results").exists() and not list(Path(target).iterdir())  # nothing ran
-    # streams: N must match too
-    r = storeval("run", str(study(tmp_path, {"local": {"url": f"file://{target}"}},
-                                  {"trace": "jobs.csv", "streams": 1}, 2)),
-                 "--results", str(tmp_path / "results"), cwd=tmp_path)
-    assert r.rc == 2 and len(r.err_lines) == 1 and "streams: 1" in r.err, r.err
 
 
 def test_streams_spread_over_fewer_clients_run_as_threads(tmp_path, target):

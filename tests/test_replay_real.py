@@ -140,7 +140,7 @@ def test_the_ready_seed003_replay_study(tmp_path):
     """studies/seed003-replay.yaml brings up XRootD and MinIO itself and replays the committed uproot trace on both."""
     out = tmp_path / "out.json"
     r = storeval("run", str(STUDIES / "seed003-replay.yaml"), "--json", str(out), "--quiet", "--results",
-                 str(tmp_path / "results"), cwd=STUDIES, timeout=1200)
+                 str(tmp_path / "results"), cwd=tmp_path, timeout=1200)
     assert r.rc == 0, r.err[-3000:]
     doc = load_json(out)
     trace = load_trace(str(STUDIES / "traces" / "seed003-uproot-skim.log"))

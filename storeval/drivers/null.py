@@ -3,7 +3,7 @@
 Like IOR's DUMMY backend and fio's null engine it measures storeval's own cost
 per operation (the ceiling of what the tool can report) and lets the engine be
 tested without storage. The ``misbehave`` option makes one client (or every
-client) fail, hang, die or pause after a number of operations, which is how the
+client) fail, hang, die, pause or stop unasked after a number of operations, which is how the
 engine's failure handling and stall detection are tested. The ``rate`` option makes
 it a target of known speed: each client's transfers are paced with sleeps to at
 most that many bytes per second, so a change of speed made on purpose is known
@@ -20,13 +20,14 @@ from typing import Literal
 from ..fields import Duration, Rate
 from pydantic import field_validator
 
+from ..core.stop import ClientStopped
 from .base import Capabilities, Driver, DriverOptions, Handle, IOFunc, NativeIO, StatResult
 
 
 class Misbehave(DriverOptions):
     client: int | Literal["all"] = 0  # which client misbehaves ("all": every client, each on its own count)
     after_ops: int = 0
-    action: Literal["raise", "hang", "exit", "pause"] = "raise"
+    action: Literal["raise", "hang", "exit", "pause", "stop"] = "raise"  # stop: ClientStopped, though nothing asked
     seconds: Duration = 3.0  # how long ``pause`` stops (once, like a server that freezes and comes back)
 
 
@@ -94,6 +95,8 @@ class NullDriver(Driver):
                 raise OSError(5, f"null driver: injected failure on client {self.client}")
             if fault.action == "exit":
                 os._exit(17)
+            if fault.action == "stop":
+                raise ClientStopped()
             if fault.action == "pause":
                 self._fault = None
                 time.sleep(fault.seconds)

@@ -102,6 +102,7 @@ class Watch:
         self.partials: list[PhaseRecord] = []
         self.finished: set[int] = set()
         self.reported: set[int] = set()  # ranks that sent done/error/stopped
+        self.unasked: dict[int, tuple[tuple[str, int] | None, float]] = {}  # stopped while nothing stopped them
         self.status = "ok"
         self.error: str | None = None
         self.failed_step: tuple[str, int] | None = None
@@ -153,6 +154,9 @@ class Watch:
             self.reported.add(rank)
             if len(msg) > 3 and self.status == "ok":  # stopped by a signal from outside storeval
                 self.stopped_from_outside(rank, msg[3])
+            elif self.status == "ok":  # a peer's failure (its error may still be on its way) or the workload itself
+                self.unasked.setdefault(rank, (self.step_of(self.progress[PROGRESS_SLOTS * rank + P_DONE]),
+                                               time.monotonic()))
         elif kind == "done":
             self.reported.add(rank)
             self.finished.add(rank)
@@ -209,9 +213,21 @@ class Watch:
                     self.watcher.progress(step[0], step[1], done_bytes, done_ops)
             self._check_exits(out)
             if self.status == "ok":
+                self._check_unasked()
+            if self.status == "ok":
                 self._check_required()
             if self.status == "ok":
                 self._check_hung()
+
+    def _check_unasked(self) -> None:
+        """A client that stopped though storeval asked nothing of it and no peer's error followed within the grace:
+        its peers wait at a barrier it will never reach (the hang watch excuses waiting clients), so the cell fails
+        now, naming it."""
+        for rank, (step, since) in self.unasked.items():
+            if time.monotonic() - since >= GRACE_SECONDS:
+                self.fail("failed", step, f"client {rank} stopped during {self.label(step)} though nothing asked it "
+                                          "to (its workload raised ClientStopped itself); all clients stopped")
+                return
 
     def _check_required(self) -> None:
         """A process the cell's path depends on (an emulated link's relay) that ended fails the cell at once: its

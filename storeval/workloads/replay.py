@@ -2,8 +2,9 @@
 
 Input is a trace (``storeval.traces``: the XRootD server's fsio log, fio's iolog, storeval's CSV/JSONL, what
 ``record: true`` wrote). Each traced stream (a connection, a file handle, a job) is a thread of one client:
-``streams: per-client`` gives every stream its own client (the cell's client count must be the trace's stream
-count), ``streams: N`` spreads them round-robin over N clients.
+``streams: per-client`` gives every stream its own client, ``streams: N`` spreads them round-robin over N
+clients: the replay fixes its cells' client count (``Workload.fixed_clients``), whatever client counts the
+study sweeps for its other workloads.
 
 * **open-loop** (``mode: open``): each operation is issued at its recorded time ÷ ``speed`` after the phase's
   start (the barrier every client leaves together); the start lag (actual − scheduled start) goes into a
@@ -28,8 +29,8 @@ so client 0 lays it out there first (untimed) at the size the reads need. Across
 times order operations (open-loop): a write one stream made before another stream's read is not waited for.
 
 Where the checks sit: the trace is parsed when the study is validated (a missing or malformed trace is one line
-with its YAML path, exit 2); ``needs`` — which preflight asks for every cell before anything runs — refuses a
-cell whose client count does not fit the trace's streams; mapped files are checked on the target by the
+with its YAML path, exit 2); the plan runs every cell at the client count the trace fixes (``needs``, which
+preflight asks for every cell before anything runs, still refuses a cell whose count does not fit); mapped files are checked on the target by the
 coordinator before the cell (``prepare_target``) and again by each client before the timed phase.
 
 A trace without open lines opens a file at its stream's first use of it and closes it at the stream's end (the
@@ -445,6 +446,10 @@ class Replay(Workload):
         return ", ".join(text for keys, text in parts if text and not keys & exclude)
 
     # -- coordinator side --------------------------------------------------------------------------------
+    def fixed_clients(self) -> int | None:
+        """One client per traced stream, or the N of ``streams: N``."""
+        return self.p.clients_for()
+
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
         f = self.p.facts()
         return f.bytes_read + f.bytes_written, f.trace.operations()
