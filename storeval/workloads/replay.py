@@ -62,6 +62,7 @@ from ..units import format_size
 from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Workload, summary_text
 from .kernel import run_parallel
 from .payload import SECTOR, Payload, aligned_buffer
+from .rootfiles import read_manifest
 
 SCHEMA_VERSION = 1
 DATA_DIR = "storeval-data"
@@ -487,7 +488,7 @@ class Replay(Workload):
             return
         directory = p.data_dir(driver.layout())
         sizes = {i: _layout_size(trace, f, i) for i in wanted}
-        manifest = None if regenerate else _read_json(driver, join(directory, "manifest.json"))
+        manifest = None if regenerate else read_manifest(driver, directory)
         present: dict[str, int] = {}
         if manifest is not None and manifest.get("schema") == SCHEMA_VERSION:
             present = {e["name"]: e["bytes"] for e in manifest.get("files", [])}
@@ -868,19 +869,6 @@ def _write_file(driver: Driver, path: str, size: int, index: int, seed: int) -> 
         driver.fsync(h)
     finally:
         driver.close(h)
-
-
-def _read_json(driver: Driver, path: str) -> dict[str, Any] | None:
-    try:
-        size = driver.stat(path).size
-    except FileNotFoundError:
-        return None
-    buf = bytearray(size)
-    n = driver.get_into(path, buf)
-    try:
-        return json.loads(bytes(buf[:n]))
-    except ValueError:
-        return None
 
 
 def _put_json(driver: Driver, path: str, data: dict[str, Any]) -> None:

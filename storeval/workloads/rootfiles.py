@@ -180,7 +180,12 @@ def write_file(path: str, g: GenParams, index: int) -> dict[str, Any]:
 
 
 def read_manifest(driver: Driver, directory: str) -> dict[str, Any] | None:
-    path = join(directory, "manifest.json")
+    """The manifest of a kept data directory (None when there is none or it does not parse)."""
+    return read_json(driver, join(directory, "manifest.json"))
+
+
+def read_json(driver: Driver, path: str) -> dict[str, Any] | None:
+    """A small JSON file on the target (None when there is none or it does not parse)."""
     try:
         size = driver.stat(path).size
     except FileNotFoundError:
