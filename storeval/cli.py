@@ -483,7 +483,7 @@ def workloads() -> None:
         table.add_column("parameter")
         table.add_column("default")
         for name, info in cls.Params.model_fields.items():
-            default = info.default
+            default = "(required)" if info.is_required() else info.default
             if is_size_param(cls.Params, name) and isinstance(default, int):
                 default = format_size_compact(default)
             table.add_row(name, str(default))
