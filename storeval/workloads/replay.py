@@ -47,12 +47,12 @@ import os
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
-from ..core.oplog import PhaseRecorder
+from ..core.oplog import P_BEAT, PhaseRecorder
 from ..drivers.base import Capabilities, Driver, join
 from ..errors import InputError
 from ..histogram import Histogram
@@ -69,6 +69,10 @@ DATA_DIR = "storeval-data"
 LAYOUT_CHUNK = 8 << 20  # files are laid out in pieces of this size
 PER_OP_BYTES = 64  # what one prepared operation costs a client (its entries in the per-stream lists)
 WRITTEN_PREFIX = "replay-w-"  # files the trace writes, under the cell's directory
+MIN_SPEED, MAX_SPEED = 1e-3, 1e6  # speed factors a schedule may take
+MAX_REPLAY_SECONDS = 7 * 86400  # an open-loop replay (trace duration ÷ speed) longer than this is refused
+MAX_STREAMS = 100_000
+BEAT_NS = 1_000_000_000  # a stream waiting for its scheduled start sleeps in slices of this, beating between
 
 
 # -- the trace, loaded once per process ---------------------------------------------------------------------
@@ -152,12 +156,39 @@ class ReplayParams(Params):
     trace: str  # the trace file (relative: from the study file's directory where the study says it, else the cwd)
     format: Literal["auto", "xrootd", "fio", "csv", "jsonl", "storeval"] = "auto"
     mode: Literal["open", "closed"] = "open"  # open: at the recorded times ÷ speed; closed: as fast as possible
-    speed: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    speed: float = 1.0  # MIN_SPEED … MAX_SPEED (checked in _speed: one line)
     files: Literal["create", "map"] = "create"
     map: dict[str, str] = {}  # with files: map — trace name prefix -> target path prefix
-    streams: Literal["per-client"] | Annotated[int, Field(ge=1, le=100_000)] = "per-client"
-    vector: Literal["native", "split"] = "native"
+    streams: str | int = "per-client"  # per-client, or N clients (1 … MAX_STREAMS): checked in _streams
+    # native: the target's vector read of exactly the trace's ranges (an object store: one ranged GET per range,
+    # nothing merged across gaps); coalesced: as the target's driver does by default (S3: ranges closer than
+    # vector_coalesce merged into one GET, which reads the gaps too); split: element by element
+    vector: Literal["native", "coalesced", "split"] = "native"
     random_seed: int = 0
+
+    @field_validator("speed", mode="before")
+    @classmethod
+    def _speed(cls, v: Any) -> float:
+        """A number in MIN_SPEED … MAX_SPEED: beyond them the schedule is meaningless (or overflows)."""
+        try:
+            speed = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"is not a number; give speed: a factor between {MIN_SPEED:g} and "
+                             f"{MAX_SPEED:g} (1 = the recorded pace)") from None
+        if not MIN_SPEED <= speed <= MAX_SPEED:  # NaN fails this too
+            raise ValueError(f"is outside {MIN_SPEED:g} … {MAX_SPEED:g}; give speed: a factor in that range "
+                             "(1 = the recorded pace, 2 = twice as fast)")
+        return speed
+
+    @field_validator("streams", mode="before")
+    @classmethod
+    def _streams(cls, v: Any) -> str | int:
+        if v == "per-client":
+            return v
+        if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_STREAMS:
+            return v
+        raise ValueError(f"is not a client count; give streams: per-client (one client per traced stream) "
+                         f"or streams: N with N from 1 to {MAX_STREAMS:,}")
 
     @field_validator("trace")
     @classmethod
@@ -186,11 +217,28 @@ class ReplayParams(Params):
         if isinstance(self.streams, int) and self.streams > len(trace.streams):
             raise ValueError(f"streams: {self.streams} clients for a trace of {len(trace.streams)} stream(s); give "
                              f"streams: N with N at most {len(trace.streams)}, or streams: per-client")
+        if self.mode == "open":
+            seconds = trace_seconds(trace) / self.speed
+            if not seconds <= MAX_REPLAY_SECONDS:
+                raise ValueError(f"trace {self.trace} lasts {_duration(trace_seconds(trace))}: at speed "
+                                 f"{self.speed:g} the open-loop replay would take {_duration(seconds)}, more than "
+                                 f"the {_duration(MAX_REPLAY_SECONDS)} storeval schedules; raise speed, or replay it "
+                                 "with mode: closed")
         if self.files == "map":
+            for prefix, to in self.map.items():
+                if _unsafe(prefix) or _unsafe(to):
+                    raise ValueError(f"map {prefix!r}: {to!r} has a '..' segment or a NUL; map onto paths inside "
+                                     "the target (no '..')")
             for i in np.flatnonzero(facts.read_files & ~facts.written_files).tolist():
-                if self.mapped(trace.files[i].name) is None:
-                    raise ValueError(f"trace file {trace.files[i].name} matches no map prefix (add one, e.g. "
-                                     f"map: {{\"{os.path.dirname(trace.files[i].name)}/\": \"data/\"}})")
+                name = trace.files[i].name
+                path = self.mapped(name)
+                if path is None:
+                    raise ValueError(f"trace file {name} matches no map prefix (add one, e.g. "
+                                     f"map: {{\"{os.path.dirname(name)}/\": \"data/\"}})")
+                if _unsafe(path):
+                    raise ValueError(f"trace file {name!r} maps to {path!r}, which has a '..' segment or a NUL and "
+                                     "could read outside the target; replay this trace with files: create, or map "
+                                     "a prefix that covers the '..'")
         return self
 
     def facts(self) -> Facts:
@@ -231,6 +279,19 @@ class ReplayParams(Params):
         """The kept key directory of files: create on a target with this ``Driver.layout()``."""
         blob = {"files": self.facts().key, "schema": SCHEMA_VERSION, **({"layout": layout} if layout else {})}
         return join(DATA_DIR, "replay-" + hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12])
+
+
+def _unsafe(path: str) -> bool:
+    """A path that could leave the target's root: a '..' segment, or a NUL."""
+    return "\0" in path or ".." in path.replace("\\", "/").split("/")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:.3g} days"
 
 
 # -- per-stream operations, prepared before the timed region ------------------------------------------------
@@ -280,7 +341,8 @@ def plan_stream(trace: Trace, index: int, speed: float, coalesce: int | None) ->
         size = np.diff(np.append(first, len(t)))
         pos = np.arange(len(t)) - first[group]
         t = t + pos * (res / size[group])
-    due = (t / speed * 1e9).astype(np.int64).tolist()
+    with np.errstate(over="ignore"):  # closed-loop ignores the schedule; open-loop's is bounded at validation
+        due = np.minimum(t / speed * 1e9, float(1 << 62)).astype(np.int64).tolist()
     k_s, f_s = kind[starts].tolist(), o["file"][starts].tolist()
     off_s, len_s = o["offset"][starts].tolist(), o["length"][starts].tolist()
     writes = {int(f) for f in np.unique(o["file"][kind == WRITE]).tolist()}
@@ -652,6 +714,7 @@ class Replay(Workload):
         writers: dict[int, Any] = {}
         handles: dict[int, Any] = {}
         nread = nwritten = 0
+        progress, beat = logs[0].progress, logs[0].slot + P_BEAT
         i = 0
         try:
             for i in range(len(kinds)):
@@ -662,7 +725,10 @@ class Replay(Workload):
                     due = t0 + dues[i]
                     now = pc()
                     if now < due:
-                        sleep((due - now) * 1e-9)
+                        if due - now <= BEAT_NS:
+                            sleep((due - now) * 1e-9)
+                        else:  # an idle gap of the trace: waiting for it is not a hang
+                            _wait_beating(due, progress, beat)
                     start = pc()
                     lag[i] = start - due
                 else:
@@ -797,6 +863,16 @@ class Replay(Workload):
                 f"{out['trace_bytes_read']:,} and wrote {out['trace_bytes_written']:,} (short reads: a file smaller "
                 "than the trace's reads, or an operation that failed)")}]
         return out
+
+
+def _wait_beating(due: int, progress: Any, beat: int) -> None:
+    """Sleep until ``due`` (perf_counter ns) in slices of at most BEAT_NS, keeping the client's heartbeat (the
+    progress slot the engine's hang detection reads) between them: a scheduled wait is not a hung client."""
+    pc = time.perf_counter_ns
+    while (left := due - pc()) > 0:
+        time.sleep(min(left, BEAT_NS) * 1e-9)
+        if progress is not None:
+            progress[beat] = time.monotonic_ns()
 
 
 def trace_seconds(trace: Trace) -> float:
