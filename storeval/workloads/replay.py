@@ -16,8 +16,10 @@ study sweeps for its other workloads.
 
 The rows of one vector read (one request id) are one ``driver.preadv(handle, ranges)`` where the target has a
 vector read (``caps.vector_read``) and ``vector: native``; otherwise element by element (``split``). What each
-target did is in the output: XRootD sends kXR_readv, S3 fetches the ranges with obstore's ``get_ranges``
-(ranges closer than the target's ``vector_coalesce`` merged into one GET), POSIX reads element by element.
+target did is in the output: XRootD sends kXR_readv, S3 fetches exactly the trace's ranges with obstore's
+``get_ranges`` (``coalesce=0``: one ranged GET per range, so the server reads the trace's bytes; ``vector:
+coalesced`` merges ranges closer than the target's ``vector_coalesce`` into one GET, reading the gaps too — the
+``moved ×`` column and the ``replay-moved`` flag say so), POSIX reads element by element.
 
 Files: ``files: create`` lays out every file the trace reads at its traced size under a kept key directory
 (``storeval-data/replay-<key>/``, the key covers the files' names and sizes and the target's layout; untimed,
@@ -41,7 +43,9 @@ allocation is what a driver's vector read returns.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -72,6 +76,7 @@ WRITTEN_PREFIX = "replay-w-"  # files the trace writes, under the cell's directo
 MIN_SPEED, MAX_SPEED = 1e-3, 1e6  # speed factors a schedule may take
 MAX_REPLAY_SECONDS = 7 * 86400  # an open-loop replay (trace duration ÷ speed) longer than this is refused
 MAX_STREAMS = 100_000
+MOVED_TOLERANCE = 0.05  # a target that moved more than the trace's bytes by this much is flagged (replay-moved)
 BEAT_NS = 1_000_000_000  # a stream waiting for its scheduled start sleeps in slices of this, beating between
 
 
@@ -406,6 +411,28 @@ def plan_stream(trace: Trace, index: int, speed: float, coalesce: int | None) ->
     return plan
 
 
+def vector_read(driver: Driver, vector: str) -> tuple[bool, int | None, Any]:
+    """How a stream's vector reads go to ``driver``: (as one request?, the gap below which an object store merges
+    ranges into one GET — None where it merges none —, the call). ``native`` on an object store fetches exactly
+    the trace's ranges (``preadv(..., coalesce=0)``: one ranged GET each, nothing read between them);
+    ``coalesced`` lets it merge as its ``vector_coalesce`` says; a driver whose ``preadv`` cannot be told not to
+    merge replays ``native`` element by element (the trace's bytes, one request per element)."""
+    if vector == "split" or not driver.caps.vector_read:
+        return False, None, None
+    gap = getattr(driver.options, "vector_coalesce", None)
+    if gap is None:  # XRootD's readv, POSIX preadv: the ranges as given
+        return True, None, driver.preadv
+    if vector == "coalesced":
+        return True, int(gap), driver.preadv
+    try:
+        takes = "coalesce" in inspect.signature(driver.preadv).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        return False, None, None
+    return True, 0, functools.partial(driver.preadv, coalesce=0)
+
+
 def _coalesced(ranges: list[tuple[int, int]], gap: int) -> int:
     """Ranged GETs after ranges closer than ``gap`` bytes are merged (what obstore's get_ranges sends)."""
     count, end = 0, None
@@ -437,7 +464,9 @@ def _readv_text(r: Any) -> str:
     how = "native" if native is not None and native.mean == 1 else "split"
     gets = r.extras.get("coalesced_requests")
     if gets is not None and how == "native":
-        how += f", {summary_text(gets)} GETs"
+        gap = r.extras.get("vector_coalesce")
+        merged = f" (coalesced {format_size(gap.mean)})" if gap is not None and gap.mean else ""
+        how += f", {summary_text(gets)} GETs{merged}"
     return f"{_pair(r, 'readv_requests', 'readv_elements')} ({how})"
 
 
@@ -452,7 +481,11 @@ def _bytes_text(r: Any) -> str:
     equal = r.extras.get("bytes_equal")
     if equal is None:
         return "–"
-    return "equal" if equal.mean == 1 else "DIFFERENT"
+    text = "equal" if equal.mean == 1 else "DIFFERENT"
+    moved = r.extras.get("moved_vs_trace")
+    if moved is not None and moved.mean > 1 + MOVED_TOLERANCE:  # what the client got is not what the server did
+        text += f"; target moved {moved.mean:.2f}×"
+    return text
 
 
 class Replay(Workload):
@@ -481,8 +514,12 @@ class Replay(Workload):
                       "timestamp (XRootD logs: 1 s) are scheduled evenly over that interval. fidelity = replay wall "
                       "time / (trace duration ÷ speed), the trace's duration being first to last recorded start (plus "
                       "one resolution interval for coarse timestamps). readv req/elem: vector reads and their elements "
-                      "replayed ('vector' says whether as one request — XRootD kXR_readv, S3 get_ranges with close "
-                      "ranges coalesced into one GET — or split element by element, as POSIX does)."),
+                      "replayed ('vector' says whether as one request — XRootD kXR_readv, S3 get_ranges with one "
+                      "ranged GET per range (vector: native; vector: coalesced merges ranges closer than the target's "
+                      "vector_coalesce, and the GETs column counts the merged GETs) — or split element by element, "
+                      "as POSIX does). moved ×: bytes the target moved (server counters where the target has them, "
+                      "else the device or interface: 'bytes moved counted at') / the phase's bytes; flag "
+                      "replay-moved when the target moved more than 5% beyond the trace's bytes."),
         read=Best(lambda r: r.extras.get("read_MBps"), ("replay",), scale=1e6 / 2**20),
         write=Best(lambda r: r.extras.get("write_MBps"), ("replay",), scale=1e6 / 2**20),
         rate=Best(lambda r: r.ops_per_s, ("replay",), unit="ops/s"),
@@ -493,7 +530,7 @@ class Replay(Workload):
         charts=tuple(Chart(label, Figure(key), y=label) for key, label in (
             ("MBps", "MB/s"), ("lag_p99_ms", "open-loop start lag p99 (ms)"),
             ("fidelity", "fidelity (replay time / recorded time)"), ("readv_p99_ms", "vector read p99 (ms)"))),
-        section="Replay", section_table=True, amplification=False)
+        section="Replay", section_table=True, amplification=True)
     p: ReplayParams
 
     @classmethod
@@ -604,9 +641,13 @@ class Replay(Workload):
             total = sum(_layout_size(f.trace, f, i) for i in wanted)
             kept = Need(total, f"{len(wanted)} file(s) the trace reads", "replay a trace that reads less, or files: map")
             kept_dir = p.data_dir({})
+        # the trace fixes the client count: too many clients is lowered by streams: N, not --clients
+        fewer = (f"set streams: N below {nclients:,} — the trace's {len(f.trace.streams):,} streams spread over N "
+                 "clients as threads; --clients does not change a replay's client count")
         return Needs(memory=memory, scratch=scratch, entries=len(written) + 1, kept=kept, kept_dir=kept_dir,
                      largest_buffer=biggest, extent=int(max(f.extent.max(initial=0), f.written_extent.max(initial=0))),
-                     threads=per_client)
+                     threads=per_client, **({"clients_fix": fewer} if "clients_fix" in Needs.__dataclass_fields__
+                                            else {}))
 
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         for i in np.flatnonzero(self.p.facts().written_files).tolist():
@@ -618,8 +659,7 @@ class Replay(Workload):
         p.check_clients(c.nclients)
         f = p.facts()
         trace = f.trace
-        native = p.vector == "native" and c.driver.caps.vector_read
-        coalesce = getattr(c.driver.options, "vector_coalesce", None) if native else None
+        native, coalesce, preadv = vector_read(c.driver, p.vector)
         plans = [plan_stream(trace, i, p.speed, coalesce) for i in p.my_streams(c.rank, c.nclients)]
         directory = p.data_dir(c.driver.layout()) if p.files == "create" else None
         paths: dict[int, str] = {}
@@ -642,7 +682,7 @@ class Replay(Workload):
         if c.rank == 0:
             for fi in both:
                 _write_file(c.driver, join(c.cell_dir, _written_name(fi)), int(f.extent[fi]), fi, p.random_seed)
-        c.state.update(plans=plans, paths=paths, native=native, coalesce=coalesce,
+        c.state.update(plans=plans, paths=paths, native=native, coalesce=coalesce, preadv=preadv,
                        buffers=[_Buffers(plan, c.rank * 100_003 + plan.index, p.random_seed) for plan in plans])
 
     def before_phase(self, c: ClientContext, phase: str) -> None:
@@ -689,6 +729,7 @@ class Replay(Workload):
             "trace_bytes_written": sum(pl.trace_written for pl in plans),
             "readv_requests": sum(pl.requests for pl in plans), "readv_elements": sum(pl.elements for pl in plans),
             "coalesced": sum(pl.coalesced for pl in plans) if st["coalesce"] is not None else None,
+            "coalesce": st["coalesce"],
             "vector": "native" if st["native"] else "split", "streams": len(plans),
             "implicit_opens": sum(pl.implicit_opens for pl in plans),
             "implicit_closes": sum(pl.implicit_closes for pl in plans),
@@ -703,7 +744,7 @@ class Replay(Workload):
                 done: list, slot: int, t0: int, open_loop: bool) -> None:
         """The hot loop of one stream: wait for the scheduled start (open-loop), do the operation, time it."""
         driver, paths = c.driver, c.state["paths"]
-        native = c.state["native"]
+        native, preadv = c.state["native"], c.state["preadv"]
         pc, sleep = time.perf_counter_ns, time.sleep
         kinds, files, offsets, lengths, dues, ranges = (plan.kinds, plan.files, plan.offsets, plan.lengths,
                                                         plan.due, plan.ranges)
@@ -740,7 +781,7 @@ class Replay(Workload):
                         nread += n
                 elif k == READV:
                     if native:
-                        n = sum(map(len, driver.preadv(handles[fi], ranges[i])))
+                        n = sum(map(len, preadv(handles[fi], ranges[i])))
                     else:
                         read = readers[fi]
                         for off, ln in ranges[i]:
@@ -824,6 +865,9 @@ class Replay(Workload):
         out["vector_native"] = int(vector == ["native"])
         if any(c.get("coalesced") is not None for c in clients):
             out["coalesced_requests"] = total("coalesced")
+        gaps = [c["coalesce"] for c in clients if c.get("coalesce") is not None]
+        if gaps:
+            out["vector_coalesce"] = max(gaps)
         lag_all = Histogram()
         open_loop = any(c.get("mode") == "open" for c in clients)
         for name in KINDS:
@@ -857,11 +901,20 @@ class Replay(Workload):
                          "have: files opened at their first use in a stream and closed at its end")
         if notes:
             out["notes"] = notes
+        flags = out.setdefault("flags", [])
+        asked = out["trace_bytes_read"] or out["trace_bytes_written"]  # moved is known for read- or write-only
+        if moved is not None and asked:
+            out["moved_bytes"] = moved
+            out["moved_vs_trace"] = moved / asked
+            if moved > asked * (1 + MOVED_TOLERANCE):
+                flags.append({"code": "replay-moved", "message": _moved_text(out, moved, asked)})
         if not out["bytes_equal"]:
-            out["flags"] = [{"code": "replay-bytes", "message": (
+            flags.append({"code": "replay-bytes", "message": (
                 f"the replay read {read:,} and wrote {written:,} bytes; the trace's streams read "
                 f"{out['trace_bytes_read']:,} and wrote {out['trace_bytes_written']:,} (short reads: a file smaller "
-                "than the trace's reads, or an operation that failed)")}]
+                "than the trace's reads, or an operation that failed)")})
+        if not flags:
+            del out["flags"]
         return out
 
 
@@ -873,6 +926,19 @@ def _wait_beating(due: int, progress: Any, beat: int) -> None:
         time.sleep(min(left, BEAT_NS) * 1e-9)
         if progress is not None:
             progress[beat] = time.monotonic_ns()
+
+
+def _moved_text(out: dict[str, Any], moved: float, asked: int) -> str:
+    """Why the target moved more than the trace's bytes, and what to do about it."""
+    head = (f"the target moved {moved:,.0f} bytes for the trace's {asked:,} ({moved / asked:.2f}×): the replay did "
+            "not make the server do what the original did")
+    gap, gets = out.get("vector_coalesce"), out.get("coalesced_requests")
+    if gap and gets is not None and gets < out["readv_elements"]:
+        return (f"{head} — its {out['readv_elements']:,} vector-read ranges went as {gets:,} coalesced ranged GETs "
+                f"(vector: coalesced, the target's vector_coalesce {format_size(gap)}), which read the gaps between "
+                "them too; replay with vector: native (one GET per range) or vector: split")
+    return (f"{head} — read-ahead or a block larger than the trace's reads on the target, or other traffic in the "
+            "counted source (see 'bytes moved counted at')")
 
 
 def trace_seconds(trace: Trace) -> float:
