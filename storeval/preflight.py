@@ -272,7 +272,7 @@ class Preflight:
         # memory: a process per local client and its buffers; under MPI the ranks' processes exist already
         per = needs.client_bytes if self.spawns else needs.client_bytes - needs.process_bytes
         total = here * per + needs.leader_bytes
-        shares = [(here * needs.process_bytes if self.spawns else 0, "", CLIENTS_FIX)]
+        shares = [(here * needs.process_bytes if self.spawns else 0, "", needs.clients_fix or CLIENTS_FIX)]
         shares += [(here * m.bytes, m.what, m.fix) for m in needs.memory]
         shares += [(m.bytes, f"{m.what} in client 0", m.fix) for m in needs.leader]
         _, mostly, fix = max(shares, key=lambda s: s[0])
@@ -305,6 +305,7 @@ class Preflight:
 
     def _process_problems(self, cell: Any, needs: Any) -> list[Problem]:
         h, out = self.host, []
+        fix = needs.clients_fix or CLIENTS_FIX
         n = cell.clients
         engine = ENGINE_TASKS + (1 if self.study.probe_interval > 0 else 0)
         tasks = n * (TASKS_PER_CLIENT + (needs.threads if needs.threads > 1 else 0)) + engine
@@ -313,18 +314,18 @@ class Preflight:
             if limit is not None and h.tasks + tasks > limit:
                 out.append(Problem(name, True, (h.tasks + tasks) / limit,
                                    f"{head}; this system runs at most {limit:,} tasks at once ({name}) and "
-                                   f"{h.tasks:,} are running", CLIENTS_FIX))
+                                   f"{h.tasks:,} are running", fix))
         if h.nproc_limit is not None and h.user_tasks + tasks > h.nproc_limit:
             out.append(Problem("nproc", True, (h.user_tasks + tasks) / h.nproc_limit,
                                f"{head}; your limit is {h.nproc_limit:,} processes and threads (ulimit -u) and "
-                               f"{h.user_tasks:,} are running", CLIENTS_FIX + ", or raise ulimit -u"))
+                               f"{h.user_tasks:,} are running", fix + ", or raise ulimit -u"))
         files = FILES_PER_CLIENT * n + FILES_BASE
         self.open_files = max(self.open_files, files)
         if h.nofile_hard is not None and files > h.nofile_hard:
             out.append(Problem("open-files", True, files / h.nofile_hard,
                                f"{_cell(cell)} needs about {files:,} open files in storeval's coordinator "
                                f"({FILES_PER_CLIENT} per client process); the limit is {h.nofile_hard:,} (ulimit -Hn)",
-                               CLIENTS_FIX))
+                               fix))
         return out
 
     # -- per file system -----------------------------------------------------------------------------------

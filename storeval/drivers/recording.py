@@ -129,13 +129,13 @@ class RecordingDriver:
             self._row(WRITE, f, offset, len(buf), s)
         return self.inner.pwrite(h, buf, offset)
 
-    def preadv(self, h: Handle, ranges: Any) -> list:
+    def preadv(self, h: Handle, ranges: Any, coalesce: int | None = None) -> list:
         if self._on:
             f, s = self._where(h)
             t, request = self._clock(), next(self._requests)
             for offset, length in ranges:
                 self._row(READV, f, offset, length, s, request, t)
-        return self.inner.preadv(h, ranges)
+        return self.inner.preadv(h, ranges) if coalesce is None else self.inner.preadv(h, ranges, coalesce=coalesce)
 
     def reader(self, h: Handle, into_buffer: bool = True) -> Any:
         inner = self.inner.reader(h, into_buffer)

@@ -331,12 +331,14 @@ class S3Driver(Driver):
         h.writer, h.pos = fresh.writer, 0
         return 0
 
-    def preadv(self, h: Handle, ranges) -> list:
+    def preadv(self, h: Handle, ranges, coalesce: int | None = None) -> list:
+        """Parallel ranged GETs of ``ranges``; those closer than ``coalesce`` bytes (default: the target's
+        ``vector_coalesce``; 0: none across a gap) are merged into one GET, which reads the gap too."""
         if not ranges:
             return []
         try:
             return obstore.get_ranges(self.store, h.path, starts=[o for o, _ in ranges], lengths=[n for _, n in ranges],
-                                      coalesce=self.options.vector_coalesce)
+                                      coalesce=self.options.vector_coalesce if coalesce is None else coalesce)
         except ERRORS as e:
             raise self._error(e, "vector read", h.path) from None
 

@@ -51,6 +51,9 @@ class Needs:
     extent: int = 0  # the largest file (or offset) a client writes or reads
     threads: int = 1  # threads per client process that do I/O
     process_bytes: int = CLIENT_PROCESS_BYTES  # a bare client process of this workload
+    # what lowers the client count when it is too many (default: preflight's "lower --clients …"); a workload
+    # whose count is fixed by its input (replay's streams) names its own setting
+    clients_fix: str = ""
 
     @property
     def client_bytes(self) -> int:

@@ -646,8 +646,7 @@ class Replay(Workload):
                  "clients as threads; --clients does not change a replay's client count")
         return Needs(memory=memory, scratch=scratch, entries=len(written) + 1, kept=kept, kept_dir=kept_dir,
                      largest_buffer=biggest, extent=int(max(f.extent.max(initial=0), f.written_extent.max(initial=0))),
-                     threads=per_client, **({"clients_fix": fewer} if "clients_fix" in Needs.__dataclass_fields__
-                                            else {}))
+                     threads=per_client, clients_fix=fewer)
 
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         for i in np.flatnonzero(self.p.facts().written_files).tolist():
