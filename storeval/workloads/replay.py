@@ -57,6 +57,7 @@ import numpy as np
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from ..core.oplog import P_BEAT, PhaseRecorder
+from ..core.records import GAP_NS
 from ..drivers.base import Capabilities, Driver, join
 from ..errors import InputError
 from ..histogram import Histogram
@@ -77,6 +78,7 @@ MIN_SPEED, MAX_SPEED = 1e-3, 1e6  # speed factors a schedule may take
 MAX_REPLAY_SECONDS = 7 * 86400  # an open-loop replay (trace duration ÷ speed) longer than this is refused
 MAX_STREAMS = 100_000
 MOVED_TOLERANCE = 0.05  # a target that moved more than the trace's bytes by this much is flagged (replay-moved)
+IDLE_NS = GAP_NS // 2  # a scheduled wait this long is the trace's idle time, never a pause of the target
 BEAT_NS = 1_000_000_000  # a stream waiting for its scheduled start sleeps in slices of this, beating between
 
 
@@ -769,6 +771,9 @@ class Replay(Workload):
                             sleep((due - now) * 1e-9)
                         else:  # an idle gap of the trace: waiting for it is not a hang
                             _wait_beating(due, progress, beat)
+                        if due - now >= IDLE_NS:  # nor a stall of the target: the pause counts from the due time
+                            for row in logs:
+                                row.worked(due)
                     start = pc()
                     lag[i] = start - due
                 else:
