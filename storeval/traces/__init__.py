@@ -24,7 +24,7 @@ from .model import (CLOSE, KINDS, MAX_SPAN, OP_DTYPE, OPEN, READ, READV, WRITE, 
 
 FORMATS = ("xrootd", "fio", "csv", "jsonl", "storeval")
 _PROBE_LINES = 200
-_PROBE_CHARS = 1 << 20  # detection reads at most this much of a trace's head
+_PROBE_CHARS = 256 << 10  # detection reads at most this much of a trace's head
 MAX_LINE = 64 * 1024  # characters in one line of a trace
 MAX_INT = 2**63 - 1  # offsets, lengths and sizes are int64, and so is offset + length
 MAX_TIME = 1e15  # |t| of any one row (seconds, any origin: Unix times are 1.7e9)
@@ -159,7 +159,7 @@ def detect(path: str) -> str:
     if not lines:
         if ended:
             raise bad(path, None, "is empty", "give a trace with at least one operation")
-        raise bad(path, None, f"has nothing but blank lines in its first {_PROBE_CHARS >> 20} MiB",
+        raise bad(path, None, f"has nothing but blank lines in its first {_PROBE_CHARS >> 10} KiB",
                   "give a trace of operations")
     first = lines[0]
     if first.startswith("fio version"):
