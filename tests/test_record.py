@@ -8,10 +8,12 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from storeval.errors import InputError
 from storeval.traces import CLOSE, OPEN, READ, READV, WRITE, detect, load_trace
+from storeval.traces.recorded import render
 
 from .helpers import load_json, storeval
 
@@ -49,7 +51,7 @@ def test_bandwidth_write_and_read_recorded_exactly(tmp_path, target):
         assert trace.bytes(kind) == phases[phase]["bytes"] == 2 * 2 * 2**20
         assert trace.elements(kind) == phases[phase]["ops"] == 2 * 32
         assert trace.elements(OPEN) == trace.elements(CLOSE) == 2 and trace.operations() == ops == 68
-        assert sorted(s.name for s in trace.streams) == ["c0.h0", "c1.h0"]
+        assert sorted(s.name for s in trace.streams) == ["c0", "c1"]  # one stream per client
         assert len(trace.files) == 2 and all(f.size == 2 * 2**20 for f in trace.files)
         for s in trace.streams:  # in each stream: open, 32 transfers in file order, close
             assert list(s.ops["kind"][[0, -1]]) == [OPEN, CLOSE]
@@ -81,6 +83,33 @@ def test_skim_recorded_with_its_vector_reads(tmp_path, target):
     assert trace.elements(OPEN) == trace.elements(CLOSE)
 
 
+def test_one_client_with_two_files_is_one_stream_in_its_order(tmp_path, target):
+    """A replay runs each stream concurrently: the stream is the client (its handles inside it in time order),
+    not the handle, or a one-client skim of two files would replay as two clients at once."""
+    doc, said = _run(tmp_path, target, "--workload", "skim", "--clients", "1", "--set", "record=true",
+                     "--set", "files=2", "--set", "file_size=2MiB", "--set", "cluster_size=512KiB")
+    trace = load_trace(said["skim"][1])
+    (stream,) = trace.streams
+    assert stream.name == "c0" and len(trace.files) == 2
+    ops = stream.ops
+    assert np.all(np.diff(ops["t"]) >= 0) and set(ops["file"]) == {0, 1}
+    opens = np.flatnonzero(ops["kind"] == OPEN)
+    assert len(opens) == 2 and ops["file"][opens[0]] != ops["file"][opens[1]]
+
+
+def test_render_gives_a_stream_per_thread_only_where_the_recorder_says_which(tmp_path):
+    rows = np.zeros(4, [("t_ns", "i8"), ("kind", "u1"), ("file", "i4"), ("offset", "i8"), ("length", "i8"),
+                        ("request", "i8"), ("stream", "i4"), ("thread", "i4")])
+    rows["kind"], rows["t_ns"], rows["length"] = READ, [0, 1, 2, 3], 10
+    rows["stream"], rows["thread"] = [0, 1, 0, 1], [0, 1, 0, 1]
+    for threads, names in ((True, ["c3.t0", "c3.t1"]), (False, ["c3"])):
+        part = rows if threads else rows[[n for n in rows.dtype.names if n != "thread"]]
+        path = tmp_path / f"t{threads}.jsonl.gz"
+        path.write_bytes(render({"clients": 1}, [(3, 0, part, ["f"])]))
+        trace = load_trace(path)
+        assert sorted(s.name for s in trace.streams) == names and trace.bytes(READ) == 40
+
+
 def test_record_must_be_true_false_or_a_bound(tmp_path, target):
     r = storeval("run", "--target", f"file://{target}", "--workload", "bandwidth", "--set", "record=-1", cwd=tmp_path)
     assert r.rc == 2 and "record: give true (or false), or the most operations to keep" in r.err
@@ -110,6 +139,7 @@ def test_metadata_whole_file_calls_are_recorded_and_empty_phases_write_nothing(t
     created, read = load_trace(said["file-create"][1]), load_trace(said["file-read"][1])
     n = phases["file-create"]["ops"]
     assert n == 60 and phases["file-read"]["ops"] == 60
-    assert created.elements(OPEN) == created.elements(WRITE) == created.elements(CLOSE) == n == len(created.streams)
+    assert created.elements(OPEN) == created.elements(WRITE) == created.elements(CLOSE) == n
+    assert sorted(s.name for s in created.streams) == ["c0", "c1"]
     assert read.elements(READ) == n and read.bytes(READ) == phases["file-read"]["bytes"]
     assert not list((tmp_path / "storeval-results" / "traces").rglob("*file-remove*"))

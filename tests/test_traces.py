@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -443,3 +444,179 @@ def test_malformed_fio_log_is_one_line(tmp_path, text, message):
     with pytest.raises(InputError) as err:
         load_trace(_write(tmp_path, "bad.iolog", text))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# -- bounds: no input takes the machine's memory or time, and every number fits the model -------------------
+HEAD = "t,stream,op,file,offset,length\n"
+
+
+def _one_line(err: pytest.ExceptionInfo, path: Path, message: str) -> None:
+    text = str(err.value)
+    assert text.startswith(f"trace {path}") and message in text and "\n" not in text, text
+
+
+def test_a_device_or_pipe_is_refused_before_it_is_read(tmp_path):
+    with pytest.raises(InputError) as err:  # read as before, /dev/zero grew python until the OOM killer came
+        load_trace("/dev/zero")
+    _one_line(err, Path("/dev/zero"), "is not a regular file (a device, pipe or socket); give the path")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError) as err:  # opening it would wait for a writer forever
+        load_trace(fifo, "csv")
+    _one_line(err, fifo, "is not a regular file")
+    with pytest.raises(InputError) as err:
+        load_trace(tmp_path)
+    _one_line(err, tmp_path, "is a directory; give the path of a trace file")
+    with pytest.raises(InputError, match="^trace : is not a file name"):
+        load_trace("")
+
+
+@pytest.mark.parametrize("format", ["auto", "csv", "jsonl", "xrootd", "fio"])
+def test_a_line_beyond_64_kib_is_refused_with_its_number(tmp_path, format):
+    path = tmp_path / "long.csv.gz"
+    with gzip.open(path, "wb") as f:  # a small gzip of one long line (the review's: 2 MB inflating to 2 GB)
+        f.write(b"\n" + b"x" * (8 << 20))
+    with pytest.raises(InputError) as err:
+        load_trace(path, format)
+    _one_line(err, path, "line 2: is longer than 64 KiB")
+    exact = _write(tmp_path, "exact.csv", HEAD + "0,a,read,/f,0,10" + " " * (64 * 1024 - 17) + "\n")
+    assert load_trace(exact).operations() == 1  # 64 KiB with its newline is still a line
+
+
+def test_blank_lines_count_and_a_run_of_them_is_refused(tmp_path):
+    path = tmp_path / "blank.csv.gz"
+    with gzip.open(path, "wb") as f:  # the review's gzip of 2 GB of blank lines ran for minutes
+        f.write(HEAD.encode() + b"\n" * 1_000_001 + b"0,a,read,/f,0,10\n")
+    with pytest.raises(InputError) as err:
+        load_trace(path, "csv")
+    _one_line(err, path, "line 1000002: more than 1,000,000 blank lines in a row")
+    blank = tmp_path / "blank.jsonl.gz"
+    blank.write_bytes(gzip.compress(b"\n" * (2 << 20)))
+    with pytest.raises(InputError) as err:  # detection reads a bounded head
+        load_trace(blank)
+    _one_line(err, blank, "has nothing but blank lines in its first 256 KiB")
+    text = _write(tmp_path, "gaps.csv", HEAD + "\n\n\n1,a,read,/f,0,10\n\n2,a,oops,/f,0,10\n")
+    with pytest.raises(InputError) as err:  # blank lines are counted in the line numbers
+        load_trace(text)
+    _one_line(err, text, "line 7: op 'oops' is unknown")
+
+
+def test_a_gzip_that_inflates_beyond_200_times_is_refused(tmp_path):
+    path = tmp_path / "bomb.csv.gz"
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(HEAD.encode() + b"0,a,read,/f,0,10\n" * (1 << 20))  # 17 MiB of one row: ~1000 times
+    with pytest.raises(InputError) as err:
+        load_trace(path)
+    _one_line(err, path, "decompresses to more than 200 times its compressed size")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (HEAD + "0,a,read,/f,0,99999999999999999999999\n",
+     "line 2: length beyond 2^63-1 (99999999999999999999999); give length in bytes below 2^63"),
+    (HEAD + "0,a,read,/f,9223372036854775808,1\n", "line 2: offset beyond 2^63-1"),
+    (HEAD + "0,a,read,/f,9223372036854775800,100\n",
+     "line 2: offset 9223372036854775800 + length 100 is beyond 2^63-1"),
+    ("t,stream,op,file,size\n0,a,open,/f,99999999999999999999\n", "line 2: size beyond 2^63-1"),
+    (HEAD + "0,a,read,/f,0,1\n1e300,a,read,/f,0,1\n", "line 3: t 1e+300 is not a finite number of seconds"),
+    (HEAD + "0,a,read,/f,0,1\n" + "9" * 400 + ",a,read,/f,0,1\n", "line 3: t "),
+    (HEAD + "0,a,read,/f,0,1\n2e7,a,read,/f,0,1\n", "its operations span 2e+07 s, more than the 1e+07 s"),
+    (HEAD + "0,a,read,/data/x\x00y,0,1\n", r"line 2: file '/data/x\x00y' holds the control character '\x00'"),
+    (HEAD + "0,a,read,/data/x\x1b[2J,0,1\n", r"line 2: file '/data/x\x1b[2J' holds the control character"),
+    (HEAD + "0,a\x00,read,/f,0,1\n", "line 2: stream 'a\\x00' holds the control character"),
+    ("t,stream,op,file,offset,length,request\n0,a,readv,/d/a,0,1,r\n0,a,readv,/d/b,5,1,r\n",
+     "line 3: readv request r goes on to another file ('/d/b'); a vector read is on one file"),
+    (HEAD + '0,a,read,"/f\n' + "x" * 60000 + "\n" + "x" * 60000 + "\n" + "x" * 60000 + "\n",
+     "is not CSV (field larger than field limit"),
+])
+def test_numbers_names_and_requests_beyond_the_model_are_one_line(tmp_path, text, message):
+    path = _write(tmp_path, "bad.csv", text)
+    with pytest.raises(InputError) as err:
+        load_trace(path)
+    _one_line(err, path, message)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"t": 0, "stream": "a", "op": "read", "file": "/f", "offset": 0, "length": 1' + "0" * 400 + "}",
+     "line 1: length beyond 2^63-1 (100000000000000000000000000000...)"),
+    ('{"t": 0, "stream": "a", "op": "read", "file": "/f", "offset": ' + "9" * 5000 + ', "length": 1}',
+     "line 1: is not JSON storeval reads (Exceeds the limit"),
+    ('{"t": 0, "stream": "a", "op": "read", "file": ' + "[" * 30000 + "]" * 30000 + "}",
+     "line 1: is JSON nested too deep; give one flat JSON object per line"),
+    ('{"t": 0, "stream": {"a": 1}, "op": "read", "file": "/f", "offset": 0, "length": 1}',
+     'line 1: stream {"a": 1} is not a name; give stream as a string (or a number)'),
+    ('{"t": 0, "stream": "a", "op": "read", "file": ["/f"], "offset": 0, "length": 1}',
+     'line 1: file ["/f"] is not a name; give file as a string'),
+    ('{"t": 0, "stream": "a", "op": "read", "file": 7, "offset": 0, "length": 1}', "line 1: file 7 is not a name"),
+    ('{"t": 0, "stream": "a", "op": "read", "file": "/x\\u0000y", "offset": 0, "length": 1}',
+     "line 1: file '/x\\x00y' holds the control character '\\x00'"),
+    ('{"t": 1e400, "stream": "a", "op": "read", "file": "/f", "offset": 0, "length": 1}',
+     "line 1: t inf is not a finite number"),
+    ('{"t": 1' + "0" * 400 + ', "stream": "a", "op": "read", "file": "/f", "offset": 0, "length": 1}',
+     "line 1: t 1000"),
+    ('{"t": 0, "stream": "a", "op": "readv", "file": "/f", "ranges": [[9223372036854775800, 100]]}',
+     "line 1: offset 9223372036854775800 + length 100 is beyond 2^63-1"),
+])
+def test_jsonl_numbers_nesting_and_types_beyond_the_model_are_one_line(tmp_path, line, message):
+    path = _write(tmp_path, "bad.jsonl", line + "\n")
+    with pytest.raises(InputError) as err:
+        load_trace(path, "jsonl")
+    _one_line(err, path, message)
+
+
+def test_a_stream_may_be_a_number_in_jsonl(tmp_path):
+    path = _write(tmp_path, "n.jsonl", '{"t": 0, "stream": 3, "op": "read", "file": "/f", "offset": 0, "length": 1}\n')
+    assert [s.name for s in load_trace(path).streams] == ["3"]
+
+
+XR = "261126 09:00:20 1525 root.2789:22@10.14.226.105 Xrootd_Protocol: 0100 "
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("0 fh=0 read 99999999999999999999999@0", "line 2: length beyond 2^63-1 (99999999999999999999999)"),
+    ("0 fh=0 read 100@9223372036854775800", "line 2: offset 9223372036854775800 + length 100 is beyond 2^63-1"),
+    ("open rt /storeval/f?oss.asize=99999999999999999999", "line 2: oss.asize beyond 2^63-1"),
+    ("0 pgread 10@0 fn=/x\x01y", "line 2: file '/x\\x01y' holds the control character"),
+])
+def test_xrootd_numbers_and_names_beyond_the_model_are_one_line(tmp_path, body, message):
+    path = _write(tmp_path, "bad.log", XR + "open rt /storeval/f\n" + XR + body + "\n")
+    with pytest.raises(InputError) as err:
+        load_trace(path)
+    _one_line(err, path, message)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("fio version 3 iolog\n" + "9" * 30 + " /d/f open\n", "line 2: timestamp '999999999999999999999999999999' is not"),
+    ("fio version 3 iolog\n1 /d/f read 0 99999999999999999999999\n", "line 2: length beyond 2^63-1"),
+    ("fio version 3 iolog\n1 /d/f read 9223372036854775800 100\n", "line 2: offset 9223372036854775800 + length"),
+    ("fio version 2 iolog\n/d/f wait -5 0\n", "line 2: wait -5 is not between 0 and 1e21 µs"),
+    ("fio version 3 iolog\n1 /d/\x00f open\n", "line 2: file '/d/\\x00f' holds the control character"),
+])
+def test_fio_numbers_and_names_beyond_the_model_are_one_line(tmp_path, text, message):
+    path = _write(tmp_path, "bad.iolog", text)
+    with pytest.raises(InputError) as err:
+        load_trace(path)
+    _one_line(err, path, message)
+
+
+def test_a_csv_with_a_utf8_bom_is_read(tmp_path):
+    """Excel writes CSV with a byte-order mark: before, "in no format storeval knows"."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + CSV.encode())
+    assert detect(str(path)) == "csv"
+    assert load_trace(path).counts() == load_trace(_write(tmp_path, "plain.csv", CSV)).counts()
+    gz = tmp_path / "excel.csv.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert load_trace(gz).operations() == 10
+
+
+def test_bad_traces_through_the_cli_are_one_line_exit_2_and_write_nothing(tmp_path):
+    from .helpers import storeval
+    (tmp_path / "tgt").mkdir()
+    huge = _write(tmp_path, "huge.csv", HEAD + "0,a,read,/f,0,99999999999999999999999\n")
+    for trace, message in (("/dev/zero", "trace /dev/zero: is not a regular file"),
+                           (str(huge), f"trace {huge} line 2: length beyond 2^63-1")):
+        r = storeval("run", "--target", f"file://{tmp_path / 'tgt'}", "--workload", "replay", "--set",
+                     f"trace={trace}", "--results", str(tmp_path / "res"), cwd=tmp_path)
+        assert r.rc == 2 and len(r.err_lines) == 1 and message in r.err, r.err
+        assert "internal error" not in r.err and "Traceback" not in r.err
+        assert not (tmp_path / "res").exists() and not list((tmp_path / "tgt").iterdir())

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import bad, open_text
+from . import MAX_TIME, bad, check_extent, check_name, open_text
 from .model import CLOSE, OPEN, READ, WRITE, Trace, TraceBuilder
 
 _ACTIONS = {"read": READ, "write": WRITE}
@@ -56,13 +56,16 @@ def parse_fio(path: str) -> Trace:
                 except ValueError:
                     raise bad(path, lineno, f"timestamp {fields[0]!r} is not a whole number",
                               "a version 3 line starts with its time in microseconds") from None
+                if not 0 <= t_us <= MAX_TIME * 1e6:
+                    raise bad(path, lineno, f"timestamp {fields[0][:30]!r} is not between 0 and 1e21 µs",
+                              "a version 3 line starts with its time in microseconds since the job started")
                 fields = fields[1:]
             else:
                 t_us = clock_us
             if len(fields) not in (2, 4):
                 raise bad(path, lineno, f"{len(fields)} fields after the time" if version == 3 else
                           f"{len(fields)} fields", "give 'FILE ACTION' or 'FILE ACTION OFFSET LENGTH'")
-            name, action = fields[0], fields[1]
+            name, action = check_name(path, lineno, "file", fields[0]), fields[1]
             if len(fields) == 2:
                 if action == "add":
                     b.file(name)
@@ -78,11 +81,17 @@ def parse_fio(path: str) -> Trace:
             if action == "wait":
                 if version == 3:
                     raise bad(path, lineno, "a wait line in a version 3 log", "version 3 times every line itself")
+                if not 0 <= offset <= MAX_TIME * 1e6:
+                    raise bad(path, lineno, f"wait {offset} is not between 0 and 1e21 µs",
+                              "give waits in microseconds")
                 clock_us += offset
+                if clock_us > MAX_TIME * 1e6:
+                    raise bad(path, lineno, "the waits add up to more than 1e21 µs", "give waits in microseconds")
                 waits = True
             elif action in _ACTIONS:
                 if offset < 0 or length < 0:
                     raise bad(path, lineno, "a negative offset or length", "give them in bytes")
+                check_extent(path, lineno, offset, length)
                 b.add(stream, t_us * 1e-6, _ACTIONS[action], b.file(name), offset, length)
             elif action in _SKIPPED:
                 skipped[action] = skipped.get(action, 0) + 1

@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import InputError
+
+MAX_SPAN = 1e7  # seconds from a trace's first operation to its last that a replay schedules (115 days)
+
 KINDS = ("open", "close", "read", "write", "readv")  # index = the kind code in OP_DTYPE
 OPEN, CLOSE, READ, WRITE, READV = range(5)
 KIND_CODES = {name: code for code, name in enumerate(KINDS)}
@@ -175,6 +179,10 @@ class TraceBuilder:
         t0 = min(starts, default=0.0)
         for a in arrays:
             a["t"] -= t0
+        span = max((float(a["t"][-1]) for a in arrays if len(a)), default=0.0)
+        if span > MAX_SPAN:
+            raise InputError(f"trace {self.source}: its operations span {span:.3g} s, more than the {MAX_SPAN:.0e} s "
+                             "(115 days) a replay schedules; give a trace of one run (are its times in seconds?)")
         extent = np.zeros(len(self._files), np.int64)
         used = np.zeros(len(self._files), bool)
         for a in arrays:

@@ -3,7 +3,9 @@
 The first line is the header ``{"storeval_trace": 1, "run": ..., "cell": ..., "phase": ..., "iteration": ...,
 "workload": ..., "kind": ..., "target": ..., "clients": N, "bound": B, "dropped": {"rank": n, ...}}`` (the
 target by its name in the study, never its URL); every other line one operation in storeval's JSONL format
-(:mod:`.table`): ``t`` in seconds on the coordinator's clock (ns resolution), ``stream`` ``c<rank>.h<handle>``,
+(:mod:`.table`): ``t`` in seconds on the coordinator's clock (ns resolution), ``stream`` ``c<rank>`` — one
+stream per client, its handles inside it in time order, so a replay keeps each client's order (``c<rank>.t<n>``
+per thread where the recorder says which thread issued each row and a client ran more than one) —,
 ``op``, ``file`` (the path the client used, relative to the target), ``offset``, ``length`` and, for the
 elements of a vector read, ``request`` (``<rank>.<n>``). :func:`storeval.traces.load_trace` reads it back.
 """
@@ -31,9 +33,13 @@ def render(header: dict[str, Any], parts: Iterable[tuple[int, int, np.ndarray, l
     for rank, start_ns, rows, files in parts:
         names = [json.dumps(f) for f in files]
         t = (rows["t_ns"] + start_ns) / 1e9
+        threads = rows["thread"] if "thread" in (rows.dtype.names or ()) else None
+        if threads is not None and len(np.unique(threads)) < 2:
+            threads = None
         for i in range(len(rows)):
-            kind, stream = int(rows["kind"][i]), int(rows["stream"][i])
-            line = (f'{{"t": {t[i]:.9f}, "stream": "c{rank}.h{stream}", "op": {ops[kind]}, '
+            kind = int(rows["kind"][i])
+            stream = f"c{rank}" if threads is None else f"c{rank}.t{int(threads[i])}"
+            line = (f'{{"t": {t[i]:.9f}, "stream": "{stream}", "op": {ops[kind]}, '
                     f'"file": {names[int(rows["file"][i])]}, "offset": {int(rows["offset"][i])}, '
                     f'"length": {int(rows["length"][i])}')
             if kind == READV:

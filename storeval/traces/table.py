@@ -15,7 +15,7 @@ import csv
 import json
 import math
 
-from . import bad, open_text
+from . import bad, check_extent, check_int, check_name, check_time, open_text
 from .model import KIND_CODES, READV, Trace, TraceBuilder
 
 COLUMNS = ("t", "stream", "op", "file", "offset", "length", "request", "size")
@@ -28,7 +28,7 @@ class _Rows:
 
     def __init__(self, b: TraceBuilder, path: str):
         self.b, self.path = b, path
-        self._readv: dict[int, tuple[str, int, float]] = {}  # stream -> (request value, request id, t)
+        self._readv: dict[int, tuple[str, int, float, int]] = {}  # stream -> (request value, id, t, file)
 
     def _int(self, line: int, name: str, value, need: bool) -> int:
         if value is None or value == "":
@@ -43,7 +43,12 @@ class _Rows:
             raise bad(self.path, line, f"{name} {value!r} is not a whole number", f"give {name} in bytes") from None
         if number < 0:
             raise bad(self.path, line, f"{name} {number} is negative", f"give {name} >= 0")
-        return number
+        return check_int(self.path, line, name, number)
+
+    def _data(self, line: int, offset, length) -> tuple[int, int]:
+        offset, length = self._int(line, "offset", offset, True), self._int(line, "length", length, True)
+        check_extent(self.path, line, offset, length)
+        return offset, length
 
     def add(self, line: int, t, stream, op, file, offset=None, length=None, request=None, size=None,
             ranges=None) -> None:
@@ -52,26 +57,32 @@ class _Rows:
             if isinstance(t, bool):
                 raise ValueError
             t = float(t)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise bad(path, line, f"t {t!r} is not a number", "give t in seconds") from None
         if not math.isfinite(t):
             raise bad(path, line, f"t {t!r} is not a finite number", "give t in seconds")
+        check_time(path, line, t)
         kind = KIND_CODES.get(str(op).strip().lower()) if op is not None else None
         if kind is None:
             raise bad(path, line, f"op {op!r} is unknown", "give one of open, close, read, write, readv")
         if stream is None or str(stream) == "":
             raise bad(path, line, "no stream", "name the connection, handle or client the operation came from")
+        if isinstance(stream, (bool, dict, list)) or not isinstance(stream, (str, int, float)):
+            raise bad(path, line, f"stream {json.dumps(stream)[:60]} is not a name",
+                      "give stream as a string (or a number)")
         if file is None or str(file) == "":
             raise bad(path, line, "no file", "name the file the operation is on")
+        if not isinstance(file, str):
+            raise bad(path, line, f"file {json.dumps(file)[:60]} is not a name", "give file as a string")
+        check_name(path, line, "file", file)
+        check_name(path, line, "stream", str(stream))
         s, f = b.stream(str(stream)), b.file(str(file), self._int(line, "size", size, False) if size not in
                                                  (None, "") else None)
         if kind != READV:
             if ranges is not None:
                 raise bad(path, line, f"ranges on a {op} row", "give ranges only with op readv")
             self._readv.pop(s, None)
-            data = kind >= 2
-            b.add(s, t, kind, f, self._int(line, "offset", offset, data) if data else 0,
-                  self._int(line, "length", length, data) if data else 0)
+            b.add(s, t, kind, f, *(self._data(line, offset, length) if kind >= 2 else (0, 0)))
             return
         if ranges is not None:  # one JSONL line = one whole vector read
             if not isinstance(ranges, list) or not ranges:
@@ -82,12 +93,14 @@ class _Rows:
                 if not isinstance(r, list) or len(r) != 2:
                     raise bad(path, line, f"range {r!r} is not [offset, length]",
                               "give ranges as [[offset, length], ...]")
-                b.add(s, t, READV, f, self._int(line, "offset", r[0], True), self._int(line, "length", r[1], True),
-                      rid)
+                b.add(s, t, READV, f, *self._data(line, r[0], r[1]), rid)
             return
         if request is None or str(request) == "":
             raise bad(path, line, "a readv row without request",
                       "give the elements of one vector read the same request value (or one JSONL line with ranges)")
+        if isinstance(request, (bool, dict, list)):
+            raise bad(path, line, f"request {json.dumps(request)[:60]} is not a name",
+                      "give request as a string or a number")
         token = str(request)
         open_ = self._readv.get(s)
         if open_ is not None and open_[0] == token:
@@ -95,10 +108,13 @@ class _Rows:
             if open_[2] != t:
                 raise bad(path, line, f"an element of readv request {token} at t={t} after one at t={open_[2]}",
                           "give every element of one vector read the same t")
+            if open_[3] != f:
+                raise bad(path, line, f"readv request {token} goes on to another file ({file!r})",
+                          "a vector read is on one file: give each file's elements a request of their own")
         else:
             rid = b.new_request()
-            self._readv[s] = (token, rid, t)
-        b.add(s, t, READV, f, self._int(line, "offset", offset, True), self._int(line, "length", length, True), rid)
+            self._readv[s] = (token, rid, t, f)
+        b.add(s, t, READV, f, *self._data(line, offset, length), rid)
 
 
 def parse_csv(path: str) -> Trace:
@@ -107,7 +123,14 @@ def parse_csv(path: str) -> Trace:
     with open_text(path) as f:
         reader = csv.reader(f)
         header = None
-        for row in reader:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:  # a quoted field that never ends, a NUL
+                raise bad(path, f.line, f"is not CSV ({exc})", "give one operation per line, fields by commas") \
+                    from None
             line = reader.line_num
             if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
                 continue
@@ -140,6 +163,11 @@ def _parse_lines(b: TraceBuilder, path: str, skip_header: bool) -> None:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise bad(path, line, f"is not JSON ({exc.msg})", "give one JSON object per line") from None
+            except RecursionError:
+                raise bad(path, line, "is JSON nested too deep", "give one flat JSON object per line") from None
+            except ValueError as exc:  # an integer of more digits than Python converts
+                raise bad(path, line, f"is not JSON storeval reads ({str(exc)[:80]})",
+                          "give numbers below 2^63") from None
             if not isinstance(obj, dict):
                 raise bad(path, line, "is not a JSON object", "give one JSON object per line")
             if skip_header:

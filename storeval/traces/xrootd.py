@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
-from . import bad, open_text
+from . import bad, check_extent, check_int, check_name, open_text
 from .model import CLOSE, OPEN, READ, READV, WRITE, Trace, TraceBuilder
 
 PAGE = 4096  # pgread/pgwrite page size
@@ -149,9 +149,10 @@ def parse_xrootd(path: str) -> Trace:
             d = _DATA.match(body)
             if d is not None:
                 op, offset, length = d["op"], int(d["off"]), int(d["len"])
+                check_extent(path, lineno, offset, length)
                 kind = _KINDS[op]
                 if d["fn"]:
-                    fidx = b.file(d["fn"])
+                    fidx = b.file(check_name(path, lineno, "file", d["fn"]))
                 elif d["fh"] is not None:
                     fidx = c.handles.get(int(d["fh"]), -1)
                     unknown_handles += fidx < 0
@@ -191,7 +192,8 @@ def parse_xrootd(path: str) -> Trace:
             if o is not None:
                 saw_open = True
                 size = _ASIZE.search(o["cgi"] or "")
-                fidx = b.file(o["path"], int(size["size"]) if size else None)
+                fidx = b.file(check_name(path, lineno, "file", o["path"]),
+                              check_int(path, lineno, "oss.asize", int(size["size"])) if size else None)
                 fh = 0
                 while fh in c.handles:
                     fh += 1
