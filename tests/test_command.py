@@ -196,6 +196,26 @@ def test_bad_templates_and_missing_programs_are_refused_in_one_line(tmp_path, ta
     assert not (tmp_path / "res").exists() and leftovers(target) == []
 
 
+@pytest.mark.parametrize("extra,message", [
+    ({"env": {"A=B": "x"}}, "error: workloads.w: env: 'A=B' is not an environment variable name (no '=', no NUL "
+                            "byte, not empty: write e.g. env: {MY_VAR: value})"),
+    ({"env": {"": "x"}}, "error: workloads.w: env: '' is not an environment variable name (no '=', no NUL byte, not "
+                         "empty: write e.g. env: {MY_VAR: value})"),
+    ({"env": {"A": "x\0y"}}, "error: workloads.w: env: the value of A has a NUL byte, which no environment can hold "
+                             "(remove it)"),
+    # the commands' I/O is not through storeval's driver: a recording would hold nothing and claim an overhead
+    ({"record": True}, "error: workloads.w: record: true cannot record the command workload: its commands do their "
+                       "I/O themselves, not through storeval's driver, so nothing would be recorded (drop record, or "
+                       "trace the program with its own tools)"),
+])
+def test_bad_env_and_record_are_refused_in_one_line_before_anything_runs(tmp_path, target, extra, message):
+    path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"w": {"command": {
+        "run": "cat {url}", "file_size": 4096, **extra}}})
+    r, _ = run(tmp_path, path, rc=2)
+    assert r.err_lines == [message]
+    assert not (tmp_path / "res").exists() and leftovers(target) == []
+
+
 def test_a_known_client_that_is_missing_is_named_with_how_to_get_it(tmp_path, target):
     bare = {"PATH": str(tmp_path / "empty-bin")}
     (tmp_path / "empty-bin").mkdir()

@@ -191,6 +191,16 @@ class CommandParams(Params):
                 why = missing_program(program) if program is not None else None
                 if why is not None:
                     raise ValueError(f"{at}: {why}")
+        for name, value in self.env.items():  # what exec would refuse, after the files were laid out
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"env: {name!r} is not an environment variable name (no '=', no NUL byte, not "
+                                 "empty: write e.g. env: {MY_VAR: value})")
+            if "\0" in value:
+                raise ValueError(f"env: the value of {name} has a NUL byte, which no environment can hold (remove it)")
+        if self.record:
+            raise ValueError("record: true cannot record the command workload: its commands do their I/O themselves, "
+                             "not through storeval's driver, so nothing would be recorded (drop record, or trace the "
+                             "program with its own tools)")
         if self.shell and shutil.which("sh") is None:
             raise ValueError("shell: true needs /bin/sh")
         return self
