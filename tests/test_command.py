@@ -5,6 +5,7 @@ refusals in one line, and values that stay one argument."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -359,3 +360,75 @@ def test_each_driver_gives_outside_tools_an_address_and_only_the_s3_keys_in_the_
                              "AWS_REGION": "eu-west-3"}
     # once read, the keys are masked in everything this process prints or stores
     assert redact_text("key AKIAEXAMPLEKEY123 secret s3cr3t/Value+with=odd") == "key *** secret ***"
+
+
+# -- nothing of a command outlives its client -------------------------------------------------------------------
+def _scratch(root: Path) -> list[str]:
+    """What storeval's runs left under a target directory (its storeval-<run> directories and their files)."""
+    return sorted(str(p) for p in root.rglob("*") if any(part.startswith("storeval-") and part != "storeval-data"
+                                                          for part in p.relative_to(root).parts[:1]))
+
+
+def _sigkill_mid_command(tmp_path: Path, targets: dict, copy: str, data: Path) -> None:
+    """The review's scenario: a write command that waits, then copies; ``storeval run`` SIGKILLed while it waits.
+    After the run's stderr ends (the watchdog's last line), nothing of the script may run, nothing may reach the
+    target, no local source may be left — observed until the script's wait would have ended."""
+    wait = 20 + os.getpid() % 7  # its sleep, recognisable in the process table
+    script = tmp_path / "slow.sh"
+    script.write_text(f"#!/bin/sh\nsleep {wait}\nexec {copy} \"$1\" \"$2\"\n")
+    script.chmod(0o755)
+    local_tmp = tmp_path / "tmp"  # where the clients' local sources go (TMPDIR)
+    local_tmp.mkdir()
+    path = study(tmp_path, targets, {"w": {"command": {"write": f"{script} {{local}} {{url}}", "files_per_client": 1,
+                                                        "file_size": "4MiB"}}}, clients=[2])
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(path), "--results", str(tmp_path / "res"),
+                             "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(local_tmp)})
+    try:
+        poll(lambda: len(_running(f"sleep {wait}")) == 2, "both clients' scripts to wait", bound=300)
+        import time
+        started = time.monotonic()
+        assert len(list(local_tmp.glob("storeval-command-*"))) == 2  # the local sources, while the commands run
+        proc.kill()
+        _, err = proc.communicate(timeout=300)  # ends when the watchdog, which shares it, has said its last line
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert "storeval removed its files" in err, err
+    # until the scripts would have copied (and a while more), nothing of them runs and nothing reaches the target
+    while time.monotonic() < started + wait + 5:
+        assert _running(str(script)) == [] and _running(f"sleep {wait}") == []
+        assert _scratch(data) == []
+        time.sleep(0.2)
+    assert list(local_tmp.glob("storeval-command-*")) == []  # (pymp-*: multiprocessing's, of the killed coordinator)
+
+
+def test_a_killed_run_leaves_no_command_running_and_nothing_on_a_posix_target(tmp_path, target):
+    _sigkill_mid_command(tmp_path, {"local": {"url": f"file://{target}"}}, "cp", target)
+
+
+@needs_xrdcp
+def test_a_killed_run_leaves_no_command_running_and_nothing_on_the_xrootd_server(tmp_path, testbed, testbed_targets):
+    server = testbed.load()["xrootd"]
+    _sigkill_mid_command(tmp_path, {"xrootd": testbed_targets["xrootd"]}, "xrdcp -s -f",
+                         Path(server.state.info["data"]))
+
+
+def test_a_daemon_a_command_leaves_is_killed_at_the_phase_end_and_named(tmp_path, target):
+    marker = f"sleep {7000 + os.getpid() % 1000}"
+    script = tmp_path / "daemon.sh"
+    script.write_text(f"#!/bin/sh\nsetsid {marker} &\nsleep 1\nexit 0\n")  # the review's daemon.sh
+    script.chmod(0o755)
+    path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"d": {"command": {
+        "run": f"{script}", "files_per_client": 1, "file_size": 4096}}})
+    _, doc = run(tmp_path, path)
+    ph = phases(doc)["read"]
+    assert _running(marker) == []
+    (warning,) = [w for w in ph["warnings"] if w["code"] == "left-running"]
+    # named as it was when killed: sleep, or (on a busy machine) the shell's child before it became sleep
+    assert re.fullmatch(r"the commands left 1 process\(es\) running after they exited or were killed, killed at the "
+                        r"phase's end: (sleep|setsid|daemon\.sh) \(pid \d+\) \(their I/O and CPU are not in the "
+                        r"figures\)", warning["message"]), warning["message"]
+    assert ph["status"] == "ok" and ph["commands"] == 1 and ph["failures"] == 0
+    assert leftovers(target) == []

@@ -45,14 +45,18 @@ command; failures.
 
 from __future__ import annotations
 
+import ctypes
+import inspect
 import os
 import resource
+import secrets
 import select
 import shlex
 import shutil
 import signal
 import string
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -300,6 +304,123 @@ def killpg(pid: int) -> None:
         pass
 
 
+MARK = "STOREVAL_COMMAND_GUARD"  # in every command's environment: its descendants are found by it, wherever they went
+PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the forked child only calls it
+except (OSError, AttributeError):  # not Linux: the guard alone
+    _prctl = None
+
+
+def die_with(parent: int):
+    """The preexec of a command: SIGKILL it when its client dies (the client's own SIGKILL included). The signal
+    follows the thread that forked, so commands are started from the client's main thread only."""
+    def preexec() -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the client died before the line above: nobody to die with
+            os.kill(os.getpid(), signal.SIGKILL)
+    return preexec
+
+
+def marked(mark: str) -> list[tuple[int, str]]:
+    """(pid, name) of every process of this user whose environment carries ``MARK=mark``: a client's commands and
+    whatever they started, a daemon in a session of its own (setsid) or a double fork included."""
+    entry = f"{MARK}={mark}".encode()
+    me, found = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or another user's
+            continue
+        if entry in env.split(b"\0"):
+            try:
+                with open(f"/proc/{name}/comm", "rb") as f:
+                    comm = f.read().decode(errors="replace").strip()
+            except OSError:
+                comm = "?"
+            found.append((int(name), comm))
+    return found
+
+
+def kill_marked(mark: str) -> list[tuple[int, str]]:
+    """SIGKILL every process carrying ``mark`` until none is left (one may fork as it is killed); what was killed."""
+    killed: list[tuple[int, str]] = []
+    for _ in range(100):
+        found = marked(mark)
+        if not found:
+            break
+        for pid, comm in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            if (pid, comm) not in killed:
+                killed.append((pid, comm))
+        time.sleep(0.01)
+    return killed
+
+
+def _guard_main(mark: str, local: str) -> None:
+    """The guard: waits for EOF on stdin (its client ended, however: SIGKILL included), then kills what carries
+    the client's mark and removes the client's local files."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    while True:
+        try:
+            if not os.read(0, 4096):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    kill_marked(mark)
+    shutil.rmtree(local, ignore_errors=True)
+
+
+GUARD_SOURCE = "\n".join([f"MARK = {MARK!r}", "import os, signal, time",
+                          *(inspect.getsource(f) for f in (marked, kill_marked, _guard_main)),
+                          "import sys", "_guard_main(sys.argv[1], sys.argv[2])"])
+
+
+class Guard:
+    """A small process beside a client that cleans up after its commands if the client is killed: the engine's
+    watchdog kills the clients of a dead run (by PID), and their commands, in sessions of their own, would
+    otherwise go on writing onto the target after its cleanup and leave their local sources. Each command dies
+    with its client (PR_SET_PDEATHSIG); the guard sees its stdin's EOF as the client ends and SIGKILLs every
+    process carrying the client's mark (the commands' descendants, daemons included), then removes the local
+    directory. It is born in a session of its own with the stop signals blocked, so only EOF moves it."""
+
+    def __init__(self, local: str) -> None:
+        from ..interrupts import SHIELD
+
+        self.mark, self.local = secrets.token_hex(12), local
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)
+        try:
+            env = {k: v for k, v in os.environ.items() if k != MARK}
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARD_SOURCE, self.mark, local],
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True, env=env)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def close(self) -> None:
+        """The client cleans up itself: the guard finds nothing left and exits."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 class Commands:
     """Runs one client's commands of a phase, ``parallel`` at once, and tallies what each did."""
 
@@ -318,7 +439,8 @@ class Commands:
         try:
             t0 = time.perf_counter_ns()
             proc = subprocess.Popen(self.argvs[index], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=w,
-                                    env=self.env, start_new_session=True, close_fds=True)
+                                    env=self.env, start_new_session=True, close_fds=True,
+                                    preexec_fn=die_with(os.getpid()))
         except OSError as e:
             os.close(r)
             raise StorevalError(f"cannot start {self.program}: {e.strerror or e}") from None
@@ -569,11 +691,13 @@ class Command(Workload):
         env = dict(os.environ)
         env.update(c.driver.tool_env())
         env.update(p.env)
+        local = tempfile.mkdtemp(prefix=f"storeval-command-{c.rank}-")
+        c.state["local_dir"] = local
+        guard = c.state["guard"] = Guard(local)  # from here on, a killed client leaves nothing running, nothing here
+        env[MARK] = guard.mark
         c.state.update(paths=paths, addresses=addresses, env=env,
                        payload=Payload(BLOCK, c.rank, p.random_seed), block=memoryview(bytearray(BLOCK)))
         c.state["block"][:] = c.state["payload"].base
-        local = tempfile.mkdtemp(prefix=f"storeval-command-{c.rank}-")
-        c.state["local_dir"] = local
         c.state["locals"] = [os.path.join(local, f"file-{i}") for i in range(p.files_per_client)]
         if "write" in templates:
             for name in c.state["locals"]:
@@ -623,6 +747,9 @@ class Command(Workload):
         try:
             runner.run()
         finally:
+            # what the commands left running (a daemon in a session of its own, a child of a command killed at its
+            # timeout): killed now, so nothing of this phase goes on writing, and named in the record
+            left = kill_marked(st["guard"].mark)
             log.flush()
             t = runner.tally
             rec.extra.update({
@@ -633,7 +760,13 @@ class Command(Workload):
                 "timeout_s": runner.timeout,
                 "client_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 # CPU this client's children used: storeval's, not foreign load (analysis/guards.py's busy-host)
-                "children_cpu_seconds": t.user_s + t.sys_s})
+                "children_cpu_seconds": t.user_s + t.sys_s,
+                "left_running": [f"{comm} (pid {pid})" for pid, comm in left]})
+            if left:
+                c.warn(rec, "left-running", f"the commands left {len(left)} process(es) running after they exited "
+                                            f"or were killed, killed at the phase's end: "
+                                            f"{', '.join(rec.extra['left_running'][:10])} (their I/O and CPU are not "
+                                            "in the figures)")
             if t.failures:
                 rec.error("command-failed", t.failures)
         if t.first_failure is not None:
@@ -664,9 +797,15 @@ class Command(Workload):
     def cleanup(self, c: ClientContext) -> None:
         for path in c.state.get("paths", ()):
             c.driver.remove_quietly(path)
+        guard = c.state.get("guard")
+        if guard is not None:
+            kill_marked(guard.mark)  # nothing of the commands may outlive the cell
         local = c.state.get("local_dir")
         if local:
             shutil.rmtree(local, ignore_errors=True)
+        if guard is not None:
+            guard.close()
+            c.state["guard"] = None
 
     # -- figures -------------------------------------------------------------------------------------------
     @staticmethod
