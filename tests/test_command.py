@@ -432,3 +432,23 @@ def test_a_daemon_a_command_leaves_is_killed_at_the_phase_end_and_named(tmp_path
                         r"figures\)", warning["message"]), warning["message"]
     assert ph["status"] == "ok" and ph["commands"] == 1 and ph["failures"] == 0
     assert leftovers(target) == []
+
+
+def test_the_processes_of_a_run_are_found_by_their_mark_wherever_they_went(tmp_path):
+    from storeval.workloads.command import MARK, kill_commands_of_run
+
+    marker = f"sleep {8000 + os.getpid() % 1000}"
+    env = {**os.environ, MARK: f"storeval-test{os.getpid()}:0:ab12"}
+    other = {**os.environ, MARK: f"storeval-test{os.getpid()}x:0:cd34"}  # another run whose name starts alike
+    # a daemon in a session of its own, its parent gone: found by its environment only
+    subprocess.run(["sh", "-c", f"setsid {marker} >/dev/null 2>&1 &"], env=env, check=True)
+    keep = subprocess.Popen(["sh", "-c", f"exec {marker}"], env=other, start_new_session=True)
+    try:
+        poll(lambda: len(_running(marker)) == 2, "the daemon and the other run's process to run")
+        killed = kill_commands_of_run(f"storeval-test{os.getpid()}")
+        assert [name for _, name in killed] == ["sleep"]
+        poll(lambda: _running(marker) == [keep.pid], "the daemon to end")
+        assert keep.poll() is None
+    finally:
+        keep.kill()
+        keep.wait()

@@ -23,6 +23,16 @@ first, untimed, in a temporary directory of its own that it removes after; the c
 ``{url}``; after the phase, untimed, storeval checks each written file's size). ``write`` runs before ``read``
 when both are given, and the read phase then reads what the commands wrote.
 
+Nothing of a command outlives its client. Every command carries the client's mark in its environment
+(``STOREVAL_COMMAND_GUARD=storeval-<run>:<rank>:<random>``), which its descendants inherit wherever they go (a
+daemon in a session of its own, a double fork); it dies with its client (``PR_SET_PDEATHSIG``: the engine's
+watchdog SIGKILLs the clients of a dead run, and a command in a session of its own would otherwise go on writing
+onto the target after the watchdog's cleanup); and each client has a guard, a small process of its own that waits
+for EOF on a pipe from the client — the client's end, however it ends — then SIGKILLs every process carrying the
+mark and removes the client's local files. At the end of each phase the client kills what still carries its mark
+(the daemon a command left) and names it in a ``left-running`` warning. Limits: a program that clears its
+environment (``env -i``) or changes user is not found by the mark (the process group and PDEATHSIG still act).
+
 Each command is started with ``subprocess.Popen`` in a process group of its own (stdin ``/dev/null``, stdout
 discarded, stderr kept in a bounded buffer), ``parallel`` at once per client, and waited for through a pidfd:
 once it has exited, ``os.waitid(P_PIDFD, …, WEXITED | WNOWAIT)`` leaves it a zombie while ``/proc/PID/io`` is
@@ -324,9 +334,11 @@ def die_with(parent: int):
 
 
 def marked(mark: str) -> list[tuple[int, str]]:
-    """(pid, name) of every process of this user whose environment carries ``MARK=mark``: a client's commands and
-    whatever they started, a daemon in a session of its own (setsid) or a double fork included."""
+    """(pid, name) of every process of this user whose environment carries ``MARK=mark`` (or, for a mark ending in
+    ``:``, a mark that starts with it: a whole run's): a client's commands and whatever they started, a daemon in a
+    session of its own (setsid) or a double fork included."""
     entry = f"{MARK}={mark}".encode()
+    prefix = mark.endswith(":")
     me, found = os.getpid(), []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
@@ -336,7 +348,7 @@ def marked(mark: str) -> list[tuple[int, str]]:
                 env = f.read()
         except OSError:  # gone, or another user's
             continue
-        if entry in env.split(b"\0"):
+        if any(v.startswith(entry) if prefix else v == entry for v in env.split(b"\0")):
             try:
                 with open(f"/proc/{name}/comm", "rb") as f:
                     comm = f.read().decode(errors="replace").strip()
@@ -397,10 +409,11 @@ class Guard:
     process carrying the client's mark (the commands' descendants, daemons included), then removes the local
     directory. It is born in a session of its own with the stop signals blocked, so only EOF moves it."""
 
-    def __init__(self, local: str) -> None:
+    def __init__(self, local: str, run: str, rank: int) -> None:
         from ..interrupts import SHIELD
 
-        self.mark, self.local = secrets.token_hex(12), local
+        # the run's name first, so that whoever cleans up after a dead run can find all of its commands
+        self.mark, self.local = f"{run}:{rank}:{secrets.token_hex(8)}", local
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)
         try:
             env = {k: v for k, v in os.environ.items() if k != MARK}
@@ -419,6 +432,17 @@ class Guard:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def run_of(cell_dir: str) -> str:
+    """The run's scratch directory name (``storeval-<run>``) in a cell directory's path."""
+    return next((part for part in reversed(cell_dir.split("/")) if part.startswith("storeval-")), "storeval-run")
+
+
+def kill_commands_of_run(run: str) -> list[tuple[int, str]]:
+    """SIGKILL, on this host, whatever the command workload's clients of the run ``storeval-<run>`` started (for
+    the watchdog of a dead run, before it removes the run's files)."""
+    return kill_marked(f"{run}:")
 
 
 class Commands:
@@ -693,7 +717,7 @@ class Command(Workload):
         env.update(p.env)
         local = tempfile.mkdtemp(prefix=f"storeval-command-{c.rank}-")
         c.state["local_dir"] = local
-        guard = c.state["guard"] = Guard(local)  # from here on, a killed client leaves nothing running, nothing here
+        guard = c.state["guard"] = Guard(local, run_of(c.cell_dir), c.rank)  # from here on, a killed client leaves nothing running, nothing here
         env[MARK] = guard.mark
         c.state.update(paths=paths, addresses=addresses, env=env,
                        payload=Payload(BLOCK, c.rank, p.random_seed), block=memoryview(bytearray(BLOCK)))
