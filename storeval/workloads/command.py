@@ -378,12 +378,7 @@ def kill_marked(mark: str) -> list[tuple[int, str]]:
 
 def _guard_main(mark: str, local: str) -> None:
     """The guard: waits for EOF on stdin (its client ended, however: SIGKILL included), then kills what carries
-    the client's mark and removes the client's local files."""
-    import os
-    import shutil
-    import signal
-    import time
-
+    the client's mark and removes the client's local files (its source is the guard's program: GUARD_SOURCE)."""
     while True:
         try:
             if not os.read(0, 4096):
@@ -396,7 +391,7 @@ def _guard_main(mark: str, local: str) -> None:
     shutil.rmtree(local, ignore_errors=True)
 
 
-GUARD_SOURCE = "\n".join([f"MARK = {MARK!r}", "import os, signal, time",
+GUARD_SOURCE = "\n".join([f"MARK = {MARK!r}", "import os, shutil, signal, time",
                           *(inspect.getsource(f) for f in (marked, kill_marked, _guard_main)),
                           "import sys", "_guard_main(sys.argv[1], sys.argv[2])"])
 
