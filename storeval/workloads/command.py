@@ -91,6 +91,7 @@ KEPT_FAILURES = 3  # stderr tails of failed commands kept in a client's record
 BLOCK = 1 << 20  # payload block used to lay out and to make the local files
 DEFAULT_TIMEOUT = 300.0  # seconds per command when neither the parameter nor the target's timeout says more
 IO_KEYS = ("rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes")
+GUARD_PROCESS_BYTES = 16 << 20  # a bare Python (-I -S) waiting on a pipe: ~10 MiB RSS
 COMMAND_PROCESS_BYTES = 64 << 20  # what one command process is assumed to hold (xrdcp ~20 MiB, aws-cli ~80 MiB)
 
 # how to get the programs sites use, for the one-line refusal of one that is missing
@@ -661,7 +662,8 @@ class Command(Workload):
         files = nclients * p.files_per_client
         return Needs(memory=(Need(BLOCK, "a payload block of 1 MiB", "nothing lowers it"),
                              Need(p.parallel * COMMAND_PROCESS_BYTES,
-                                  f"{p.parallel} command processes at once (about 64 MiB each)", "lower parallel")),
+                                  f"{p.parallel} command processes at once (about 64 MiB each)", "lower parallel"),
+                             Need(GUARD_PROCESS_BYTES, "the client's guard process (about 16 MiB)", "nothing lowers it")),
                      scratch=(Need(files * p.file_size, f"{files:,} files of file_size {format_size(p.file_size)}",
                                    "lower files_per_client, file_size or --clients"),),
                      entries=files, largest_buffer=BLOCK, extent=p.file_size, threads=1)
