@@ -179,6 +179,11 @@ def test_without_write_back_nothing_is_written(tmp_path, target):
     ("duration=2.5s", "duration 2.5s must be a whole number of seconds"),
     ("steady_after=6s", "steady_after 6s must be whole seconds and less than duration 6s"),
     ("write_back=1.5", "write_back"),
+    # unbounded durations: int(inf) overflowed (internal error), a huge one failed in the clients' timelines
+    ("duration=.inf", "duration infs must be at most a week (604,800s)"),
+    ("duration=.nan", "duration nans must be at most a week"),
+    ("duration=99999999999999999999s", "duration 1e+20s must be at most a week (604,800s)"),
+    ("steady_after=.inf", "steady_after infs must be at most a week"),
 ])
 def test_bad_input_is_one_line(tmp_path, target, setting, words):
     r = storeval("run", "--target", f"file://{target}", "--workload", "jobs", "--set", "duration=6s",

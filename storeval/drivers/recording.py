@@ -35,6 +35,20 @@ _COLUMNS = (("t_ns", "q"), ("kind", "B"), ("file", "i"), ("offset", "q"), ("leng
             ("stream", "i"))
 
 
+def recorded_note(taken: dict[str, Any]) -> str:
+    """The warning a recorded phase carries: what recording cost — or, where nothing went through the driver (a
+    phase whose I/O is done by other programs, or none at all), that nothing was recorded and so nothing cost more."""
+    n = len(taken["rows"])
+    if n == 0 and not taken["dropped"]:
+        return ("record: true: nothing was recorded in this phase: none of its I/O went through storeval's driver "
+                "(the trace of this phase is empty)")
+    message = (f"record: true: {n} operations recorded through the Python loop, each costing about "
+               f"0.3-0.8 µs more (measured on tmpfs): a few % on a network target, much more at page-cache speed")
+    if taken["dropped"]:
+        message += f"; {taken['dropped']} more beyond the bound of {taken['bound']} were not recorded"
+    return message
+
+
 class RecordingDriver:
     """The client's driver with every data call recorded; everything else is the wrapped driver's own."""
 

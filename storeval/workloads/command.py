@@ -23,6 +23,16 @@ first, untimed, in a temporary directory of its own that it removes after; the c
 ``{url}``; after the phase, untimed, storeval checks each written file's size). ``write`` runs before ``read``
 when both are given, and the read phase then reads what the commands wrote.
 
+Nothing of a command outlives its client. Every command carries the client's mark in its environment
+(``STOREVAL_COMMAND_GUARD=storeval-<run>:<rank>:<random>``), which its descendants inherit wherever they go (a
+daemon in a session of its own, a double fork); it dies with its client (``PR_SET_PDEATHSIG``: the engine's
+watchdog SIGKILLs the clients of a dead run, and a command in a session of its own would otherwise go on writing
+onto the target after the watchdog's cleanup); and each client has a guard, a small process of its own that waits
+for EOF on a pipe from the client — the client's end, however it ends — then SIGKILLs every process carrying the
+mark and removes the client's local files. At the end of each phase the client kills what still carries its mark
+(the daemon a command left) and names it in a ``left-running`` warning. Limits: a program that clears its
+environment (``env -i``) or changes user is not found by the mark (the process group and PDEATHSIG still act).
+
 Each command is started with ``subprocess.Popen`` in a process group of its own (stdin ``/dev/null``, stdout
 discarded, stderr kept in a bounded buffer), ``parallel`` at once per client, and waited for through a pidfd:
 once it has exited, ``os.waitid(P_PIDFD, …, WEXITED | WNOWAIT)`` leaves it a zombie while ``/proc/PID/io`` is
@@ -45,14 +55,18 @@ command; failures.
 
 from __future__ import annotations
 
+import ctypes
+import inspect
 import os
 import resource
+import secrets
 import select
 import shlex
 import shutil
 import signal
 import string
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -77,6 +91,7 @@ KEPT_FAILURES = 3  # stderr tails of failed commands kept in a client's record
 BLOCK = 1 << 20  # payload block used to lay out and to make the local files
 DEFAULT_TIMEOUT = 300.0  # seconds per command when neither the parameter nor the target's timeout says more
 IO_KEYS = ("rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes")
+GUARD_PROCESS_BYTES = 16 << 20  # a bare Python (-I -S) waiting on a pipe: ~10 MiB RSS
 COMMAND_PROCESS_BYTES = 64 << 20  # what one command process is assumed to hold (xrdcp ~20 MiB, aws-cli ~80 MiB)
 
 # how to get the programs sites use, for the one-line refusal of one that is missing
@@ -191,6 +206,16 @@ class CommandParams(Params):
                 why = missing_program(program) if program is not None else None
                 if why is not None:
                     raise ValueError(f"{at}: {why}")
+        for name, value in self.env.items():  # what exec would refuse, after the files were laid out
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"env: {name!r} is not an environment variable name (no '=', no NUL byte, not "
+                                 "empty: write e.g. env: {MY_VAR: value})")
+            if "\0" in value:
+                raise ValueError(f"env: the value of {name} has a NUL byte, which no environment can hold (remove it)")
+        if self.record:
+            raise ValueError("record: true cannot record the command workload: its commands do their I/O themselves, "
+                             "not through storeval's driver, so nothing would be recorded (drop record, or trace the "
+                             "program with its own tools)")
         if self.shell and shutil.which("sh") is None:
             raise ValueError("shell: true needs /bin/sh")
         return self
@@ -290,6 +315,132 @@ def killpg(pid: int) -> None:
         pass
 
 
+MARK = "STOREVAL_COMMAND_GUARD"  # in every command's environment: its descendants are found by it, wherever they went
+PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the forked child only calls it
+except (OSError, AttributeError):  # not Linux: the guard alone
+    _prctl = None
+
+
+def die_with(parent: int):
+    """The preexec of a command: SIGKILL it when its client dies (the client's own SIGKILL included). The signal
+    follows the thread that forked, so commands are started from the client's main thread only."""
+    def preexec() -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the client died before the line above: nobody to die with
+            os.kill(os.getpid(), signal.SIGKILL)
+    return preexec
+
+
+def marked(mark: str) -> list[tuple[int, str]]:
+    """(pid, name) of every process of this user whose environment carries ``MARK=mark`` (or, for a mark ending in
+    ``:``, a mark that starts with it: a whole run's): a client's commands and whatever they started, a daemon in a
+    session of its own (setsid) or a double fork included."""
+    entry = f"{MARK}={mark}".encode()
+    prefix = mark.endswith(":")
+    me, found = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or another user's
+            continue
+        if any(v.startswith(entry) if prefix else v == entry for v in env.split(b"\0")):
+            try:
+                with open(f"/proc/{name}/comm", "rb") as f:
+                    comm = f.read().decode(errors="replace").strip()
+            except OSError:
+                comm = "?"
+            found.append((int(name), comm))
+    return found
+
+
+def kill_marked(mark: str) -> list[tuple[int, str]]:
+    """SIGKILL every process carrying ``mark`` until none is left (one may fork as it is killed); what was killed."""
+    killed: list[tuple[int, str]] = []
+    for _ in range(100):
+        found = marked(mark)
+        if not found:
+            break
+        for pid, comm in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            if (pid, comm) not in killed:
+                killed.append((pid, comm))
+        time.sleep(0.01)
+    return killed
+
+
+def _guard_main(mark: str, local: str) -> None:
+    """The guard: waits for EOF on stdin (its client ended, however: SIGKILL included), then kills what carries
+    the client's mark and removes the client's local files (its source is the guard's program: GUARD_SOURCE)."""
+    while True:
+        try:
+            if not os.read(0, 4096):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    kill_marked(mark)
+    shutil.rmtree(local, ignore_errors=True)
+
+
+GUARD_SOURCE = "\n".join([f"MARK = {MARK!r}", "import os, shutil, signal, time",
+                          *(inspect.getsource(f) for f in (marked, kill_marked, _guard_main)),
+                          "import sys", "_guard_main(sys.argv[1], sys.argv[2])"])
+
+
+class Guard:
+    """A small process beside a client that cleans up after its commands if the client is killed: the engine's
+    watchdog kills the clients of a dead run (by PID), and their commands, in sessions of their own, would
+    otherwise go on writing onto the target after its cleanup and leave their local sources. Each command dies
+    with its client (PR_SET_PDEATHSIG); the guard sees its stdin's EOF as the client ends and SIGKILLs every
+    process carrying the client's mark (the commands' descendants, daemons included), then removes the local
+    directory. It is born in a session of its own with the stop signals blocked, so only EOF moves it."""
+
+    def __init__(self, local: str, run: str, rank: int) -> None:
+        from ..interrupts import SHIELD
+
+        # the run's name first, so that whoever cleans up after a dead run can find all of its commands
+        self.mark, self.local = f"{run}:{rank}:{secrets.token_hex(8)}", local
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELD)
+        try:
+            env = {k: v for k, v in os.environ.items() if k != MARK}
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARD_SOURCE, self.mark, local],
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True, env=env)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def close(self) -> None:
+        """The client cleans up itself: the guard finds nothing left and exits."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_of(cell_dir: str) -> str:
+    """The run's scratch directory name (``storeval-<run>``) in a cell directory's path."""
+    return next((part for part in reversed(cell_dir.split("/")) if part.startswith("storeval-")), "storeval-run")
+
+
+def kill_commands_of_run(run: str) -> list[tuple[int, str]]:
+    """SIGKILL, on this host, whatever the command workload's clients of the run ``storeval-<run>`` started (for
+    the watchdog of a dead run, before it removes the run's files)."""
+    return kill_marked(f"{run}:")
+
+
 class Commands:
     """Runs one client's commands of a phase, ``parallel`` at once, and tallies what each did."""
 
@@ -308,7 +459,8 @@ class Commands:
         try:
             t0 = time.perf_counter_ns()
             proc = subprocess.Popen(self.argvs[index], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=w,
-                                    env=self.env, start_new_session=True, close_fds=True)
+                                    env=self.env, start_new_session=True, close_fds=True,
+                                    preexec_fn=die_with(os.getpid()))
         except OSError as e:
             os.close(r)
             raise StorevalError(f"cannot start {self.program}: {e.strerror or e}") from None
@@ -510,7 +662,8 @@ class Command(Workload):
         files = nclients * p.files_per_client
         return Needs(memory=(Need(BLOCK, "a payload block of 1 MiB", "nothing lowers it"),
                              Need(p.parallel * COMMAND_PROCESS_BYTES,
-                                  f"{p.parallel} command processes at once (about 64 MiB each)", "lower parallel")),
+                                  f"{p.parallel} command processes at once (about 64 MiB each)", "lower parallel"),
+                             Need(GUARD_PROCESS_BYTES, "the client's guard process (about 16 MiB)", "nothing lowers it")),
                      scratch=(Need(files * p.file_size, f"{files:,} files of file_size {format_size(p.file_size)}",
                                    "lower files_per_client, file_size or --clients"),),
                      entries=files, largest_buffer=BLOCK, extent=p.file_size, threads=1)
@@ -559,11 +712,13 @@ class Command(Workload):
         env = dict(os.environ)
         env.update(c.driver.tool_env())
         env.update(p.env)
+        local = tempfile.mkdtemp(prefix=f"storeval-command-{c.rank}-")
+        c.state["local_dir"] = local
+        guard = c.state["guard"] = Guard(local, run_of(c.cell_dir), c.rank)  # from here on, a killed client leaves nothing running, nothing here
+        env[MARK] = guard.mark
         c.state.update(paths=paths, addresses=addresses, env=env,
                        payload=Payload(BLOCK, c.rank, p.random_seed), block=memoryview(bytearray(BLOCK)))
         c.state["block"][:] = c.state["payload"].base
-        local = tempfile.mkdtemp(prefix=f"storeval-command-{c.rank}-")
-        c.state["local_dir"] = local
         c.state["locals"] = [os.path.join(local, f"file-{i}") for i in range(p.files_per_client)]
         if "write" in templates:
             for name in c.state["locals"]:
@@ -613,6 +768,9 @@ class Command(Workload):
         try:
             runner.run()
         finally:
+            # what the commands left running (a daemon in a session of its own, a child of a command killed at its
+            # timeout): killed now, so nothing of this phase goes on writing, and named in the record
+            left = kill_marked(st["guard"].mark)
             log.flush()
             t = runner.tally
             rec.extra.update({
@@ -623,7 +781,13 @@ class Command(Workload):
                 "timeout_s": runner.timeout,
                 "client_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 # CPU this client's children used: storeval's, not foreign load (analysis/guards.py's busy-host)
-                "children_cpu_seconds": t.user_s + t.sys_s})
+                "children_cpu_seconds": t.user_s + t.sys_s,
+                "left_running": [f"{comm} (pid {pid})" for pid, comm in left]})
+            if left:
+                c.warn(rec, "left-running", f"the commands left {len(left)} process(es) running after they exited "
+                                            f"or were killed, killed at the phase's end: "
+                                            f"{', '.join(rec.extra['left_running'][:10])} (their I/O and CPU are not "
+                                            "in the figures)")
             if t.failures:
                 rec.error("command-failed", t.failures)
         if t.first_failure is not None:
@@ -654,9 +818,15 @@ class Command(Workload):
     def cleanup(self, c: ClientContext) -> None:
         for path in c.state.get("paths", ()):
             c.driver.remove_quietly(path)
+        guard = c.state.get("guard")
+        if guard is not None:
+            kill_marked(guard.mark)  # nothing of the commands may outlive the cell
         local = c.state.get("local_dir")
         if local:
             shutil.rmtree(local, ignore_errors=True)
+        if guard is not None:
+            guard.close()
+            c.state["guard"] = None
 
     # -- figures -------------------------------------------------------------------------------------------
     @staticmethod

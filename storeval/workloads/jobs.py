@@ -60,6 +60,7 @@ NS = 1_000_000_000
 OUTPUT = re.compile(r"^jobs-\d{4}-\d{5}\.root$")  # the written-back files, by the names jobs give them
 MAX_LISTED = 1000  # output files a job's record lists by name (all are counted)
 WRITE_CHUNK = 16 << 20
+MAX_DURATION = 7 * 86400  # a week: far beyond any job's run, and its per-second timelines stay small
 
 
 class JobsParams(EventParams):
@@ -70,6 +71,11 @@ class JobsParams(EventParams):
 
     @model_validator(mode="after")
     def _window(self) -> JobsParams:
+        # checked first: int() of inf/nan fails, and a huge duration is a huge per-second timeline per client
+        for name, value in (("duration", self.duration), ("steady_after", self.steady_after)):
+            if value is not None and not (math.isfinite(value) and value <= MAX_DURATION):
+                raise ValueError(f"{name} {value:g}s must be at most a week ({MAX_DURATION:,}s), the longest a job "
+                                 f"runs (give whole seconds, e.g. {name}: 60s)")
         if self.duration < 2 or self.duration != int(self.duration):
             raise ValueError(f"duration {self.duration:g}s must be a whole number of seconds, at least 2 (the "
                              "events are counted per second, so the steady window falls on whole seconds)")
