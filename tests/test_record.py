@@ -143,3 +143,12 @@ def test_metadata_whole_file_calls_are_recorded_and_empty_phases_write_nothing(t
     assert sorted(s.name for s in created.streams) == ["c0", "c1"]
     assert read.elements(READ) == n and read.bytes(READ) == phases["file-read"]["bytes"]
     assert not list((tmp_path / "storeval-results" / "traces").rglob("*file-remove*"))
+def test_iodepth_threads_are_streams_of_their_own(tmp_path, target):
+    """iodepth threads share one handle: the recorder tells them apart by thread, so a replay runs them at once."""
+    doc, said = _run(tmp_path, target, "--workload", "bandwidth", "--clients", "1", "--set", "record=true",
+                     "--set", "iodepth=2", "--set", "file_size=1MiB", "--set", "transfer_size=64KiB",
+                     "--set", "phases=[read]")
+    trace = load_trace(said["read"][1])
+    assert sorted(s.name for s in trace.streams) == ["c0.t0", "c0.t1", "c0.t2"]  # open/close, then two threads
+    assert sorted(int(np.count_nonzero(s.ops["kind"] == READ)) for s in trace.streams) == [0, 8, 8]
+

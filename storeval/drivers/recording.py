@@ -18,6 +18,7 @@ bypass the driver: :meth:`native_io` says ``recording`` and the kernel takes its
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from array import array
 from typing import Any
@@ -30,9 +31,9 @@ from .base import Driver, FastOps, Handle, NativeIO
 DEFAULT_BOUND = 100_000
 RECORDING = NativeIO(kind="recording")  # what native_io says while recording: the kernel runs its Python loop
 ROW_DTYPE = np.dtype([("t_ns", "i8"), ("kind", "u1"), ("file", "i4"), ("offset", "i8"), ("length", "i8"),
-                      ("request", "i8"), ("stream", "i4")])
+                      ("request", "i8"), ("stream", "i4"), ("thread", "i4")])
 _COLUMNS = (("t_ns", "q"), ("kind", "B"), ("file", "i"), ("offset", "q"), ("length", "q"), ("request", "q"),
-            ("stream", "i"))
+            ("stream", "i"), ("thread", "i"))
 
 
 def recorded_note(taken: dict[str, Any]) -> str:
@@ -61,6 +62,8 @@ class RecordingDriver:
         self._files: dict[str, int] = {}
         # id(handle) -> (file, stream): drivers' handles use __slots__, so the mapping cannot live on them
         self._handles: dict[int, tuple[int, int]] = {}
+        self._threads: dict[int, int] = {}  # threading.get_ident() -> 0, 1, … in the order threads first record
+        self._thread_ids = itertools.count()
         self._on = False
         self._clock = time.perf_counter_ns
 
@@ -75,6 +78,7 @@ class RecordingDriver:
         self._requests = itertools.count()
         self._files = {}
         self._handles = {}  # a handle still open from before is a stream of this phase on first use
+        self._threads, self._thread_ids = {}, itertools.count()
         self._on = True
 
     def take(self) -> dict[str, Any]:
@@ -93,14 +97,20 @@ class RecordingDriver:
         i = next(self._next)
         if i >= self.bound:
             return
-        t_ns, kinds, files, offsets, lengths, requests, streams = self._cols
+        t_ns, kinds, files, offsets, lengths, requests, streams, threads = self._cols
         t_ns[i] = self._clock() if t is None else t
+        threads[i] = self._thread()
         kinds[i] = kind
         files[i] = file
         offsets[i] = offset
         lengths[i] = length
         requests[i] = request
         streams[i] = stream
+
+    def _thread(self) -> int:
+        ident = threading.get_ident()
+        n = self._threads.get(ident)
+        return self._threads.setdefault(ident, next(self._thread_ids)) if n is None else n
 
     def _file(self, path: str) -> int:
         index = self._files.get(path)
@@ -161,8 +171,8 @@ class RecordingDriver:
     def _bound(self, call: Any, kind: int, h: Handle) -> Any:
         """A reader/writer callable that records what it moved while a phase is recorded (it may be bound
         before the phase begins, and live on into the next)."""
-        clock, where, bound, cols, key = self._clock, self._where, self.bound, self._cols, id(h)
-        t_ns, kinds, files, offsets, lengths, requests, streams = cols
+        clock, where, bound, cols, key, thread = self._clock, self._where, self.bound, self._cols, id(h), self._thread
+        t_ns, kinds, files, offsets, lengths, requests, streams, threads = cols
 
         def recorded(bufs: Any, offset: int) -> int:  # the hot path: the row written inline
             if not self._on:
@@ -179,6 +189,7 @@ class RecordingDriver:
                 lengths[i] = n
                 requests[i] = -1
                 streams[i] = s
+                threads[i] = thread()
             return n
         return recorded
 

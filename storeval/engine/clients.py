@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..drivers import make_driver
-from ..drivers.recording import RecordingDriver
+from ..drivers.recording import RecordingDriver, recorded_note
 from ..errors import error_kind, one_line
 from ..probes.counters import read_netdev, read_process_io, snapshot
 from ..probes.server import ServerProbe, server_delta, server_spec
@@ -75,11 +75,7 @@ def record_trace(rec: PhaseRecorder, taken: dict[str, Any]) -> None:
     rows["t_ns"] -= rec.start_ns
     rec.extra["trace"] = {"rows": rows, "files": taken["files"]}
     rec.extra["recorded"] = {"ops": int(len(rows)), "dropped": int(taken["dropped"]), "bound": int(taken["bound"])}
-    message = (f"record: true: {len(rows)} operations recorded through the Python loop, each costing about "
-               f"0.3-0.8 µs more (measured on tmpfs): a few % on a network target, much more at page-cache speed")
-    if taken["dropped"]:
-        message += f"; {taken['dropped']} more beyond the bound of {taken['bound']} were not recorded"
-    rec.extra.setdefault("warnings", []).append({"code": "recorded", "message": message})
+    rec.extra.setdefault("warnings", []).append({"code": "recorded", "message": recorded_note(taken)})
 
 
 class HostProbe:

@@ -225,6 +225,11 @@ def main(path: str, pid: int, created: float) -> int:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
                 pass
+    # what the clients started and left (the command workload's programs and their daemons) must not write after
+    # the cleanup below: killed now, found by the mark they carry in their environment
+    from ..workloads.command import kill_commands_of_run
+
+    kill_commands_of_run(state.get("scratch") or "storeval-")
     message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
     undone = _undo(state, "undo")  # the faults in force first: a stopped server answers the cleanup
     removed = _clean(state)
