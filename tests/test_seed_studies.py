@@ -5,29 +5,38 @@ figures, and leaves no mount, process or file behind."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from .helpers import load_json, storeval
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
 
 
-def _mounts() -> set[str]:
-    """Mount points of the systems a study brings up (in their run-owned testbed directories)."""
+@pytest.fixture
+def own_tmp():
+    """A temporary directory of the test's own for the run (TMPDIR), where storeval makes the run-owned testbed
+    directories of the systems a study brings up: what is left there is this run's, whatever else runs beside."""
+    path = tempfile.mkdtemp(prefix="svt-", dir="/tmp")  # short: daemons put sockets under it
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _left_in(tmp: str) -> tuple[set[str], set[str]]:
+    """Mount points under ``tmp`` and the run-owned systems directories left there."""
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        return {line.split()[4] for line in f if "/storeval-systems-" in line.split()[4]}
+        mounts = {line.split()[4] for line in f if line.split()[4].startswith(tmp + "/")}
+    return mounts, {n for n in os.listdir(tmp) if n.startswith("storeval-systems-")}
 
 
-def _systems_dirs() -> set[str]:
-    return {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")}
-
-
-def test_seed002_glusterfs_at_1_2_and_4_servers_gives_throughput_vs_servers(tmp_path):
-    dirs = _systems_dirs()
+def test_seed002_glusterfs_at_1_2_and_4_servers_gives_throughput_vs_servers(tmp_path, own_tmp):
     r = storeval("run", str(STUDIES / "seed002-servers.yaml"), "--target", "glusterfs", "--clients", "1,2",
                  "--set", "ior.file_size=8MiB", "--set", "iops.file_size=4MiB", "--set", "deadline=0.5s",
                  "--set", "items=40", "--results", str(tmp_path / "r"), "--json", str(tmp_path / "out.json"),
-                 cwd=tmp_path, timeout=1200)
+                 cwd=tmp_path, timeout=1200, env={"TMPDIR": own_tmp})
     assert r.rc == 0, r.err[-3000:]
     doc = load_json(tmp_path / "out.json")
     assert {c["factors"]["servers"] for c in doc["cells"]} == {1, 2, 4}
@@ -44,14 +53,14 @@ def test_seed002_glusterfs_at_1_2_and_4_servers_gives_throughput_vs_servers(tmp_
     # each size was brought up and taken down; nothing of it stays
     ups = [e for e in doc["events"] if e["kind"] == "system-up"]
     assert len(ups) == 3 and len([e for e in doc["events"] if e["kind"] == "system-down"]) == 3
-    assert _mounts() == set() and _systems_dirs() == dirs
+    assert _left_in(own_tmp) == (set(), set())
 
 
-def test_seed000_compares_glusterfs_hdfs_nfs_and_an_xrootd_cluster(tmp_path):
-    dirs = _systems_dirs()
+def test_seed000_compares_glusterfs_hdfs_nfs_and_an_xrootd_cluster(tmp_path, own_tmp):
     r = storeval("run", str(STUDIES / "seed000-systems.yaml"), "--clients", "1,2", "--set", "file_size=4MiB",
                  "--set", "transfer_size=1MiB", "--set", "items=30", "--results", str(tmp_path / "r"),
-                 "--json", str(tmp_path / "out.json"), cwd=tmp_path, timeout=1500)
+                 "--json", str(tmp_path / "out.json"), cwd=tmp_path, timeout=1500,
+                 env={"TMPDIR": own_tmp})
     assert r.rc == 0, r.err[-3000:]
     doc = load_json(tmp_path / "out.json")
     targets = {c["target"] for c in doc["cells"]}
@@ -74,4 +83,4 @@ def test_seed000_compares_glusterfs_hdfs_nfs_and_an_xrootd_cluster(tmp_path):
     assert {s["target"] for s in doc["scaling"]} == targets
     ups = [e for e in doc["events"] if e["kind"] == "system-up"]
     assert len(ups) == 4
-    assert _mounts() == set() and _systems_dirs() == dirs
+    assert _left_in(own_tmp) == (set(), set())

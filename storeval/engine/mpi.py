@@ -526,6 +526,9 @@ class _MpiWatch(Watch):
         self.unanswered: list[int] = []
         self.local_pids = local_pids
 
+    def step_of_rank(self, rank: int) -> tuple[str, int] | None:
+        return self.step_of(self.done_steps.get(self.ranks[rank] if rank < len(self.ranks) else rank, 0))
+
     def _receive(self) -> bool:
         """Take the progress reports and results that arrived; True if anything did (a sign of life)."""
         from mpi4py import MPI

@@ -115,6 +115,10 @@ class Watch:
             return "cleanup"
         return f"{step[0]} (iteration {step[1] + 1})" if self.iterated else step[0]
 
+    def step_of_rank(self, rank: int) -> tuple[str, int] | None:
+        """The step client ``rank`` is in, from its progress slots (the MPI watch knows it from its reports)."""
+        return self.step_of(self.progress[PROGRESS_SLOTS * rank + P_DONE])
+
     def current_step(self) -> tuple[str, int] | None:
         return self.steps[self.current] if self.current < len(self.steps) else None
 
@@ -155,8 +159,7 @@ class Watch:
             if len(msg) > 3 and self.status == "ok":  # stopped by a signal from outside storeval
                 self.stopped_from_outside(rank, msg[3])
             elif self.status == "ok":  # a peer's failure (its error may still be on its way) or the workload itself
-                self.unasked.setdefault(rank, (self.step_of(self.progress[PROGRESS_SLOTS * rank + P_DONE]),
-                                               time.monotonic()))
+                self.unasked.setdefault(rank, (self.step_of_rank(rank), time.monotonic()))
         elif kind == "done":
             self.reported.add(rank)
             self.finished.add(rank)
