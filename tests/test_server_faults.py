@@ -125,8 +125,16 @@ def data_arriving(server) -> bool:
     else:
         pattern = f"{server.root}/data/data/**/blk_[0-9]*"
     # HDFS blocks carry no names: a block larger than the run's owner record (well under 64 KiB) is a client's
-    return any(os.path.getsize(p) > (0 if server.kind == "xrootd" else 64 << 10)
+    return any(_size(p) > (0 if server.kind == "xrootd" else 64 << 10)
                for p in glob.glob(pattern, recursive=True) if not p.endswith(".meta"))
+
+
+def _size(path: str) -> int:
+    """A file's size, 0 once it is gone (a datanode moves a block from rbw/ to finalized/ between glob and stat)."""
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 def cell_over(tmp_path: Path, target: str) -> bool:
