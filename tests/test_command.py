@@ -20,7 +20,15 @@ from .helpers import leftovers, load_json, poll, storeval
 
 MiB = 1 << 20
 SIZE = 3 * MiB + 4321  # not a multiple of any client's buffer: the last read is short
-needs_xrdcp = pytest.mark.skipif(shutil.which("xrdcp") is None, reason="xrdcp (apt-get install xrootd-client) is missing")
+
+
+@pytest.fixture
+def xrdcp(testbed) -> str:
+    """xrdcp: the testbed's XRootD installs it (Debian's xrootd-client) when the session's servers come up, so a
+    fresh machine has it by the time these tests run (a skip decided at collection would skip them there)."""
+    path = shutil.which("xrdcp")
+    assert path, "the testbed's XRootD installs xrootd-client, which has xrdcp"
+    return path
 needs_aws = pytest.mark.skipif(shutil.which("aws") is None, reason="aws-cli (pip install awscli) is missing")
 
 
@@ -47,8 +55,8 @@ def read_bytes(ops) -> int:
 
 
 # -- XRootD: xrdcp against the testbed server -----------------------------------------------------------------
-@needs_xrdcp
-def test_xrdcp_moves_exactly_the_bytes_the_server_saw_and_reports_its_cpu(tmp_path, testbed, testbed_targets):
+def test_xrdcp_moves_exactly_the_bytes_the_server_saw_and_reports_its_cpu(tmp_path, xrdcp, testbed,
+                                                                          testbed_targets):
     server = testbed.load()["xrootd"]
     entry = testbed_targets["xrootd"]
     path = study(tmp_path, {"xrootd": entry}, {"xrdcp": {"command": {
@@ -274,10 +282,9 @@ def test_a_write_command_that_leaves_a_short_file_fails_the_cell_after_the_phase
 
 
 # -- seed 004: the site's client beside storeval's own driver -----------------------------------------------------
-@needs_xrdcp
 @needs_aws
 @pytest.mark.skipif(os.geteuid() != 0, reason="the study's testbed systems and cold reads need root")
-def test_seed004_puts_xrdcp_and_aws_cli_beside_storevals_own_drivers(tmp_path):
+def test_seed004_puts_xrdcp_and_aws_cli_beside_storevals_own_drivers(tmp_path, xrdcp):
     study_file = Path(__file__).resolve().parent.parent / "studies" / "seed004-clients.yaml"
     size = 8 * MiB
     out = tmp_path / "out.json"
@@ -408,8 +415,8 @@ def test_a_killed_run_leaves_no_command_running_and_nothing_on_a_posix_target(tm
     _sigkill_mid_command(tmp_path, {"local": {"url": f"file://{target}"}}, "cp", target)
 
 
-@needs_xrdcp
-def test_a_killed_run_leaves_no_command_running_and_nothing_on_the_xrootd_server(tmp_path, testbed, testbed_targets):
+def test_a_killed_run_leaves_no_command_running_and_nothing_on_the_xrootd_server(tmp_path, xrdcp, testbed,
+                                                                                testbed_targets):
     server = testbed.load()["xrootd"]
     _sigkill_mid_command(tmp_path, {"xrootd": testbed_targets["xrootd"]}, "xrdcp -s -f",
                          Path(server.state.info["data"]))
