@@ -149,6 +149,9 @@ def test_iodepth_threads_are_streams_of_their_own(tmp_path, target):
                      "--set", "iodepth=2", "--set", "file_size=1MiB", "--set", "transfer_size=64KiB",
                      "--set", "phases=[read]")
     trace = load_trace(said["read"][1])
-    assert sorted(s.name for s in trace.streams) == ["c0.t0", "c0.t1", "c0.t2"]  # open/close, then two threads
-    assert sorted(int(np.count_nonzero(s.ops["kind"] == READ)) for s in trace.streams) == [0, 8, 8]
+    # the thread that opens and closes, then the iodepth threads that read (they share the work as they go: on a
+    # busy machine one of them may take it all)
+    streams = {s.name: int(np.count_nonzero(s.ops["kind"] == READ)) for s in trace.streams}
+    assert streams["c0.t0"] == 0 and set(streams) - {"c0.t0"} in ({"c0.t1"}, {"c0.t1", "c0.t2"}), streams
+    assert sum(streams.values()) == 16
 
