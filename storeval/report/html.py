@@ -79,12 +79,12 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary],
-                  samples: list[tuple]) -> str:
-    from ..analysis.fairness import RULE as FAIRNESS_RULE
+def figure_groups(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary],
+                  samples: list[tuple]) -> dict[str, list[tuple[str, dict]]]:
+    """Every chart of the report, by section: {section: [(title, plotly figure as a dict)]}, JSON-clean.
 
+    The HTML page and ``report --figures`` both draw from this, so a file figure is the page's figure."""
     scaling = scaling_of(cells) + along_settings(cells, run.study)
-    table = summary_table(summary)
     kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
     groups = {
         "scaling": charts.scaling_charts(scaling),
@@ -95,7 +95,17 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
         + charts.link_charts(run.cells, samples, run.events),
         "faults": charts.fault_charts(cells),
     }
-    groups = {k: [(t, _clean(f)) for t, f in v] for k, v in groups.items()}
+    return {k: [(t, _clean(f)) for t, f in v] for k, v in groups.items()}
+
+
+def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary],
+                  samples: list[tuple]) -> str:
+    from ..analysis.fairness import RULE as FAIRNESS_RULE
+
+    scaling = scaling_of(cells) + along_settings(cells, run.study)
+    table = summary_table(summary)
+    kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
+    groups = figure_groups(run, cells, summary, samples)
     ids, figures_json = _figures_json(groups)
     workload_sections = [{"anchor": kind, "name": WORKLOADS[kind].report.section or kind, "kind": kind,
                           "table": WORKLOADS[kind].report.section_table, "charts": ids[kind]}
