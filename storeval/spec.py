@@ -39,7 +39,7 @@ from .workloads import WORKLOADS
 from .workloads.base import Params
 
 TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
-            "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from", "network")
+            "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from", "network", "prices")
 TARGET_KEYS = ("url", "description", "limits", *SYSTEM_KEYS)
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
@@ -108,6 +108,7 @@ class Study:
     testbed: str | None = None  # the testbed directory whose fault handles the plan names
     groups: dict[str, Group] | None = None  # client groups (core/network.py); None: every client alike
     network: NetworkSpec | None = None  # emulated hosts and links of the testbed network
+    prices: dict[str, dict[str, Any]] | None = None  # target → {per_tb, per_gbps, currency}: the report's cost table
 
     def client_combinations(self) -> list[dict[str, int] | int]:
         """What one configuration's cells vary in clients: the counts, or each combination of the groups'."""
@@ -132,6 +133,7 @@ class Study:
             **({"testbed": self.testbed} if self.testbed else {}),
             **({"groups": {n: g.to_json() for n, g in self.groups.items()}} if self.groups else {}),
             **({"network": self.network.to_json()} if self.network else {}),
+            **({"prices": self.prices} if self.prices else {}),
         }
 
     def hash(self) -> str:
@@ -988,9 +990,49 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     if bed is not None and (not isinstance(bed, str) or not bed.strip()):
         raise InputError(f"testbed: {_show(bed)} is not a directory (the one `storeval testbed up --dir` used)")
     description = raw.get("description")
+    prices = _prices(raw.get("prices"), study_targets)
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
                  phase_timeout=timeout, source=os.path.abspath(path) if path else None,
                  description=str(description) if description is not None else None, keep_cache=keep,
                  probe_interval=interval, placement=place, clients_per_host=per_host, faults=faults,
                  testbed=bed.strip() if bed else None, groups=groups,
-                 network=network if (network.links or network.hosts) else None)
+                 network=network if (network.links or network.hosts) else None,
+                 prices={n: p for n, p in prices.items() if n in chosen_targets} or None)
+
+
+PRICE_KEYS = ("per_tb", "per_gbps", "currency")
+
+
+def _prices(raw: Any, targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``prices: {TARGET: {per_tb: 40, per_gbps: 1200, currency: USD}}``: what a system costs per TB of capacity
+    and per GB/s of bandwidth, for the report's cost table (cost of the best measured aggregate)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(f"prices: {_show(raw)} is not a mapping of target → prices (e.g. prices: {{fast: "
+                         "{per_tb: 40, per_gbps: 1200, currency: USD}})")
+    out = {}
+    for name, entry in raw.items():
+        where = f"prices.{visible(str(name))}"
+        if name not in targets:
+            raise InputError(f"{where}: no target of that name (targets: {', '.join(map(str, targets)) or 'none'})")
+        if not isinstance(entry, dict):
+            raise InputError(f"{where}: {_show(entry)} is not a mapping (e.g. {{per_tb: 40, currency: USD}})")
+        unknown = [k for k in entry if k not in PRICE_KEYS]
+        if unknown:
+            raise InputError(f"{where}.{visible(str(unknown[0]))}: not a price key (known: {', '.join(PRICE_KEYS)})")
+        price: dict[str, Any] = {}
+        for key in ("per_tb", "per_gbps"):
+            v = entry.get(key)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+                raise InputError(f"{where}.{key}: {_show(v)} is not a price (a number, 0 or more)")
+            price[key] = v
+        if not price:
+            raise InputError(f"{where}: give per_tb or per_gbps (the price of a TB of capacity or of a GB/s)")
+        currency = entry.get("currency", "USD")
+        if not isinstance(currency, str) or not currency.strip() or len(currency) > 8:
+            raise InputError(f"{where}.currency: {_show(currency)} is not a currency code (e.g. USD, EUR)")
+        out[str(name)] = {**price, "currency": visible(currency.strip())}
+    return out

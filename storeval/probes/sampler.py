@@ -1,4 +1,7 @@
-"""The side process that samples system counters every ``interval`` seconds while a cell runs.
+"""The side process that samples system counters while a cell runs: every ``interval`` seconds, faster at first.
+
+A cell's first seconds are sampled every 0.1 s, the interval doubling every 20 samples up to ``interval``
+(``intervals``): sub-second phases show as curves rather than one dot, at a bounded cost.
 
 It runs beside the clients, never inside them, so sampling costs them nothing; its samples (cumulative
 counters with ``perf_counter_ns`` timestamps, the clock the clients' records use) become the ``samples``
@@ -23,6 +26,19 @@ from .counters import flatten, snapshot
 from .links import link_counters
 
 END = None  # the last message of the stream
+FAST_INTERVAL = 0.1  # seconds between the first samples of a cell: a sub-second phase gets several
+FAST_SAMPLES = 20  # samples taken at each interval before it doubles, up to the study's probe_interval
+
+
+def intervals(interval: float):
+    """The adaptive schedule: FAST_SAMPLES samples FAST_INTERVAL apart, then FAST_SAMPLES at twice that, and so
+    on up to ``interval`` — a cell's short first phases are seen at 0.1 s, a long cell costs at most
+    FAST_SAMPLES × log2(interval / FAST_INTERVAL) samples more than sampling every ``interval``."""
+    step = min(interval, FAST_INTERVAL)
+    while True:
+        for _ in range(FAST_SAMPLES if step < interval else 1):
+            yield step
+        step = min(interval, step * 2)
 
 
 def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: int,
@@ -46,8 +62,8 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
 
     try:
         take()
-        while True:
-            ready, _, _ = select.select([conn, watch], [], [], interval)
+        for wait in intervals(interval):
+            ready, _, _ = select.select([conn, watch], [], [], wait)
             if watch in ready:  # the coordinator ended: nobody will read the samples
                 return
             if ready:

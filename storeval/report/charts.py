@@ -29,6 +29,10 @@ def _layout(title: str, x: str, y: str, **more: Any) -> dict[str, Any]:
             **more}
 
 
+def _clients(n: int) -> str:
+    return f"{n} client" + ("" if n == 1 else "s")
+
+
 def _factors(factors: dict[str, Any]) -> str:
     return " ".join(f"{k}={link_text(k, v)}" for k, v in factors.items() if k != "clients")
 
@@ -106,7 +110,7 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
             seen.add(key)
             unit = "MiB/s" if f["unit"] == "MiBps" else "ops/s"
             outliers = set(f["outliers"])
-            label = f"{cf.cell.target} · {cf.cell.workload} · {ph.phase} · {cf.cell.clients} clients"
+            label = f"{cf.cell.target} · {cf.cell.workload} · {ph.phase} · {_clients(cf.cell.clients)}"
             factors = _factors(cf.cell.factors)
             if factors:
                 label += f" ({factors})"
@@ -272,8 +276,9 @@ def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dic
             xs, b = _rates(busy)
             _, tot = _rates(total)
             data.append({"type": "scatter", "mode": "lines+markers", "name": "CPU busy %", "yaxis": "y2",
+                         "line": {"color": CPU_COLOR}, "marker": {"color": CPU_COLOR},
                          "x": [sec(x) for x in xs], "y": [100 * bb / tt if tt else 0 for bb, tt in zip(b, tot)]})
-        shapes, notes = _phase_shapes(cell, sec)
+        shapes, notes = _phase_shapes(cell, sec, _sample_gap(rows))
         spans = _phase_spans(cell)
         faults = [e for e in events if e.get("cell") == cell.cell_id and e.get("kind") in FAULT_EVENTS]
         for e in faults:  # events carry wall-clock times: mark them at the end of the phase they name
@@ -285,12 +290,14 @@ def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dic
                           "text": f"✗ {e['kind']}", "hovertext": e.get("message") or "", "font": {"color": "#d62728"}})
         if not data:
             continue
-        title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {cell.clients} clients "
+        title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {_clients(cell.clients)} "
                  f"(rep. {cell.repetition + 1}) — probes per second")
         layout = _layout(title, "seconds since the cell's first sample", "MiB/s", shapes=shapes, annotations=notes,
+                         yaxis={"title": {"text": "MiB/s"}, "rangemode": "tozero"},
                          yaxis2={"title": {"text": "CPU busy %"}, "overlaying": "y", "side": "right",
                                  "range": [0, 100], "autorange": False})
         layout["margin"]["r"] = 70
+        layout["margin"]["t"] = 90
         out.append((title, {"data": data, "layout": layout}))
     return out
 
@@ -304,15 +311,31 @@ def _phase_spans(cell: CellRow) -> dict[tuple[str, int], list[int]]:
     return spans
 
 
-def _phase_shapes(cell: CellRow, sec: Any) -> tuple[list[dict], list[dict]]:
-    """Shaded spans of a cell's phases (first start to last end of all clients) and their names."""
+def _sample_gap(rows: list[tuple]) -> float:
+    """The longest gap between two successive samples of a cell (ns): a phase shorter than it may fall
+    between two samples, and the chart says so."""
+    times = sorted({r[0] for r in rows})
+    return max((b - a for a, b in zip(times, times[1:])), default=0)
+
+
+PHASE_LABEL_ROWS = 3  # phase names stagger over this many heights, so neighbours never overlap
+
+
+def _phase_shapes(cell: CellRow, sec: Any, gap: float = 0) -> tuple[list[dict], list[dict]]:
+    """Shaded spans of a cell's phases (first start to last end of all clients) and their names, staggered over
+    PHASE_LABEL_ROWS heights; a phase shorter than the longest gap between samples is marked "< 1 sample"."""
     shapes, notes = [], []
     for i, ((phase, iteration), (start, end)) in enumerate(sorted(_phase_spans(cell).items(), key=lambda kv: kv[1][0])):
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": sec(start), "x1": sec(end), "y0": 0,
                        "y1": 1, "fillcolor": "#1f77b4" if i % 2 == 0 else "#ff7f0e", "opacity": 0.08,
                        "line": {"width": 0}})
-        notes.append({"x": sec(start), "y": 1.02, "xref": "x", "yref": "paper", "showarrow": False,
-                      "xanchor": "left", "text": phase + (f" #{iteration + 1}" if iteration else ""),
+        short = gap and end - start < gap
+        name = phase + (f" #{iteration + 1}" if iteration else "")
+        notes.append({"x": sec(start), "y": 1.01 + 0.06 * (i % PHASE_LABEL_ROWS), "xref": "x", "yref": "paper",
+                      "showarrow": False, "xanchor": "left", "yanchor": "bottom",
+                      "text": name + (" (< 1 sample)" if short else ""),
+                      "hovertext": f"{name}: {(end - start) / NS:.3g} s" + (
+                          f", shorter than the {gap / NS:.3g} s between samples" if short else ""),
                       "font": {"size": 10}})
     return shapes, notes
 
@@ -366,7 +389,7 @@ def link_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) 
         if not data:
             continue
         spans, notes = _phase_shapes(cell, sec)
-        title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {cell.clients} clients "
+        title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {_clients(cell.clients)} "
                  f"(rep. {cell.repetition + 1}) — emulated links per second")
         layout = _layout(title, "seconds since the cell's first sample", "MiB/s", shapes=spans + shapes,
                          annotations=notes, yaxis2={"title": {"text": "drops/s · queue KiB"}, "overlaying": "y",
@@ -419,10 +442,213 @@ def fault_charts(cells: list[Any]) -> list[tuple[str, dict]]:
                               "xanchor": "left", "text": f"{f.get('action')} {f.get('server') or ''}".strip(),
                               "hovertext": f.get("message") or "", "font": {"size": 10, "color": "#d62728"}})
             c = cf.cell
-            title = (f"cell {c.cell_id}: {c.target} · {c.workload} · {c.clients} clients · {ph.phase}"
+            title = (f"cell {c.cell_id}: {c.target} · {c.workload} · {_clients(c.clients)} · {ph.phase}"
                      + (f" #{ph.iteration + 1}" if ph.iteration else "") + " — throughput and failures per second")
             layout = _layout(title, "seconds since the phase's start", "MiB/s", shapes=shapes, annotations=notes,
+                             height=320, yaxis={"title": {"text": "MiB/s"}, "rangemode": "tozero"},
                              yaxis2={"title": {"text": "failed operations/s"}, "overlaying": "y", "side": "right",
                                      "rangemode": "tozero"})
+            layout["title"]["font"] = {"size": 12}
             out.append((title, {"data": data, "layout": layout}))
     return out
+
+
+# ---- the overview: one compact figure per question, every system side by side (issue 19) ----------------------
+
+SYSTEM_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+                 "#7f7f7f")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross")
+CPU_COLOR = "#2ca02c"  # the CPU line of every probe timeline
+PANEL_HEIGHT = 250
+MAX_PANELS = 12
+MAX_FAIRNESS_ROWS = 32
+X_OF_KIND = {"copy": "workers", "jobs": "jobs"}  # what a client is called on a workload's x axis
+
+
+def system_colors(systems: list[str]) -> dict[str, str]:
+    """One colour per system (target), the same on every figure of the page."""
+    return {s: SYSTEM_COLORS[i % len(SYSTEM_COLORS)] for i, s in enumerate(systems)}
+
+
+def _multiples(title: str, panels: list[dict[str, Any]], columns: int = 3, **more: Any) -> dict[str, Any]:
+    """Small multiples in one plotly figure: a grid of panels, each {"title", "data", "x", "y"} (axis dicts),
+    with the panel's title above it. The legend names each trace once (its ``legendgroup``)."""
+    panels = panels[:MAX_PANELS]
+    columns = max(1, min(columns, len(panels)))
+    rows = -(-len(panels) // columns)
+    gap_x, gap_y = 0.07, 0.5 / rows * 0.45 if rows > 1 else 0.0
+    layout: dict[str, Any] = {"title": {"text": title}, "height": 90 + PANEL_HEIGHT * rows,
+                              "margin": {"t": 70, "r": 20, "b": 50, "l": 70}, "showlegend": True,
+                              "legend": {"orientation": "h", "y": -0.35 / rows if rows else -0.2}, "annotations": [],
+                              **more}
+    data = []
+    shown: set[str] = set()
+    for i, p in enumerate(panels):
+        r, c = divmod(i, columns)
+        n = "" if i == 0 else str(i + 1)
+        x0, x1 = c / columns + (gap_x / 2 if c else 0), (c + 1) / columns - (gap_x / 2 if c < columns - 1 else 0)
+        y1 = 1 - r / rows - (gap_y / 2 if r else 0)
+        y0 = 1 - (r + 1) / rows + (gap_y / 2 if r < rows - 1 else 0)
+        layout[f"xaxis{n}"] = {**p["x"], "domain": [x0, x1], "anchor": f"y{n}", "automargin": True}
+        layout[f"yaxis{n}"] = {**p["y"], "domain": [y0, y1], "anchor": f"x{n}", "automargin": True}
+        layout["annotations"].append({"text": p["title"], "x": (x0 + x1) / 2, "y": y1, "xref": "paper",
+                                      "yref": "paper", "xanchor": "center", "yanchor": "bottom", "showarrow": False,
+                                      "font": {"size": 12}})
+        for t in p["data"]:
+            group = t.get("legendgroup", t.get("name"))
+            data.append({**t, "xaxis": f"x{n}", "yaxis": f"y{n}", "legendgroup": group,
+                         "showlegend": group not in shown})
+            shown.add(group)
+    return {"data": data, "layout": layout}
+
+
+def _axis(text: str, log: bool = False, **more: Any) -> dict[str, Any]:
+    """An axis from zero, or a log axis that says so in its title."""
+    if log:
+        return {"title": {"text": f"{text} (log scale)"}, "type": "log", **more}
+    return {"title": {"text": text}, "rangemode": "tozero", **more}
+
+
+def _series_name(s: dict[str, Any]) -> str:
+    return " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
+                     *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())])
+
+
+def overview_scaling(scaling: list[dict[str, Any]], colors: dict[str, str]) -> list[tuple[str, dict]]:
+    """Per workload and what its x is (clients, or a swept setting: servers, rtt …): one figure of small
+    multiples, a panel per phase (and per events/s or CPU-efficiency line), every system in its colour, other
+    factor values (transfer size …) as dashes, each named in the legend. Metadata is left to its own figure."""
+    by_figure: dict[tuple, list[dict]] = defaultdict(list)
+    for s in scaling:
+        if s["kind"] == "metadata" and s.get("along", "clients") == "clients":
+            continue
+        by_figure[(s["workload"], s.get("along", "clients"))].append(s)
+    out = []
+    for (workload, along), series in by_figure.items():
+        kind = series[0]["kind"]
+        unit = workload_class(kind).report.scaling.unit
+        scale, x_title, _ = _x_of(along)
+        if along == "clients":
+            x_title = X_OF_KIND.get(kind, "clients")
+        xs = [p["x"] * scale for s in series for p in s["series"]]
+        log_x = along in ("clients", "servers") and xs and min(xs) > 0 and max(xs) / min(xs) >= 8
+        variants = list(dict.fromkeys(tuple(sorted((k, str(v)) for k, v in s["factors"].items())) for s in series))
+        panels: dict[tuple, dict[str, Any]] = {}
+        for s in series:
+            v = variants.index(tuple(sorted((k, str(v)) for k, v in s["factors"].items())))
+            style = {"color": colors.get(s["target"], "#444"), "dash": DASHES[v % len(DASHES)]}
+            name = _series_name(s)
+            for key, label in (("aggregate", f"aggregate {unit}"), *LINE_FIGURES.items()):
+                pts = [p for p in s["series"] if p.get(key) is not None]
+                if not pts:
+                    continue
+                ticks = sorted(set(xs))
+                panel = panels.setdefault((s["phase"], key), {
+                    "title": f"{s['phase']}: {label}", "data": [],
+                    "x": _axis(x_title, log=bool(log_x), **({"tickvals": ticks} if len(ticks) <= 12 else {})),
+                    "y": _axis(label)})
+                trace = {"type": "scatter", "mode": "lines+markers", "name": name, "legendgroup": name,
+                         "x": [p["x"] * scale for p in pts], "y": [p[key] for p in pts], "line": style,
+                         "marker": {"color": style["color"], "symbol": SYMBOLS[v % len(SYMBOLS)]}}
+                if key == "aggregate":
+                    trace["error_y"] = {"type": "data", "array": [p["aggregate_stderr"] or 0 for p in pts],
+                                        "visible": True}
+                panel["data"].append(trace)
+        if not panels:
+            continue
+        what = x_title if along == "clients" else along
+        title = f"{workload} ({kind}): {unit} vs {what}, every system side by side"
+        out.append((title, _multiples(title, list(panels.values()))))
+    return out
+
+
+def overview_metadata(rates: list[dict[str, Any]], colors: dict[str, str]) -> list[tuple[str, dict]]:
+    """Metadata rates per operation, all systems side by side, on a log axis (seed 000 fig. 7): rates spanning
+    decades stay visible. One figure per metadata workload."""
+    by_workload: dict[str, list[dict]] = defaultdict(list)
+    for r in rates:
+        by_workload[r["workload"]].append(r)
+    out = []
+    for workload, entries in by_workload.items():
+        variants = list(dict.fromkeys(tuple(sorted((k, str(v)) for k, v in e["factors"].items())) for e in entries))
+        data = []
+        for e in entries:
+            v = variants.index(tuple(sorted((k, str(x)) for k, x in e["factors"].items())))
+            name = " ".join([e["target"], *(f"{k}={link_text(k, x)}" for k, x in e["factors"].items())])
+            phases = list(e["phases"])
+            data.append({"type": "bar", "name": name, "x": phases, "y": [e["phases"][p]["mean"] for p in phases],
+                         "error_y": {"type": "data", "array": [e["phases"][p]["stderr"] or 0 for p in phases],
+                                     "visible": True},
+                         "text": [f"{e['phases'][p]['clients']} cl." for p in phases], "textposition": "none",
+                         "marker": {"color": colors.get(e["target"], "#444"),
+                                    "pattern": {"shape": ["", "/", ".", "x", "-", "+"][v % 6]}}})
+        title = f"{workload} (metadata): best ops/s per operation over the client counts"
+        out.append((title, {"data": data, "layout": _layout(title, "operation", "ops/s (log scale)", barmode="group",
+                                                            height=340, yaxis=_axis("ops/s", log=True, dtick=1))}))
+    return out
+
+
+def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
+    """Fairness of every multi-client phase in one figure (seed 000 figs. 10–13): each client a dot — its rate
+    (top, MiB/s phases; ops/s phases in their own panel) and its time relative to the fastest client (bottom) —
+    coloured by client group, outliers ringed in red."""
+    if not rows:
+        return []
+    label = [f"{r['target']} · {r['workload']} · {r['phase']} · {r['clients']} cl."
+             + (f" ({_factors(r['factors'])})" if _factors(r["factors"]) else "") for r in rows]
+    groups = list(dict.fromkeys(c["group"] for r in rows for c in r["per_client"])) or [None]
+    panels = []
+    for unit in ("MiB/s", "ops/s"):
+        mine = [(lab, r) for lab, r in zip(label, rows) if r["unit"] == unit]
+        if mine:
+            panels.append({"title": f"per-client {unit}", "key": "rate", "rows": mine, "y": _axis(unit)})
+    panels.append({"title": "time relative to the fastest client", "key": "relative_time",
+                   "rows": list(zip(label, rows)), "y": _axis("time / fastest client's (ratio)")})
+    built = []
+    for p in panels:
+        data = []
+        for gi, g in enumerate(groups):
+            xs, ys, rings, text = [], [], [], []
+            for lab, r in p["rows"]:
+                for c in r["per_client"]:
+                    if c["group"] == g and c[p["key"]] is not None:
+                        xs.append(lab)
+                        ys.append(c[p["key"]])
+                        rings.append(2 if c["outlier"] else 0)
+                        text.append(f"client {c['rank']}" + (" · outlier" if c["outlier"] else ""))
+            name = f"group {g}" if g else "client"
+            data.append({"type": "scatter", "mode": "markers", "name": name, "legendgroup": name, "x": xs, "y": ys,
+                         "text": text, "marker": {"color": GROUP_COLORS[gi % len(GROUP_COLORS)], "size": 7,
+                                                  "line": {"color": "#d62728", "width": rings}}})
+        built.append({"title": p["title"], "data": data, "y": p["y"],
+                      "x": {"title": {"text": "configuration · phase"}, "type": "category", "tickfont": {"size": 9}}})
+    title = "Fairness: every client of every multi-client phase (first repetition), coloured by client group"
+    fig = _multiples(title, built, columns=len(built))
+    fig["layout"]["height"] = 420
+    fig["layout"]["margin"]["b"] = 150
+    fig["layout"]["legend"]["y"] = -0.6
+    return [(title, fig)]
+
+
+def overview_efficiency(rows: list[dict[str, Any]], colors: dict[str, str]) -> list[tuple[str, dict]]:
+    """Achieved ÷ declared limit (a declared device or network rate, the interface's link speed, the emulated
+    links): how close each system came to what its hardware allows; over 100 % is not physical."""
+    if not rows:
+        return []
+    names = [f"{r['target']} · {r['workload']} · {r['phase']}"
+             + (f" ({_factors(r['factors'])})" if _factors(r["factors"]) else "") for r in rows]
+    data = []
+    for target in dict.fromkeys(r["target"] for r in rows):
+        mine = [(n, r) for n, r in zip(names, rows) if r["target"] == target]
+        data.append({"type": "bar", "name": target, "x": [n for n, _ in mine], "y": [r["ratio"] * 100 for _, r in mine],
+                     "marker": {"color": colors.get(target, "#444")},
+                     "text": [f"{r['achieved_Bps'] / MiB:.4g} of {r['limit_Bps'] / MiB:.4g} MiB/s ({r['source']})"
+                              for _, r in mine], "textposition": "none",
+                     "hovertemplate": "%{x}: %{y:.1f} %<br>%{text}<extra></extra>"})
+    title = "Efficiency: best aggregate ÷ the limit it must respect"
+    layout = _layout(title, "system · workload · phase", "% of limit", barmode="group", height=340,
+                     yaxis=_axis("achieved ÷ limit (%)"),
+                     shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": 100, "y1": 100,
+                              "line": {"color": "#b00020", "dash": "dash", "width": 1}}])
+    return [(title, {"data": data, "layout": layout})]

@@ -17,11 +17,12 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ..analysis.figures import CellFigures, ConfigSummary
 from ..analysis.scaling import along_settings, scaling as scaling_of
+from ..analysis import overview
 from ..analysis.table import summary_table
 from ..store import RunData
 from . import charts
 from ..workloads import WORKLOADS
-from .terminal import (TABLE_CAPTION, fault_rows, network_tables, phase_tables, scaling_rows, table_columns,
+from .terminal import (TABLE_CAPTION, describe_settings, fault_rows, network_tables, phase_tables, scaling_rows, table_columns,
                        table_rows)
 
 
@@ -79,31 +80,64 @@ def _clean(value: Any) -> Any:
     return value
 
 
+OVERVIEW = "overview"  # the first screen's figures; every other section of figure_groups is detail
+
+
 def figure_groups(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary],
                   samples: list[tuple]) -> dict[str, list[tuple[str, dict]]]:
     """Every chart of the report, by section: {section: [(title, plotly figure as a dict)]}, JSON-clean.
 
-    The HTML page and ``report --figures`` both draw from this, so a file figure is the page's figure."""
+    ``overview`` comes first: one compact figure per question, every system side by side; the other sections
+    are the detail the page folds away. The HTML page and ``report --figures`` both draw from this, so a file
+    figure is the page's figure."""
     scaling = scaling_of(cells) + along_settings(cells, run.study)
+    colors = charts.system_colors(overview.systems(summary, run.study))
     kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
     groups = {
+        OVERVIEW: charts.overview_scaling(scaling, colors)
+        + charts.overview_metadata(overview.metadata_rates(summary), colors)
+        + charts.overview_fairness(overview.fairness_rows(cells, charts.MAX_FAIRNESS_ROWS))
+        + charts.overview_efficiency(overview.efficiency(run, cells), colors),
+        "faults": charts.fault_charts([cf for cf in cells if cf.cell.repetition == 0]),  # its timeline per configuration
         "scaling": charts.scaling_charts(scaling),
         "fairness": charts.fairness_charts(cells),
         **{kind: charts.workload_charts(kind, summary) for kind in kinds},  # each workload's own section
         "latency": charts.latency_charts(summary, cells),
         "timeline": charts.timeline_charts(run.cells, samples, run.events)
         + charts.link_charts(run.cells, samples, run.events),
-        "faults": charts.fault_charts(cells),
     }
     return {k: [(t, _clean(f)) for t, f in v] for k, v in groups.items()}
 
 
+def _cost_rows(run: RunData, summary: list[ConfigSummary]) -> list[list[str]]:
+    """The cost table's text rows (analysis/overview.py ``costs``)."""
+    rows = []
+    for c in overview.costs(run.study, summary):
+        cur = c["currency"]
+        best = c["best"]
+        rows.append([c["target"], f"{c['per_tb']:,.2f} {cur}" if c["per_tb"] is not None else "–",
+                     f"{c['per_gbps']:,.2f} {cur}" if c["per_gbps"] is not None else "–",
+                     f"{c['best_GBps']:.3g} GB/s ({best['workload']} {best['phase']}, {best['clients']} cl.)"
+                     if best else "not measured",
+                     f"{c['bandwidth_cost']:,.0f} {cur}" if c["bandwidth_cost"] is not None else "–"])
+    return rows
+
+
 def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary],
-                  samples: list[tuple]) -> str:
+                  samples: list[tuple], *, runs: list[dict[str, Any]] | None = None,
+                  differences: list[str] | None = None) -> str:
+    """The page: runs and environment differences (several runs), the Table 1 with its conditions, the overview
+    figures and cost table, then every detail section folded in a ``<details>`` reached from the contents.
+
+    ``runs``: [{run_id, started, finished, command_line, engine, targets, status}] when the page shows several
+    runs (``report --runs``); ``differences``: one line per environment difference between them."""
     from ..analysis.fairness import RULE as FAIRNESS_RULE
 
     scaling = scaling_of(cells) + along_settings(cells, run.study)
     table = summary_table(summary)
+    columns = table_columns(table)
+    conditions = [describe_settings(row["kind"], params, set(row["factors"]) | {"clients"}) or "–"
+                  for row, params in overview.table1(summary)]
     kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
     groups = figure_groups(run, cells, summary, samples)
     ids, figures_json = _figures_json(groups)
@@ -112,13 +146,6 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
                          for kind in kinds if ids[kind]]
     extra_tables = {t["id"]: t for t in network_tables(summary)}  # issue 17: groups' fairness, links, RTT
     network = [extra_tables[k] for k in ("rtt-table", "links-table") if k in extra_tables]
-    sections = [("summary", "Summary"), ("phases", "Phases")] + [
-        (anchor, name) for anchor, name, key in (("scaling", "Scaling", "scaling"), ("fairness", "Fairness", "fairness"))
-        if ids[key]] + [(w["anchor"], w["name"]) for w in workload_sections] + [
-        (anchor, name) for anchor, name, key in (("latency", "Latency", "latency"), ("faults", "Faults", "faults"),
-                                                 ("timelines", "Probe timelines", "timeline")) if ids[key]] + [
-        *([("network", "Network")] if network else []),
-        ("messages", "Flags and warnings"), ("environment", "Environment"), ("study", "Study")]
     saturation_rows = [[s["target"], s["workload"], s["phase"], s["saturation_clients"], s["workers_to_peak"]]
                        for s in scaling if s.get("along", "clients") == "clients"]
     by_setting: dict[str, list[dict[str, Any]]] = {}
@@ -127,21 +154,36 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
             by_setting.setdefault(s["along"], []).append(s)
     setting_tables = []
     for along, rows in by_setting.items():
-        columns, text_rows = scaling_rows(rows, along)
-        setting_tables.append({"along": along, "columns": columns, "rows": text_rows})
+        cols, text_rows = scaling_rows(rows, along)
+        setting_tables.append({"along": along, "columns": cols, "rows": text_rows})
+    fault_table = fault_rows(cells)
+    detail = [("phases", "Phases", True)] + [
+        (anchor, name, bool(ids[key] or extra)) for anchor, name, key, extra in (
+            ("scaling", "Scaling", "scaling", saturation_rows or setting_tables),
+            ("fairness", "Fairness", "fairness", extra_tables.get("fairness-table")))] + [
+        (w["anchor"], w["name"], True) for w in workload_sections] + [
+        ("latency", "Latency", bool(ids["latency"])), ("timelines", "Probe timelines", bool(ids["timeline"])),
+        ("network", "Network", bool(network)), ("messages", "Flags and warnings", True),
+        ("environment", "Environment", True), ("study", "Study", True)]
+    sections = [(a, n) for a, n, shown in detail if shown]
     events = [[e.get("cell"), e["t"].isoformat(timespec="seconds") if e.get("t") else "", e.get("kind"),
                "" if e.get("rank") is None else e["rank"], e.get("phase") or "", e.get("message") or ""]
               for e in run.events]
     return _env().get_template("report.html.j2").render(
-        title=f"storeval report {run.run_id}", run=run, sections=sections,
-        table_columns=table_columns(table), table_rows=table_rows(table), table_caption=TABLE_CAPTION,
-        table_numeric=[i for i, c in enumerate(table_columns(table)) if "/s" in c or c == "clients"],
+        title=f"storeval report {run.run_id}", run=run, sections=sections, runs=runs, differences=differences or [],
+        run_rows=[[r.get("run_id", ""), r.get("started") or "", r.get("finished") or "–", r.get("status") or "",
+                   r.get("engine") or "", ", ".join(r.get("targets") or []), r.get("command_line") or ""]
+                  for r in runs or []],
+        table_columns=[*columns, "conditions"], table_rows=[[*r, c] for r, c in zip(table_rows(table), conditions)],
+        table_caption=TABLE_CAPTION,
+        table_numeric=[i for i, c in enumerate(columns) if "/s" in c or c == "clients"],
+        overview_charts=ids[OVERVIEW], cost_rows=_cost_rows(run, summary),
         phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
         setting_tables=setting_tables, fairness_table=extra_tables.get("fairness-table"), network_tables=network,
         saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
         fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,
         latency_charts=ids["latency"], timeline_charts=ids["timeline"], fault_charts=ids["faults"],
-        fault_rows=fault_rows(cells),
+        fault_rows=fault_table,
         probe_interval=run.study.get("probe_interval", 1.0), messages=_messages(summary), events=events,
         environment=json.dumps(run.environment, indent=2, default=str),
         study=yaml.safe_dump(run.study, sort_keys=False, allow_unicode=True),
