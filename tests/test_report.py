@@ -110,8 +110,10 @@ def test_the_summary_table_is_seed_000s_table_1_and_holds_the_json_numbers(study
             best = max(phases, key=lambda s: s["MBps"]["mean"])
             assert row["read_MiBps"]["mean"] == pytest.approx(best["MBps"]["mean"] * 1e6 / 2**20)
     html_rows = tables_of(report)["summary-table"]
-    assert html_rows[0] == ["target", "workload", "clients", "read MiB/s", "write MiB/s", "ops/s · events/s", "notes"]
-    assert html_rows[1:] == table_rows(table)  # the very numbers of --json, formatted once
+    assert html_rows[0] == ["target", "workload", "clients", "read MiB/s", "write MiB/s", "ops/s · events/s", "notes",
+                            "conditions"]
+    assert [r[:-1] for r in html_rows[1:]] == table_rows(table)  # the very numbers of --json, formatted once
+    assert html_rows[1][-1].startswith("256KiB transfers, 4MiB per client")  # and how the data moved
     for text_row in table_rows(table):  # and the terminal printed the same table
         assert text_row[3] in out and text_row[4] in out
 
@@ -145,10 +147,13 @@ def test_the_html_report_renders_every_chart_offline_in_chromium(study_run, chro
     html = report.read_text(encoding="utf-8")
     markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)
     assert "<script src" not in html and not re.search(r"""(src|href)=["']https?:""", markup)  # all inline
-    sections = ["Summary", "Phases", "Scaling", "Fairness", "Metadata", "Skim", "Latency", "Probe timelines",
+    assert re.search(r'<section id="summary"><h2>Summary — which system, for what</h2>', html)
+    assert re.search(r'<section id="overview"><h2>Figures — every system side by side</h2>', html)
+    sections = ["Phases", "Scaling", "Fairness", "Metadata", "Skim", "Latency", "Probe timelines",
                 "Flags and warnings", "Environment", "Resolved study"]
-    for title in sections:
-        assert re.search(rf'<h2 id="[a-z]+">{title}</h2>', html), title
+    for title in sections:  # the detail: folded, each reached from the contents
+        anchor = re.search(rf'<details id="([a-z]+)"><summary><h2>{title}</h2>', html)
+        assert anchor and f'<a href="#{anchor.group(1)}">' in html, title
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -161,6 +166,7 @@ def test_the_html_report_renders_every_chart_offline_in_chromium(study_run, chro
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
             page.goto(report.as_uri())
+            page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
             page.wait_for_function("[...document.querySelectorAll('.chart')]"
                                    ".every(e => e.dataset.rendered === '1')", timeout=120_000)
             charts = page.locator(".chart")
@@ -175,7 +181,7 @@ def test_the_html_report_renders_every_chart_offline_in_chromium(study_run, chro
         finally:
             browser.close()
     assert errors == [] and requests == []
-    for prefix in ("scaling", "fairness", "metadata", "skim", "latency", "timeline"):
+    for prefix in ("overview", "scaling", "fairness", "metadata", "skim", "latency", "timeline"):
         assert any(i.startswith(prefix + "-") for i in ids), prefix
     assert drawn == n and n >= 12
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000

@@ -52,7 +52,7 @@ def metadata_rates(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
         if s.kind != "metadata" or s.ops_per_s is None:
             continue
         key = _key(s.target, s.workload, s.factors)
-        entry = out.setdefault(key, {"target": s.target, "workload": s.workload,
+        entry = out.setdefault(key, {"target": s.target, "workload": s.workload, "kind": s.kind,
                                      "factors": {k: v for k, v in s.factors.items() if k != "clients"
                                                  and not k.startswith("clients.")}, "phases": {}})
         best = entry["phases"].get(s.phase)
@@ -84,7 +84,8 @@ def efficiency(run: Any, cells: list[CellFigures]) -> list[dict[str, Any]]:
                 limit, source = where["link_rate"], "emulated links " + " + ".join(where.get("links") or {})
             key = (c.target, c.workload, ph.phase, c.clients,
                    tuple(sorted((k, str(v)) for k, v in c.factors.items() if k != "clients")))
-            entry = rates.setdefault(key, {"target": c.target, "workload": c.workload, "phase": ph.phase,
+            entry = rates.setdefault(key, {"target": c.target, "workload": c.workload, "kind": c.kind,
+                                           "phase": ph.phase,
                                            "clients": c.clients, "factors": {k: v for k, v in c.factors.items()
                                                                              if k != "clients"},
                                            "limit_Bps": limit, "limit": name, "source": source, "rates": []})
@@ -150,7 +151,7 @@ def fairness_rows(cells: list[CellFigures], limit: int) -> list[dict[str, Any]]:
             clients = [{"rank": row["rank"], "group": row.get("group"), "rate": row[f["unit"]],
                         "relative_time": f["relative_time"].get(str(row["rank"]), f["relative_time"].get(row["rank"])),
                         "outlier": row["rank"] in set(f["outliers"])} for row in f["sorted"]]
-            out.append({"target": cf.cell.target, "workload": cf.cell.workload, "phase": ph.phase,
+            out.append({"target": cf.cell.target, "workload": cf.cell.workload, "kind": cf.cell.kind, "phase": ph.phase,
                         "clients": cf.cell.clients, "factors": {k: v for k, v in cf.cell.factors.items()
                                                                 if k != "clients"},
                         "unit": "MiB/s" if f["unit"] == "MiBps" else "ops/s", "jain": f["jain"],

@@ -511,8 +511,11 @@ def _axis(text: str, log: bool = False, **more: Any) -> dict[str, Any]:
 
 
 def _series_name(s: dict[str, Any]) -> str:
-    return " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
-                     *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())])
+    """The system, its client group and every other factor value it holds (sizes as sizes: 64KiB)."""
+    from .terminal import fmt_factors
+
+    factors = fmt_factors(s["kind"], s["factors"])
+    return " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []), *([factors] if factors else [])])
 
 
 def overview_scaling(scaling: list[dict[str, Any]], colors: dict[str, str]) -> list[tuple[str, dict]]:
@@ -566,6 +569,8 @@ def overview_scaling(scaling: list[dict[str, Any]], colors: dict[str, str]) -> l
 def overview_metadata(rates: list[dict[str, Any]], colors: dict[str, str]) -> list[tuple[str, dict]]:
     """Metadata rates per operation, all systems side by side, on a log axis (seed 000 fig. 7): rates spanning
     decades stay visible. One figure per metadata workload."""
+    from .terminal import fmt_factors
+
     by_workload: dict[str, list[dict]] = defaultdict(list)
     for r in rates:
         by_workload[r["workload"]].append(r)
@@ -575,7 +580,7 @@ def overview_metadata(rates: list[dict[str, Any]], colors: dict[str, str]) -> li
         data = []
         for e in entries:
             v = variants.index(tuple(sorted((k, str(x)) for k, x in e["factors"].items())))
-            name = " ".join([e["target"], *(f"{k}={link_text(k, x)}" for k, x in e["factors"].items())])
+            name = " ".join([e["target"], *([f] if (f := fmt_factors(e["kind"], e["factors"])) else [])])
             phases = list(e["phases"])
             data.append({"type": "bar", "name": name, "x": phases, "y": [e["phases"][p]["mean"] for p in phases],
                          "error_y": {"type": "data", "array": [e["phases"][p]["stderr"] or 0 for p in phases],
@@ -595,8 +600,11 @@ def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
     coloured by client group, outliers ringed in red."""
     if not rows:
         return []
-    label = [f"{r['target']} · {r['workload']} · {r['phase']} · {r['clients']} cl."
-             + (f" ({_factors(r['factors'])})" if _factors(r["factors"]) else "") for r in rows]
+    from .terminal import fmt_factors
+
+    several = len({r["target"] for r in rows}) > 1 or len({r["workload"] for r in rows}) > 1
+    label = [" · ".join([*([r["target"], r["workload"]] if several else []), r["phase"], f"{r['clients']} cl.",
+                         *([f] if (f := fmt_factors(r["kind"], r["factors"])) else [])]) for r in rows]
     groups = list(dict.fromkeys(c["group"] for r in rows for c in r["per_client"])) or [None]
     panels = []
     for unit in ("MiB/s", "ops/s"):
@@ -622,12 +630,13 @@ def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
                          "text": text, "marker": {"color": GROUP_COLORS[gi % len(GROUP_COLORS)], "size": 7,
                                                   "line": {"color": "#d62728", "width": rings}}})
         built.append({"title": p["title"], "data": data, "y": p["y"],
-                      "x": {"title": {"text": "configuration · phase"}, "type": "category", "tickfont": {"size": 9}}})
+                      "x": {"title": {"text": "phase (configuration)" if several else "phase · clients · factors",
+                                      "standoff": 4},
+                            "type": "category", "tickfont": {"size": 9}, "tickangle": -50}})
     title = "Fairness: every client of every multi-client phase (first repetition), coloured by client group"
     fig = _multiples(title, built, columns=len(built))
-    fig["layout"]["height"] = 420
-    fig["layout"]["margin"]["b"] = 150
-    fig["layout"]["legend"]["y"] = -0.6
+    fig["layout"]["height"] = 440
+    fig["layout"]["legend"] = {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.12}
     return [(title, fig)]
 
 
@@ -636,8 +645,10 @@ def overview_efficiency(rows: list[dict[str, Any]], colors: dict[str, str]) -> l
     links): how close each system came to what its hardware allows; over 100 % is not physical."""
     if not rows:
         return []
+    from .terminal import fmt_factors
+
     names = [f"{r['target']} · {r['workload']} · {r['phase']}"
-             + (f" ({_factors(r['factors'])})" if _factors(r["factors"]) else "") for r in rows]
+             + (f" ({f})" if (f := fmt_factors(r["kind"], r["factors"])) else "") for r in rows]
     data = []
     for target in dict.fromkeys(r["target"] for r in rows):
         mine = [(n, r) for n, r in zip(names, rows) if r["target"] == target]
