@@ -28,7 +28,7 @@ SCREEN = {"width": 1400, "height": 900}
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
         "--no-first-run", "--disable-extensions"]
 UNIT = re.compile(r"MiB/s|MB/s|ops/s|events/s|%|µs|\(ratio\)|CPU s / wall s|clients|jobs|workers|operation|"
-                  r"seconds|configuration|phase|client|rtt \(ms\)|servers")
+                  r"seconds|configuration|phase|client|rtt \(ms\)|servers|\(\w[\w ]* / \w[\w ]*\)")
 NULL_48 = """\
 targets:
   ceiling: {url: "null://ceiling"}
@@ -138,7 +138,9 @@ class Page:
                                            " === '1')", timeout=180_000)
                     self.linked[anchor] = page.eval_on_selector_all(
                         f"#{anchor} .chart", "els => els.map(e => [e.id, e.getBoundingClientRect().width, "
-                        "!!e.querySelector('svg.main-svg') && e.querySelectorAll('.trace, .bars, .point').length > 0])")
+                        "!!e.querySelector('svg.main-svg') && e.querySelectorAll('.trace, .bars, .point').length > 0"
+                        " && Math.abs(e.querySelector('svg.main-svg').getBoundingClientRect().width"
+                        " - e.getBoundingClientRect().width) < 2])")
                 if page.locator("#timelines").count():
                     page.locator("#timelines").screenshot(path=str(ARTIFACTS / f"{shot}-timelines.png"))
             finally:
@@ -163,7 +165,8 @@ def test_the_default_run_shows_its_summary_and_main_figures_in_the_first_three_s
                                 "study"}
     assert page.undrawn_before == 0
     for anchor, charts in page.linked.items():
-        assert all(width > 900 and drawn for _, width, drawn in charts), (anchor, charts)
+        # drawn when opened, at the width of the section (a chart drawn while hidden would not be)
+        assert all(width > 500 and drawn for _, width, drawn in charts), (anchor, charts)
     assert page.linked["timelines"] and page.linked["latency"] and page.linked["scaling"]
 
 

@@ -8,6 +8,7 @@ nothing to show returns none.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
@@ -159,6 +160,8 @@ def workload_charts(kind: str, summary: list[ConfigSummary]) -> list[tuple[str, 
     """The charts workload ``kind`` declares (``Workload.report.charts``), over its configurations."""
     out = []
     for chart in workload_class(kind).report.charts:
+        if chart.figure.name in LINE_FIGURES and "(" not in chart.y:  # the page's one label for it, with its unit
+            chart = replace(chart, y=LINE_FIGURES[chart.figure.name])
         rows = [r for r in summary if r.kind == kind]
         out += _by_phase(kind, chart, rows) if chart.by == "phase" else _by_configuration(kind, chart, rows)
     return out
@@ -295,9 +298,9 @@ def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dic
         layout = _layout(title, "seconds since the cell's first sample", "MiB/s", shapes=shapes, annotations=notes,
                          yaxis={"title": {"text": "MiB/s"}, "rangemode": "tozero"},
                          yaxis2={"title": {"text": "CPU busy %"}, "overlaying": "y", "side": "right",
-                                 "range": [0, 100], "autorange": False})
-        layout["margin"]["r"] = 70
-        layout["margin"]["t"] = 90
+                                 "range": [0, 100], "autorange": False, "tickmode": "linear", "dtick": 25},
+                         legend={"orientation": "h", "y": -0.32})
+        layout["margin"].update(r=70, t=90, b=90)
         out.append((title, {"data": data, "layout": layout}))
     return out
 
