@@ -243,8 +243,16 @@ def test_every_overview_figure_of_the_figures_study(figures_run, chromium):
         assert row[0] == c["target"] and row[4] == f"{c['per_gbps'] * c['best_GBps']:,.0f} USD"
     assert [r[:3] for r in cost[1:]] == [["sysA", "40.00 USD", "1,200.00 USD"], ["sysB", "25.00 USD", "2,000.00 USD"]]
     # fairness: each client a dot, in one compact figure
-    fair = titles["Fairness"]["layout"]
-    assert fair["height"] <= 420
+    from storeval.analysis.overview import fairness_rows
+    from storeval.report.charts import MAX_FAIRNESS_ROWS
+
+    fair = titles["Fairness"]
+    assert fair["layout"]["height"] <= 450  # one figure for all of them (the old page: two charts per phase)
+    last = fair["data"][-1]["xaxis"]  # the time-relative-to-fastest panel: a dot per client
+    clients = [c for r in fairness_rows(cells, MAX_FAIRNESS_ROWS) for c in r["per_client"]]
+    assert sum(len(d["y"]) for d in fair["data"] if d["xaxis"] == last) == len(clients) > 0
+    assert sorted(y for d in fair["data"] if d["xaxis"] == last for y in d["y"]) == pytest.approx(
+        sorted(c["relative_time"] for c in clients))
     # faults: the exec fault shaded on each configuration's first repetition
     assert tables_of(report)["fault-table"][1:] and any(i.startswith("faults-") for i in figures)
     for anchor, charts in page.linked.items():

@@ -198,7 +198,8 @@ def _by_configuration(kind: str, chart: Chart, rows: list[ConfigSummary]) -> lis
     data = [{"type": "bar", "name": label, "x": names, "y": [v.mean if v else None for v in values],
              "error_y": {"type": "data", "array": [(v.stderr or 0) if v else 0 for v in values], "visible": True}}]
     title = f"{kind}: {chart.title}"
-    return [(title, {"data": data, "layout": _layout(title, "configuration", label)})]
+    return [(title, {"data": data, "layout": _layout(title, "configuration", label, height=420, xaxis={
+        "title": {"text": "configuration"}, "automargin": True, "tickfont": {"size": 10}})})]  # whole labels
 
 
 def latency_charts(summary: list[ConfigSummary], cells: list[CellFigures]) -> list[tuple[str, dict]]:
@@ -661,8 +662,10 @@ def overview_efficiency(rows: list[dict[str, Any]], colors: dict[str, str]) -> l
                               for _, r in mine], "textposition": "none",
                      "hovertemplate": "%{x}: %{y:.1f} %<br>%{text}<extra></extra>"})
     title = "Efficiency: best aggregate ÷ the limit it must respect"
-    layout = _layout(title, "system · workload · phase", "% of limit", barmode="group", height=340,
+    layout = _layout(title, "system · workload · phase", "% of limit", barmode="group", height=380,
                      yaxis=_axis("achieved ÷ limit (%)"),
+                     xaxis={"title": {"text": "system · workload · phase"}, "automargin": True, "tickangle": -30,
+                            "tickfont": {"size": 10}},
                      shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": 100, "y1": 100,
                               "line": {"color": "#b00020", "dash": "dash", "width": 1}}])
     return [(title, {"data": data, "layout": layout})]
