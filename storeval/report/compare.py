@@ -28,8 +28,6 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (  # (name, unit, higher is better)
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_EFFECT = 5.0  # percent: smaller changes are not worth a verdict even when they are real
 NO_SPREAD = "no spread (one repetition)"
-# environment keys that differ between any two runs by design (the matched configurations cover the study)
-NOT_ENVIRONMENT = frozenset({"command_line", "start_time", "study_hash"})
 
 
 def rule(confidence: float, min_effect: float, tests: int) -> str:
@@ -163,62 +161,13 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary], *, confidence: float
             list(dict.fromkeys(differ)))
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, list) and _measured(prefix) and value:  # per-phase or per-sample loads: the worst
-        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(numbers) == len(value):
-            return {f"{prefix} (max)": max(numbers)}
-        if all(isinstance(v, dict) for v in value):
-            fields: dict[str, list] = {}
-            for item in value:
-                for k, v in _flatten(item).items():
-                    fields.setdefault(k, []).append(v)
-            return {f"{prefix}.{k} (max)": max(vs) for k, vs in fields.items()
-                    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs)}
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
-def _measured(key: str) -> bool:
-    """A figure measured during the run (host load, free space), not a fixed fact: it is never equal twice."""
-    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure", "free", "avail", "skew"))
-
-
-def _differ(key: str, x: Any, y: Any) -> bool:
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
-    if not (numbers and _measured(key)):
-        return x != y
-    big = max(abs(x), abs(y))
-    return abs(x - y) > (0.25 if big <= 1 else 0.2 * big)  # shares: 25 points; counts and rates: 20 %
-
-
-def _show(v: Any) -> str:
-    from ..units import sig
-
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return sig(v)
-    return str(v)
-
-
 def environment_differences(run_a: Any, run_b: Any) -> list[str]:
-    """What differed between the two runs' environments, one ``key A → B`` per fact, for every key either
-    run recorded (host, kernel, CPU, RAM, Python and library versions, storeval's version, targets' URLs and
-    paths, host load) and every target's URL and options in the study; measured figures (loads, free space)
-    count only when they moved by more than 25 points (shares: one phase's load swings by 10–20 points
-    between identical runs on a shared host) or 20 %."""
-    def facts(run: Any) -> dict[str, Any]:
-        env = {k: v for k, v in run.environment.items() if k not in NOT_ENVIRONMENT}
-        return _flatten({**env, "target": (run.study or {}).get("targets", {})})
+    """What differed between A's and B's environments and targets, one line per fact, in the words of a report
+    across runs (``across.environment_differences``): ``kernel: Linux 6.1 (A) vs Linux 6.5 (B)``. The studies
+    are compared configuration by configuration instead (``compare``)."""
+    from .across import environment_differences as differences
 
-    fa, fb = facts(run_a), facts(run_b)
-    return [f"{k} {_show(fa.get(k))} → {_show(fb.get(k))}" for k in dict.fromkeys([*fa, *fb])
-            if _differ(k, fa.get(k), fb.get(k))]
+    return differences([run_a, run_b], ["A", "B"])
 
 
 def label(k: tuple) -> str:
