@@ -99,7 +99,8 @@ def figure_groups(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
 
 
 def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSummary],
-                  samples: list[tuple]) -> str:
+                  samples: list[tuple], runs: list[dict[str, Any]] | None = None,
+                  differences: list[str] | None = None) -> str:
     from ..analysis.fairness import RULE as FAIRNESS_RULE
 
     scaling = scaling_of(cells) + along_settings(cells, run.study)
