@@ -324,12 +324,18 @@ def _print_differences(across, console) -> None:
     for r in across.runs:
         console.print(f"run {r['label']} = {_safe(r['run_id'])}: {_safe(', '.join(r['targets']))}"
                       + (f" (cells {r['cells'][0]}–{r['cells'][1]})" if r["cells"] else ""), highlight=False)
-    if across.differences:
-        console.print(f"what differed between the runs ({len(across.differences)}):", highlight=False)
-        for line in across.differences:
+    _print_difference_lines(across.differences, console, "the runs' environments and studies do not differ")
+
+
+def _print_difference_lines(lines: list[str], console, none: str | None = None) -> None:
+    """What differed between runs, one fact per line (report --runs and compare say it alike)."""
+    if lines:
+        console.print(f"what differed between the runs ({len(lines)}; a figure's change may be theirs, not the "
+                      "storage's):", highlight=False)
+        for line in lines:
             console.print(f"  {_safe(line)}", highlight=False, soft_wrap=True)
-    else:
-        console.print("the runs' environments and studies do not differ", highlight=False)
+    elif none:
+        console.print(none, highlight=False)
 
 
 def _open_results(results: str):
@@ -466,9 +472,7 @@ def compare(
         console.print("A and B ran different studies: only configurations with the same parameters are compared",
                       highlight=False)
     environment = environment_differences(run_a, run_b)
-    if environment:
-        console.print("the environments differ (a verdict may be theirs, not the storage's): "
-                      + _safe("; ".join(environment)), highlight=False, soft_wrap=True)
+    _print_difference_lines(environment, console)
     rule_text = rule(level / 100, effect, sum(c.test is not None for c in changes))
     table = Table(title=f"B = {id_b} against A = {id_a}", caption=rule_text, caption_justify="left")
     for col in COLUMNS:  # numbers never fold: a wrapped interval would read as two

@@ -246,11 +246,12 @@ def environment_differences(runs: list[Any], labels: list[str], *, study: bool =
     and file system, host load — and every target's URL and options in its study; with ``study`` also the
     study's hash and each of its parameters. A target's facts are compared among the runs that measured a target
     of that name (three runs on three systems differ in their systems by design; one system measured twice
-    should not). Measured figures (loads, free space) count only when two runs' values are more than 25 points
+    should not); the same fact recorded under several keys (a target's URL in the study and as its driver
+    describes it) is said once. Measured figures (loads, free space) count only when two runs' values are more than 25 points
     (shares: one phase's load swings by 10–20 points between identical runs on a shared host) or 20 % apart."""
     facts = [_facts(run, study) for run in runs]
     has = [{target for target, _ in f.values() if target is not None} for f in facts]
-    lines = []
+    lines, said = [], set()
     for key in dict.fromkeys(k for f in facts for k in f):
         target = next(f[key][0] for f in facts if key in f)
         mine = [(f[key][1] if key in f else None, label) for f, names, label in zip(facts, has, labels)
@@ -261,5 +262,8 @@ def environment_differences(runs: list[Any], labels: list[str], *, study: bool =
         shown: dict[str, list[str]] = {}
         for value, label in mine:
             shown.setdefault(_show(value), []).append(label)
-        lines.append(f"{key}: " + " vs ".join(f"{value} ({', '.join(names)})" for value, names in shown.items()))
+        text = " vs ".join(f"{value} ({', '.join(names)})" for value, names in shown.items())
+        if (key.rsplit(".", 1)[-1], text) not in said:  # a target's URL as the study, the driver and the mount say it
+            said.add((key.rsplit(".", 1)[-1], text))
+            lines.append(f"{key}: {text}")
     return lines

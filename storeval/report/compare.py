@@ -202,36 +202,52 @@ def change_rows(changes: list[Change]) -> list[list[str]]:
     return out
 
 
-def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: list[str], only_b: list[str],
-                        differ: list[str], rule_text: str, environment: list[str]) -> str:
-    import json
+COLOURS = {"better": "#1a7f37", "worse": "#b00020"}  # the report's .better/.worse; anything else grey
+NEUTRAL = "#999"
 
-    from .html import _env, plotly_js
 
-    rows = change_rows(changes)
-    classes = [c.verdict if c.verdict in ("better", "worse") else "" for c in changes]
-    figures, charts = {}, []
+def compare_figures(changes: list[Change]) -> list[tuple[str, dict]]:
+    """One chart per figure (bandwidth, ops/s …): each configuration's change from A to B in percent, its
+    confidence interval as the error bar, coloured by verdict; drawn with the report's chart helpers."""
+    from .charts import _layout
+
     by_figure: dict[str, list[Change]] = {}
     for c in changes:
         if c.percent is not None:
             by_figure.setdefault(c.figure, []).append(c)
-    for i, (figure, items) in enumerate(by_figure.items()):
+    out = []
+    for figure, items in by_figure.items():
         names = [f"{c.target} · {c.workload} · {c.clients} cl. · {c.phase}" for c in items]
-        colors = ["#1a7f37" if c.verdict == "better" else "#b00020" if c.verdict == "worse" else "#999"
-                  for c in items]
-        chart_id = f"compare-{i}"
-        title = f"{figure}: change from A to B (%)"
-        ivs = [c.interval for c in items]  # the confidence interval as error bars around the change
-        error = {"type": "data", "symmetric": False,
+        ivs = [c.interval for c in items]
+        error = {"type": "data", "symmetric": False, "visible": True,
                  "array": [iv[1] - c.percent if iv else 0 for c, iv in zip(items, ivs)],
                  "arrayminus": [c.percent - iv[0] if iv else 0 for c, iv in zip(items, ivs)]}
-        figures[chart_id] = {"data": [{"type": "bar", "x": names, "y": [c.percent for c in items], "error_y": error,
-                                       "marker": {"color": colors}, "name": figure}],
-                             "layout": {"title": {"text": title}, "yaxis": {"title": {"text": "%"}}, "height": 380,
-                                        "margin": {"t": 50, "r": 20, "b": 120, "l": 60}}}
-        charts.append((chart_id, title))
+        unit = f" ({items[0].unit})" if items[0].unit else ""
+        title = f"{figure}{unit}: change from A to B (%)"
+        data = [{"type": "bar", "orientation": "h", "x": [c.percent for c in items], "y": names, "error_x": error,
+                 "marker": {"color": [COLOURS.get(c.verdict, NEUTRAL) for c in items]}, "name": figure}]
+        layout = _layout(title, "change from A to B (%), bar: confidence interval", "",
+                         height=120 + 28 * len(items), showlegend=False,
+                         margin={"t": 50, "r": 20, "b": 50, "l": 20},
+                         yaxis={"automargin": True, "autorange": "reversed"})
+        out.append((title, {"data": data, "layout": layout}))
+    return out
+
+
+def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: list[str], only_b: list[str],
+                        differ: list[str], rule_text: str, environment: list[str]) -> str:
+    """The comparison as a page in the report's style: the same base template, tables, colours and charts, and
+    what differed between the runs listed as a report across runs lists it."""
+    from .html import _env, _figures_json, plotly_js
+
+    rows = change_rows(changes)
+    classes = [c.verdict if c.verdict in ("better", "worse") else "" for c in changes]
+    ids, figures_json = _figures_json({"compare": compare_figures(changes)})
+    sections = [("changes", "Changes"), *([("charts", "Charts")] if ids["compare"] else []),
+                ("differences", "What differed"),
+                *([("not-compared", "Not compared")] if differ or only_a or only_b else [])]
     return _env().get_template("compare.html.j2").render(
         title=f"storeval comparison {run_a.run_id} → {run_b.run_id}", a=run_a, b=run_b, rule=rule_text,
-        environment=environment, numeric=[COLUMNS.index(c) for c in NUMERIC],
-        columns=COLUMNS, rows=list(zip(rows, classes)), only_a=only_a, only_b=only_b, differ=differ, charts=charts,
-        figures_json=json.dumps(figures).replace("</", "<\\/"), plotly_js=plotly_js())
+        sections=sections, environment=environment, numeric=[COLUMNS.index(c) for c in NUMERIC],
+        columns=COLUMNS, rows=list(zip(rows, classes)), only_a=only_a, only_b=only_b, differ=differ,
+        charts=ids["compare"], figures_json=figures_json, plotly_js=plotly_js())

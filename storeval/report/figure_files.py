@@ -272,8 +272,11 @@ def _draw(figs: list[dict[str, Any]], browser: str) -> list[tuple[bytes, bytes]]
                 out.append((bytes(svg), bytes(png)))
         return out
 
+    async def bounded() -> list[tuple[bytes, bytes]]:  # a browser that never starts or answers ends it too
+        return await asyncio.wait_for(draw(), timeout=TIMEOUT_S + 5 * len(figs))
+
     try:
-        return asyncio.run(draw())
+        return asyncio.run(bounded())
     except Exception as e:  # noqa: BLE001 - the browser's or kaleido's failure, in one line
         text = " ".join(str(e).split()) or type(e).__name__
         raise OutputError(f"--figures: Chromium could not draw the figures ({type(e).__name__}: {text[:300]}); "
