@@ -8,6 +8,7 @@ reported on its own, so the combined report can be checked against the runs' own
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -110,6 +111,13 @@ def test_three_runs_on_three_systems_are_shown_side_by_side_with_what_differed(r
         if f["section"] == "scaling":
             names = {line.split(",")[0] for line in (tmp / "figs" / f["csv"]).read_text().splitlines()[1:]}
             assert {n for n in names if "per client" not in n} == set(shown)
+    # one run's figures into the same directory: the figures it no longer has go, a file of someone else stays
+    (tmp / "figs" / "notes.txt").write_text("mine")
+    r = storeval("report", "R", "--run", ids[2], "--figures", "figs", cwd=tmp, timeout=600)
+    assert r.rc == 0, r.err
+    one = load_json(tmp / "figs" / "index.json")
+    assert one["runs"] == [ids[2]] and 0 < len(one["figures"]) < len(index["figures"])
+    assert sorted(os.listdir(tmp / "figs")) == sorted(["index.json", "notes.txt", *one["files"]])
 
 
 def test_all_runs_include_a_failed_one_with_its_status_and_ids_may_be_prefixes_in_any_order(runs):

@@ -146,8 +146,7 @@ def combine(analysed: list[Analysed]) -> Across:
         finished=None if None in finished else max(finished), status=one([a.run.status for a in analysed]),
         storeval_version=one([a.run.storeval_version for a in analysed]),
         command_line="\n".join(a.run.command_line for a in analysed), study=study,
-        study_hash=first.study_hash if len({a.run.study_hash for a in analysed}) == 1 else
-        one([a.run.study_hash for a in analysed]),
+        study_hash=first.study_hash if len({a.run.study_hash for a in analysed}) == 1 else "per run",
         engine=one([a.run.engine for a in analysed]), cells=[cf.cell for cf in cells],
         environment={a.run.run_id: a.run.environment for a in analysed}, events=events)
     differences = environment_differences([a.run for a in analysed], [f"run {labels[a.run.run_id]}"
