@@ -77,11 +77,13 @@ def test_a_target_20_percent_slower_is_called_worse_with_an_interval_that_holds_
             assert c["percent"] == pytest.approx(-20, abs=1.5)
         assert rates[(phase, "latency_p50_us")]["verdict"] == "worse"  # each transfer waits 25 % longer
     # the rate is a target option: said above the table, in the JSON and in the HTML
-    assert doc["environment_differences"] == ["target.t.rate: 33,554,432 (A) vs 26,843,546 (B)"]
-    assert ("what differed between the runs (1; a figure's change may be theirs, not the storage's):\n"
-            "  target.t.rate: 33,554,432 (A) vs 26,843,546 (B)\n") in r.out
+    # (beside it, on a shared host, the other processes' load may have moved by more than 25 points: said too)
+    differ = doc["environment_differences"]
+    assert [d for d in differ if not d.startswith("host_load.")] == ["target.t.rate: 33,554,432 (A) vs 26,843,546 (B)"]
+    assert (f"what differed between the runs ({len(differ)}; a figure's change may be theirs, not the storage's):\n"
+            in r.out and "\n  target.t.rate: 33,554,432 (A) vs 26,843,546 (B)\n" in r.out)
     html = (runs / "slower.html").read_text()  # listed as a report across runs lists them
-    assert '<ul class="differences"><li>target.t.rate: 33,554,432 (A) vs 26,843,546 (B)</li></ul>' in html
+    assert '<ul class="differences">' + "".join(f"<li>{d}</li>" for d in differ) + "</ul>" in html
     low, high = rates[("write", "bandwidth")]["interval_percent"]
     assert f"{low:+.1f} … {high:+.1f} %" in html and f"{low:+.1f} … {high:+.1f} %" in r.out
     # a minimum effect above the change: the same difference is no longer a verdict
