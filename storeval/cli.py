@@ -240,29 +240,102 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
 def report(
     results: str = typer.Argument("storeval-results", help="Results directory."),
     run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
+    runs: Optional[str] = typer.Option(None, "--runs", help="Several runs side by side in one report: all, or ids "
+                                                           "(or unique prefixes) separated by commas."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file."),
     html_out: Optional[str] = typer.Option(None, "--html", help="Write the self-contained HTML report to this file."),
+    figures: Optional[str] = typer.Option(None, "--figures", help="Write each figure of the report into this "
+                                                                  "directory as SVG and PNG, with its data as CSV "
+                                                                  "(needs Chromium and the figures extra)."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
                                                                             "of the summaries (the output says so)."),
 ) -> None:
-    """Print the summary of a stored run; write it as JSON or as an HTML report."""
+    """Print the summary of a stored run (or of several side by side); write it as JSON, as an HTML report, or its
+    figures as files."""
     from .analysis.figures import analyze
     from .report.document import run_document
 
+    if run_id is not None and runs is not None:
+        raise InputError("--run and --runs: give one run with --run or several with --runs, not both")
     if json_out:
         _check_output(json_out)
     if html_out:
         _check_output(html_out, "--html")
+    if figures is not None:
+        from .report.figure_files import check_figures
+
+        check_figures(figures)
     store = _open_results(results)
-    data = store.load_run(store.resolve_run(run_id))
-    cells, summary = analyze(data, exclude_outliers, store.load_samples(data.run_id))
-    _print_all(summary, cells, _console(), data.study)
-    _print_run_state(data, _console())
+    console = _console()
+    if runs is None:
+        data = store.load_run(store.resolve_run(run_id))
+        samples = store.load_samples(data.run_id)
+        cells, summary = analyze(data, exclude_outliers, samples)
+        across = None
+    else:
+        from .report.across import Analysed, combine, parse_runs
+
+        ids = parse_runs(runs, store.run_ids(), store.resolve_run)
+        analysed = []
+        for one in ids:
+            run = store.load_run(one)
+            run_samples = store.load_samples(one)
+            analysed.append(Analysed(run, *analyze(run, exclude_outliers, run_samples), run_samples))
+        across = combine(analysed)
+        data, cells, summary, samples = across.run, across.cells, across.summary, across.samples
+    if figures is not None:  # drawn before anything is printed or written: a failure leaves nothing behind
+        from .report.figure_files import render_figures
+        from .report.html import figure_groups
+
+        drawn = render_figures(figures, figure_groups(data, cells, summary, samples))
+    _print_all(summary, cells, console, data.study)
+    if across is None:
+        _print_run_state(data, console)
+    else:
+        for a in analysed:
+            _print_run_state(a.run, console)
+        _print_differences(across, console)
+    run_ids = [data.run_id] if across is None else [r["run_id"] for r in across.runs]
     if json_out:
-        _write_json(store, json_out, run_document(data, cells, summary), [data.run_id])
+        doc = run_document(data, cells, summary)
+        if across is not None:
+            doc.update(run_id=None, runs=[{**r, "started": _iso(r["started"]), "finished": _iso(r["finished"])}
+                                          for r in across.runs],
+                       environment_differences=across.differences)
+        _write_json(store, json_out, doc, run_ids)
     if html_out:
-        _write_html(store, data, cells, summary, html_out)
-        _console().print(f"report in {_safe(html_out)}", highlight=False)
+        _write_html(store, data, cells, summary, html_out, samples, across)
+        console.print(f"report in {_safe(html_out)}", highlight=False)
+    if figures is not None:
+        from .report.figure_files import write_figures
+
+        index, count = write_figures(figures, drawn, run_ids)
+        store.record_output(*index)
+        console.print(f"{count} figures in {_safe(figures)} (SVG, PNG and CSV each; index in "
+                      f"{_safe(os.path.join(figures, 'index.json'))})", highlight=False)
+
+
+def _iso(t) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def _print_differences(across, console) -> None:
+    """Which run is which, and what differed between them, before anyone compares their figures."""
+    for r in across.runs:
+        console.print(f"run {r['label']} = {_safe(r['run_id'])}: {_safe(', '.join(r['targets']))}"
+                      + (f" (cells {r['cells'][0]}–{r['cells'][1]})" if r["cells"] else ""), highlight=False)
+    _print_difference_lines(across.differences, console, "the runs' environments and studies do not differ")
+
+
+def _print_difference_lines(lines: list[str], console, none: str | None = None) -> None:
+    """What differed between runs, one fact per line (report --runs and compare say it alike)."""
+    if lines:
+        console.print(f"what differed between the runs ({len(lines)}; a figure's change may be theirs, not the "
+                      "storage's):", highlight=False)
+        for line in lines:
+            console.print(f"  {_safe(line)}", highlight=False, soft_wrap=True)
+    elif none:
+        console.print(none, highlight=False)
 
 
 def _open_results(results: str):
@@ -325,13 +398,19 @@ def _write_json(store, path: str, doc: dict, runs: list[str]) -> None:
     store.record_output(path, mark, size)
 
 
-def _write_html(store, data, cells, summary, path: str) -> None:
-    """--html: the report with its ownership header, noted in the store's ``outputs`` table."""
+def _write_html(store, data, cells, summary, path: str, samples=None, across=None) -> None:
+    """--html: the report with its ownership header, noted in the store's ``outputs`` table; ``across``: several
+    runs side by side (their list and differences head the page)."""
     from .outputs import write_owned
     from .report.html import render_report
 
-    mark, size = write_owned(path, "--html", "html", "run", [data.run_id],
-                             render_report(data, cells, summary, store.load_samples(data.run_id)))
+    if across is None:
+        text = render_report(data, cells, summary, store.load_samples(data.run_id) if samples is None else samples)
+        runs = [data.run_id]
+    else:
+        text = render_report(data, cells, summary, samples, runs=across.runs, differences=across.differences)
+        runs = [r["run_id"] for r in across.runs]
+    mark, size = write_owned(path, "--html", "html", "run", runs, text)
     store.record_output(path, mark, size)
 
 
@@ -393,9 +472,7 @@ def compare(
         console.print("A and B ran different studies: only configurations with the same parameters are compared",
                       highlight=False)
     environment = environment_differences(run_a, run_b)
-    if environment:
-        console.print("the environments differ (a verdict may be theirs, not the storage's): "
-                      + _safe("; ".join(environment)), highlight=False, soft_wrap=True)
+    _print_difference_lines(environment, console)
     rule_text = rule(level / 100, effect, sum(c.test is not None for c in changes))
     table = Table(title=f"B = {id_b} against A = {id_a}", caption=rule_text, caption_justify="left")
     for col in COLUMNS:  # numbers never fold: a wrapped interval would read as two

@@ -28,8 +28,6 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (  # (name, unit, higher is better)
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_EFFECT = 5.0  # percent: smaller changes are not worth a verdict even when they are real
 NO_SPREAD = "no spread (one repetition)"
-# environment keys that differ between any two runs by design (the matched configurations cover the study)
-NOT_ENVIRONMENT = frozenset({"command_line", "start_time", "study_hash"})
 
 
 def rule(confidence: float, min_effect: float, tests: int) -> str:
@@ -163,62 +161,13 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary], *, confidence: float
             list(dict.fromkeys(differ)))
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, list) and _measured(prefix) and value:  # per-phase or per-sample loads: the worst
-        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(numbers) == len(value):
-            return {f"{prefix} (max)": max(numbers)}
-        if all(isinstance(v, dict) for v in value):
-            fields: dict[str, list] = {}
-            for item in value:
-                for k, v in _flatten(item).items():
-                    fields.setdefault(k, []).append(v)
-            return {f"{prefix}.{k} (max)": max(vs) for k, vs in fields.items()
-                    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs)}
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
-def _measured(key: str) -> bool:
-    """A figure measured during the run (host load, free space), not a fixed fact: it is never equal twice."""
-    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure", "free", "avail", "skew"))
-
-
-def _differ(key: str, x: Any, y: Any) -> bool:
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
-    if not (numbers and _measured(key)):
-        return x != y
-    big = max(abs(x), abs(y))
-    return abs(x - y) > (0.25 if big <= 1 else 0.2 * big)  # shares: 25 points; counts and rates: 20 %
-
-
-def _show(v: Any) -> str:
-    from ..units import sig
-
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return sig(v)
-    return str(v)
-
-
 def environment_differences(run_a: Any, run_b: Any) -> list[str]:
-    """What differed between the two runs' environments, one ``key A → B`` per fact, for every key either
-    run recorded (host, kernel, CPU, RAM, Python and library versions, storeval's version, targets' URLs and
-    paths, host load) and every target's URL and options in the study; measured figures (loads, free space)
-    count only when they moved by more than 25 points (shares: one phase's load swings by 10–20 points
-    between identical runs on a shared host) or 20 %."""
-    def facts(run: Any) -> dict[str, Any]:
-        env = {k: v for k, v in run.environment.items() if k not in NOT_ENVIRONMENT}
-        return _flatten({**env, "target": (run.study or {}).get("targets", {})})
+    """What differed between A's and B's environments and targets, one line per fact, in the words of a report
+    across runs (``across.environment_differences``): ``kernel: Linux 6.1 (A) vs Linux 6.5 (B)``. The studies
+    are compared configuration by configuration instead (``compare``)."""
+    from .across import environment_differences as differences
 
-    fa, fb = facts(run_a), facts(run_b)
-    return [f"{k} {_show(fa.get(k))} → {_show(fb.get(k))}" for k in dict.fromkeys([*fa, *fb])
-            if _differ(k, fa.get(k), fb.get(k))]
+    return differences([run_a, run_b], ["A", "B"])
 
 
 def label(k: tuple) -> str:
@@ -253,36 +202,52 @@ def change_rows(changes: list[Change]) -> list[list[str]]:
     return out
 
 
-def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: list[str], only_b: list[str],
-                        differ: list[str], rule_text: str, environment: list[str]) -> str:
-    import json
+COLOURS = {"better": "#1a7f37", "worse": "#b00020"}  # the report's .better/.worse; anything else grey
+NEUTRAL = "#999"
 
-    from .html import _env, plotly_js
 
-    rows = change_rows(changes)
-    classes = [c.verdict if c.verdict in ("better", "worse") else "" for c in changes]
-    figures, charts = {}, []
+def compare_figures(changes: list[Change]) -> list[tuple[str, dict]]:
+    """One chart per figure (bandwidth, ops/s …): each configuration's change from A to B in percent, its
+    confidence interval as the error bar, coloured by verdict; drawn with the report's chart helpers."""
+    from .charts import _layout
+
     by_figure: dict[str, list[Change]] = {}
     for c in changes:
         if c.percent is not None:
             by_figure.setdefault(c.figure, []).append(c)
-    for i, (figure, items) in enumerate(by_figure.items()):
+    out = []
+    for figure, items in by_figure.items():
         names = [f"{c.target} · {c.workload} · {c.clients} cl. · {c.phase}" for c in items]
-        colors = ["#1a7f37" if c.verdict == "better" else "#b00020" if c.verdict == "worse" else "#999"
-                  for c in items]
-        chart_id = f"compare-{i}"
-        title = f"{figure}: change from A to B (%)"
-        ivs = [c.interval for c in items]  # the confidence interval as error bars around the change
-        error = {"type": "data", "symmetric": False,
+        ivs = [c.interval for c in items]
+        error = {"type": "data", "symmetric": False, "visible": True,
                  "array": [iv[1] - c.percent if iv else 0 for c, iv in zip(items, ivs)],
                  "arrayminus": [c.percent - iv[0] if iv else 0 for c, iv in zip(items, ivs)]}
-        figures[chart_id] = {"data": [{"type": "bar", "x": names, "y": [c.percent for c in items], "error_y": error,
-                                       "marker": {"color": colors}, "name": figure}],
-                             "layout": {"title": {"text": title}, "yaxis": {"title": {"text": "%"}}, "height": 380,
-                                        "margin": {"t": 50, "r": 20, "b": 120, "l": 60}}}
-        charts.append((chart_id, title))
+        unit = f" ({items[0].unit})" if items[0].unit else ""
+        title = f"{figure}{unit}: change from A to B (%)"
+        data = [{"type": "bar", "orientation": "h", "x": [c.percent for c in items], "y": names, "error_x": error,
+                 "marker": {"color": [COLOURS.get(c.verdict, NEUTRAL) for c in items]}, "name": figure}]
+        layout = _layout(title, "change from A to B (%), bar: confidence interval", "",
+                         height=120 + 28 * len(items), showlegend=False,
+                         margin={"t": 50, "r": 20, "b": 50, "l": 20},
+                         yaxis={"automargin": True, "autorange": "reversed"})
+        out.append((title, {"data": data, "layout": layout}))
+    return out
+
+
+def render_compare_html(run_a: Any, run_b: Any, changes: list[Change], only_a: list[str], only_b: list[str],
+                        differ: list[str], rule_text: str, environment: list[str]) -> str:
+    """The comparison as a page in the report's style: the same base template, tables, colours and charts, and
+    what differed between the runs listed as a report across runs lists it."""
+    from .html import _env, _figures_json, plotly_js
+
+    rows = change_rows(changes)
+    classes = [c.verdict if c.verdict in ("better", "worse") else "" for c in changes]
+    ids, figures_json = _figures_json({"compare": compare_figures(changes)})
+    sections = [("changes", "Changes"), *([("charts", "Charts")] if ids["compare"] else []),
+                ("differences", "What differed"),
+                *([("not-compared", "Not compared")] if differ or only_a or only_b else [])]
     return _env().get_template("compare.html.j2").render(
         title=f"storeval comparison {run_a.run_id} → {run_b.run_id}", a=run_a, b=run_b, rule=rule_text,
-        environment=environment, numeric=[COLUMNS.index(c) for c in NUMERIC],
-        columns=COLUMNS, rows=list(zip(rows, classes)), only_a=only_a, only_b=only_b, differ=differ, charts=charts,
-        figures_json=json.dumps(figures).replace("</", "<\\/"), plotly_js=plotly_js())
+        sections=sections, environment=environment, numeric=[COLUMNS.index(c) for c in NUMERIC],
+        columns=COLUMNS, rows=list(zip(rows, classes)), only_a=only_a, only_b=only_b, differ=differ,
+        charts=ids["compare"], figures_json=figures_json, plotly_js=plotly_js())
