@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from storeval.report.across import environment_differences, run_labels
 
@@ -101,6 +102,10 @@ def test_three_runs_on_three_systems_are_shown_side_by_side_with_what_differed(r
     # the page: the summary table holds the three systems, and each scaling chart has a line per system
     rows = tables_of(tmp / "all.html")["summary-table"][1:]
     assert [row[0] for row in rows] == shown
+    page = (tmp / "all.html").read_text(encoding="utf-8")
+    assert [r[0] for r in tables_of(tmp / "all.html")["runs-table"][1:]] == ids[:3]  # the runs, at the top
+    for line in differences:
+        assert f"<li>{escape(line)}</li>" in page
     scaling = [f for key, f in _figures(tmp / "all.html").items() if key.startswith("scaling-")]
     assert scaling and all({t["name"] for t in f["data"] if "per client" not in t["name"]} == set(shown)
                            for f in scaling)
