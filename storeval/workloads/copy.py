@@ -25,19 +25,24 @@ from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..units import format_size
 from .bandwidth import IOFailure, make_durable, run_ops, warn_write_back
-from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload
+from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param
 from .payload import Payload, aligned_buffer
 
 PHASES = ("upload", "download")
 
 
 class CopyParams(Params):
-    chunk_size: Size = 256 << 20  # per worker (10GiB in the full seed study)
-    transfer_size: Size = 16 << 20
-    direction: Literal["upload", "download", "both"] = "both"
-    stagger: Duration = 0.1
-    fsync: bool = True  # each upload ends with fsync before close (files; objects are durable once closed)
-    random_seed: int = 0
+    chunk_size: Size = param(256 << 20, "bytes each worker copies, as one file or object (10GiB in the seed "
+                                        "study); a multiple of transfer_size")
+    transfer_size: Size = param(16 << 20, "bytes of one read or write: the part size of an object upload, the "
+                                          "write size of a file copy")
+    direction: Literal["upload", "download", "both"] = param(
+        "both", "upload: to the target; download: back from it (laid out first, untimed); both: the two phases")
+    stagger: Duration = param(0.1, "worker k starts k × stagger after the phase's start, as the seed study "
+                                   "launched its copies")
+    fsync: bool = param(True, "each upload ends with fsync before close, inside the timed region (files; an "
+                              "object is durable once its upload is acknowledged)")
+    random_seed: int = param(0, "seed of the payload", "seed")
 
     @model_validator(mode="after")
     def _consistent(self) -> CopyParams:

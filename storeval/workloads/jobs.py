@@ -51,7 +51,7 @@ from ..fields import Duration
 from ..probes.cache import fits_in_ram
 from ..units import format_size
 from .bandwidth import make_durable, warn_write_back
-from .base import Best, Chart, ClientContext, Figure, Need, Needs, Report, Scaling, Workload, summary_text
+from .base import Best, Chart, ClientContext, Figure, Need, Needs, Report, Scaling, Workload, param, summary_text
 from .rootfiles import COMPRESSIONS, TREE, ensure_dataset, read_manifest
 from .skim import (SKIM_PROCESS_BYTES, EventParams, SkimIO, baskets, burn_cpu, cluster_arrays, open_tree,
                    select_branches, tree_clusters)
@@ -64,10 +64,13 @@ MAX_DURATION = 7 * 86400  # a week: far beyond any job's run, and its per-second
 
 
 class JobsParams(EventParams):
-    duration: Duration  # how long every job runs (whole seconds), from the common start
-    steady_after: Duration | None = None  # the warm-up left out of the figures (default: a third of duration)
-    write_back: Annotated[float, Field(ge=0, le=1)] = 0.1  # share of the events written back (0: none)
-    files_per_job: Annotated[int, Field(ge=1, le=10_000)] = 2  # each job its own files
+    duration: Duration = param(..., "how long every job runs from the common start (whole seconds); required")
+    steady_after: Duration | None = param(
+        None, "the warm-up left out of the figures: they cover [steady_after, duration); none: a third of duration")
+    write_back: Annotated[float, Field(ge=0, le=1)] = param(
+        0.1, "share of the events read that each job writes back to the target as ROOT files (0: none)", "fraction")
+    files_per_job: Annotated[int, Field(ge=1, le=10_000)] = param(2, "event files of each job's own, read over and "
+                                                                     "over until duration", "count")
 
     @model_validator(mode="after")
     def _window(self) -> JobsParams:

@@ -64,7 +64,7 @@ from ..histogram import Histogram
 from ..traces import load_trace
 from ..traces.model import CLOSE, KINDS, OPEN, READ, READV, WRITE, Trace
 from ..units import format_size
-from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Workload, summary_text
+from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param, summary_text
 from .kernel import run_parallel
 from .payload import SECTOR, Payload, aligned_buffer
 from .rootfiles import read_manifest
@@ -160,18 +160,28 @@ def _facts(trace: Trace) -> Facts:
 
 
 class ReplayParams(Params):
-    trace: str  # the trace file (relative: from the study file's directory where the study says it, else the cwd)
-    format: Literal["auto", "xrootd", "fio", "csv", "jsonl", "storeval"] = "auto"
-    mode: Literal["open", "closed"] = "open"  # open: at the recorded times ÷ speed; closed: as fast as possible
-    speed: float = 1.0  # MIN_SPEED … MAX_SPEED (checked in _speed: one line)
-    files: Literal["create", "map"] = "create"
-    map: dict[str, str] = {}  # with files: map — trace name prefix -> target path prefix
-    streams: str | int = "per-client"  # per-client, or N clients (1 … MAX_STREAMS): checked in _streams
+    trace: str = param(..., "the trace file (relative: from the study file's directory, else the current one); "
+                            "required", "path")
+    format: Literal["auto", "xrootd", "fio", "csv", "jsonl", "storeval"] = param(
+        "auto", "the trace's format; auto detects it from the content")
+    mode: Literal["open", "closed"] = param(
+        "open", "open: each operation at its recorded time ÷ speed (the start lag is measured); closed: each "
+                "stream's operations in order, as fast as the target answers")
+    speed: float = param(1.0, f"open-loop: how much faster than recorded the trace is replayed ({MIN_SPEED:g} to "
+                              f"{MAX_SPEED:g})", "factor")
+    files: Literal["create", "map"] = param(
+        "create", "create: lay out the files the trace reads, at their traced sizes (untimed, kept); map: read data "
+                  "already on the target, through map")
+    map: dict[str, str] = param({}, "with files: map, trace path prefix → target path prefix", "mapping")
+    streams: str | int = param("per-client", f"per-client: a client per traced stream; N: the streams spread over "
+                                             f"N clients (1 to {MAX_STREAMS:,})", "per-client or count")
     # native: the target's vector read of exactly the trace's ranges (an object store: one ranged GET per range,
     # nothing merged across gaps); coalesced: as the target's driver does by default (S3: ranges closer than
     # vector_coalesce merged into one GET, which reads the gaps too); split: element by element
-    vector: Literal["native", "coalesced", "split"] = "native"
-    random_seed: int = 0
+    vector: Literal["native", "coalesced", "split"] = param(
+        "native", "a vector read as the target's own vector read of exactly the trace's ranges (native), with "
+                  "ranges closer than the target's vector_coalesce merged (coalesced), or element by element (split)")
+    random_seed: int = param(0, "seed of the payload of the files laid out and written", "seed")
 
     @field_validator("speed", mode="before")
     @classmethod

@@ -34,7 +34,7 @@ from ..core.oplog import OpLog, PhaseRecorder
 from ..fields import Duration, Size
 from ..probes.cache import fits_in_ram, process_read_bytes
 from ..units import format_size
-from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Workload, summary_text
+from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param, summary_text
 from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
 
 MiB = float(1 << 20)
@@ -46,15 +46,22 @@ UPROOT_STEP = 100 * 1000**2  # uproot's default step_size of TTree.iterate
 class EventParams(Params):
     """What the event files are and how a job reads them: shared by the skim and the jobs workload."""
 
-    file_size: Size = 64 << 20  # 1.5GiB in the seed studies
-    cluster_size: Size = 1 << 20  # uncompressed bytes per cluster: one basket per branch each
-    compression: Literal["zlib", "lz4", "zstd", "none"] = "zlib"
-    compression_level: Annotated[int, Field(ge=1, le=9)] = 4
-    fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
-    strategy: Literal["uproot", "ttreecache", "basket"] = "ttreecache"
-    learn_entries: Annotated[int, Field(ge=1)] = 100
-    cpu_per_event: Duration = 0.0
-    random_seed: int = 0
+    file_size: Size = param(64 << 20, "bytes of each ROOT event file (about: whole clusters; 1.5GiB in the seed "
+                                      "studies)")
+    cluster_size: Size = param(1 << 20, "uncompressed bytes per cluster of the files, one basket per branch each")
+    compression: Literal["zlib", "lz4", "zstd", "none"] = param("zlib", "compression of the files' baskets")
+    compression_level: Annotated[int, Field(ge=1, le=9)] = param(4, "compression level, 1 (fast) to 9 (small)",
+                                                                 "level")
+    fraction: Annotated[float, Field(gt=0, le=1)] = param(
+        0.5, "share of each file's basket bytes read: the branches that make it up, for every event", "fraction")
+    strategy: Literal["uproot", "ttreecache", "basket"] = param(
+        "ttreecache", "how the bytes are fetched: uproot's own requests, ROOT's TTreeCache (one vector read per "
+                      "cluster after learning), or one read per basket (CMSSW 3)")
+    learn_entries: Annotated[int, Field(ge=1)] = param(
+        100, "with ttreecache: entries read basket by basket while the cache learns the branches used", "count")
+    cpu_per_event: Duration = param(0.0, "CPU time burnt per event, standing in for analysis code")
+    random_seed: int = param(0, "seed of the files' contents, of the branches chosen and of each client's "
+                                "order of reading", "seed")
 
     @model_validator(mode="after")
     def _event_files(self) -> EventParams:
@@ -72,9 +79,15 @@ class EventParams(Params):
 
 
 class SkimParams(EventParams):
-    files: Annotated[int, Field(ge=1, le=10_000)] | None = None  # every client reads all of them (default 3)
-    files_per_client: Annotated[int, Field(ge=1, le=10_000)] | None = None  # client k reads its own files only
-    event_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    files: Annotated[int, Field(ge=1, le=10_000)] | None = param(
+        None, f"event files every client reads, each in its own order; none: {DEFAULT_FILES}, unless "
+              "files_per_client is given", "count")
+    files_per_client: Annotated[int, Field(ge=1, le=10_000)] | None = param(
+        None, "event files of each client's own, that no other client reads (the seeds' one file per job), "
+              "instead of files", "count")
+    event_fraction: Annotated[float, Field(gt=0, le=1)] | None = param(
+        None, "read every branch of a random sparse subset of this share of the events, instead of fraction",
+        "fraction")
 
     @model_validator(mode="after")
     def _consistent(self) -> SkimParams:
