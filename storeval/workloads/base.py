@@ -79,6 +79,7 @@ class Needs:
 # (``mean``, ``stderr``, ``n``, ``min``, ``max``, ``stddev``) or None.
 
 DIRECTIONS = ("read", "write", "rate", "events", "time", "cost", "share", "ratio")
+MB_PER_MIB = 2**20 / 1e6  # a figure in MiB/s × this = the figure in MB/s (units.py: which figure uses which)
 
 
 def summary_text(s: Any, scale: float = 1.0) -> str:

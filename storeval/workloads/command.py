@@ -81,7 +81,7 @@ from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..redact import redact_text
 from ..units import format_size
-from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param
+from .base import MB_PER_MIB, Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param
 from .payload import Payload
 
 PHASES = ("write", "read")
@@ -627,8 +627,11 @@ class Command(Workload):
                       "interface — where, see moved ×), – where none was; RSS: the largest ru_maxrss of any command — Linux counts in it the "
                       "forking client's own memory at exec, so a value at the client's (client_rss_MiB in the JSON) "
                       "means the command itself stayed below it."),
-        read=Best(lambda r: r.extras.get("MBps"), ("read",), scale=1e6 / 2**20),
-        write=Best(lambda r: r.extras.get("MBps"), ("write",), scale=1e6 / 2**20),
+        read=Best(lambda r: r.extras.get("MBps"), ("read",), unit="MB/s"),
+        write=Best(lambda r: r.extras.get("MBps"), ("write",), unit="MB/s"),
+        # the phase table's MB/s (the files' bytes / wall, 10^6 B) against clients
+        scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
+                        per_client=lambda ph: None if ph.client_MiBps[0] is None else ph.client_MiBps[0] * MB_PER_MIB),
         rate=Best(lambda r: r.ops_per_s, (), unit="commands/s"),
         compare=(Figure("MBps", "MB/s"),
                  Figure("cmd_cpu_seconds_per_GB", "CPU s/GB", direction="cost", higher_is_better=False),

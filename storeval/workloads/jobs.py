@@ -49,7 +49,7 @@ from ..core.oplog import OpLog, PhaseRecorder
 from ..drivers.base import Capabilities, Driver, Handle, join
 from ..fields import Duration
 from ..probes.cache import fits_in_ram
-from ..units import format_size
+from ..units import format_size, plural
 from .bandwidth import make_durable, warn_write_back
 from .base import Best, Chart, ClientContext, Figure, Need, Needs, Report, Scaling, Workload, param, summary_text
 from .rootfiles import COMPRESSIONS, TREE, ensure_dataset, read_manifest
@@ -153,8 +153,8 @@ class Jobs(Workload):
                       "the first pass (as the skim); before each later pass a job drops its own files' pages from this "
                       "host's cache (posix_fadvise); page-cache warns where a cache it cannot drop (the host's, a "
                       "server's) may have served a later pass."),
-        read=Best(lambda r: r.extras.get("MBps_read"), ("jobs",), scale=1e6 / 2**20),
-        write=Best(lambda r: r.extras.get("MBps_written"), ("jobs",), scale=1e6 / 2**20),
+        read=Best(lambda r: r.extras.get("MBps_read"), ("jobs",), unit="MB/s"),
+        write=Best(lambda r: r.extras.get("MBps_written"), ("jobs",), unit="MB/s"),
         rate=Best(lambda r: r.extras.get("events_per_s"), ("jobs",), unit="events/s"),
         scaling=Scaling(figure="events_per_s", unit="events/s", aggregate=lambda ph: ph.extra.get("events_per_s"),
                         per_client=lambda ph: (ph.extra.get("events_per_s_per_job") or {}).get("mean")),
@@ -172,7 +172,7 @@ class Jobs(Workload):
         from ..units import format_size_compact
 
         p = {k: v for k, v in params.items() if k not in exclude}
-        parts = [({"files_per_job", "file_size"}, f"{p.get('files_per_job')} file(s) of "
+        parts = [({"files_per_job", "file_size"}, f"{plural(p.get('files_per_job', 2), 'file')} of "
                                                   f"{format_size_compact(p.get('file_size', 0))} per job"),
                  ({"duration", "steady_after"}, f"{p.get('duration', 0):g} s, steady after {p.get('steady_after', 0):g} s"),
                  ({"write_back"}, f"{p.get('write_back', 0):.0%} of the events written back" if p.get("write_back")

@@ -33,7 +33,7 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
 from ..fields import Duration, Size
 from ..probes.cache import fits_in_ram, process_read_bytes
-from ..units import format_size
+from ..units import format_size, plural
 from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param, summary_text
 from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
 
@@ -325,8 +325,11 @@ class Skim(Workload):
                       "wall time) and may have set events/s. Storage-side figures, whatever the client: requests made, "
                       "I/O wait = the clients' time inside driver reads / their wall time, MB/s I/O-bound = bytes "
                       "requested / the clients' mean I/O wait."),
-        read=Best(lambda r: r.extras.get("MBps"), ("skim",), scale=1e6 / 2**20),  # bytes requested per second, in MiB/s
+        read=Best(lambda r: r.extras.get("MBps"), ("skim",), unit="MB/s"),  # bytes requested per second
         rate=Best(lambda r: r.extras.get("events_per_s"), ("skim",), unit="events/s"),
+        # the phase table's MB/s (bytes requested / wall, 10^6 B) and its per-client mean, against clients
+        scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
+                        per_client=lambda ph: (ph.extra.get("MBps_per_client") or {}).get("mean")),
         compare=(Figure("events_per_s", "events/s", direction="events"), Figure("MBps", "MB/s"),
                  Figure("cpu_efficiency", "", direction="share"),
                  Figure("read_amplification", "×", direction="ratio", higher_is_better=False),
@@ -343,8 +346,8 @@ class Skim(Workload):
         from ..units import format_size_compact
 
         p = {k: v for k, v in params.items() if k not in exclude}
-        files = (f"{p['files_per_client']} file(s) per client, its own" if p.get("files_per_client")
-                 else f"{p.get('files') or 3} file(s) read by every client")
+        files = (f"{plural(p['files_per_client'], 'file')} per client, its own" if p.get("files_per_client")
+                 else f"{plural(p.get('files') or DEFAULT_FILES, 'file')} read by every client")
         parts = [({"files", "files_per_client", "file_size"}, f"{files}, of {format_size_compact(p.get('file_size', 0))}"),
                  ({"compression", "compression_level"}, f"{p.get('compression')} {p.get('compression_level')}"),
                  ({"cluster_size"}, f"clusters of {format_size_compact(p.get('cluster_size', 0))}"),
