@@ -145,12 +145,41 @@ TABLE_CAPTION = ("Each figure is the best mean over the client counts measured, 
                  "the unit in each cell.")
 
 
+UNIT_WORDS = {"MiB/s": "MiB/s = 2^20 bytes per second (as IOR)", "MB/s": "MB/s = 10^6 bytes per second (as the seeds "
+                                                                              "quote it)"}
+
+
+def table_caption(table: list[dict[str, Any]]) -> str:
+    """The note under Table 1, for the workloads it holds: how each figure was taken, what each workload's
+    read, write and rate are (its report's ``Best`` captions) and in which unit."""
+    spread = any((f or {}).get("n", 1) > 1 for row in table for f in (row.get("read"), row.get("write"),
+                                                                        *row["rates"].values()))
+    text = [("Each figure is the best mean over the client counts measured" + (", ± its stderr over repetitions"
+                                                                                if spread else "")
+             + ", @ the client count that reached it.")]
+    units: list[str] = []
+    for kind in dict.fromkeys(row["kind"] for row in table):
+        report = report_of(kind)
+        parts = [f"{name}: {best.caption or name}, in {best.unit}" for name, best in
+                 (("read", report.read), ("write", report.write), ("rate", report.rate)) if best is not None
+                 and best.phases != ()]
+        units += [best.unit for best in (report.read, report.write, report.rate) if best is not None]
+        if parts:
+            text.append(f"{kind} — {'; '.join(parts)}.")
+    legend = [UNIT_WORDS[u] for u in dict.fromkeys(units) if u in UNIT_WORDS]
+    if legend:
+        text.append("; ".join(legend) + ".")
+    if any(r.get("group") for r in table):
+        text.append("group: all = every client; a client group's row takes its own aggregate (over its own span) at "
+                    "its own client count.")
+    return " ".join(text)
+
+
 def print_table(table: list[dict[str, Any]], console: Console) -> None:
     """Seed 000's Table 1: one row per target × workload, read, write, rate, notes."""
     if not table:
         return
-    caption = TABLE_CAPTION + (" group: all = every client; a client group's row takes its own aggregate (over its "
-                               "own span) at its own client count." if any(r.get("group") for r in table) else "")
+    caption = table_caption(table)
     t = Table(title="Summary — storage × workload", caption=caption, caption_justify="left")
     for col in table_columns(table):
         t.add_column(col, justify="left" if col in ("target", "workload", "notes", "group") else "right",

@@ -154,9 +154,10 @@ class Bandwidth(Workload):
                       "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished, "
                       "or with a deadline, until the deadline (then stonewall_rule is 'deadline' in the JSON). "
                       "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
-        read=Best(lambda r: r.bandwidth, ("read", "reread", "randread")),
-        write=Best(lambda r: r.bandwidth, ("write", "rewrite", "randwrite")),
-        rate=Best(lambda r: r.ops_per_s, None, unit="ops/s"))
+        read=Best(lambda r: r.bandwidth, ("read", "reread", "randread"), caption="the read phase (else reread, randread)"),
+        write=Best(lambda r: r.bandwidth, ("write", "rewrite", "randwrite"),
+                   caption="the write phase (else rewrite, randwrite)"),
+        rate=Best(lambda r: r.ops_per_s, None, unit="ops/s", caption="transfers of the read (else write) phase"))
     summary = "sequential and random reads and writes of large files (IOZone, IOR)"
     p: BandwidthParams
 

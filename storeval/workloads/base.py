@@ -144,6 +144,7 @@ class Best:
     unit: str = "MiB/s"
     scale: float = 1.0
     each_phase: bool = False
+    caption: str = ""  # what the figure is, for the note under Table 1 ("bytes requested per second")
 
 
 @dataclass(frozen=True)

@@ -627,8 +627,9 @@ class Command(Workload):
                       "interface — where, see moved ×), – where none was; RSS: the largest ru_maxrss of any command — Linux counts in it the "
                       "forking client's own memory at exec, so a value at the client's (client_rss_MiB in the JSON) "
                       "means the command itself stayed below it."),
-        read=Best(lambda r: r.extras.get("MBps"), ("read",), unit="MB/s"),
-        write=Best(lambda r: r.extras.get("MBps"), ("write",), unit="MB/s"),
+        read=Best(lambda r: r.extras.get("MBps"), ("read",), unit="MB/s", caption="the files' bytes the commands read"),
+        write=Best(lambda r: r.extras.get("MBps"), ("write",), unit="MB/s",
+                   caption="the files' bytes the commands wrote"),
         # the phase table's MB/s (the files' bytes / wall, 10^6 B) against clients
         scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
                         per_client=lambda ph: None if ph.client_MiBps[0] is None else ph.client_MiBps[0] * MB_PER_MIB),

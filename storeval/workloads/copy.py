@@ -69,8 +69,8 @@ class Copy(Workload):
                       "bytes of all workers / (last end − first start), staggered starts included; per worker: each "
                       "worker's bytes over its own copy time, mean over workers; CPU: client CPU seconds per GB "
                       "(10^9 B) moved."),
-        read=Best(lambda r: r.bandwidth, ("download",), unit="MB/s", scale=MB_PER_MIB),
-        write=Best(lambda r: r.bandwidth, ("upload",), unit="MB/s", scale=MB_PER_MIB),
+        read=Best(lambda r: r.bandwidth, ("download",), unit="MB/s", scale=MB_PER_MIB, caption="download"),
+        write=Best(lambda r: r.bandwidth, ("upload",), unit="MB/s", scale=MB_PER_MIB, caption="upload"),
         rate=Best(lambda r: r.ops_per_s, (), unit="ops/s"),
         # workers to peak: where adding workers stops paying (the copy study's figure)
         scaling=Scaling(figure="MBps", unit="MB/s", peak=True,

@@ -153,9 +153,12 @@ class Jobs(Workload):
                       "the first pass (as the skim); before each later pass a job drops its own files' pages from this "
                       "host's cache (posix_fadvise); page-cache warns where a cache it cannot drop (the host's, a "
                       "server's) may have served a later pass."),
-        read=Best(lambda r: r.extras.get("MBps_read"), ("jobs",), unit="MB/s"),
-        write=Best(lambda r: r.extras.get("MBps_written"), ("jobs",), unit="MB/s"),
-        rate=Best(lambda r: r.extras.get("events_per_s"), ("jobs",), unit="events/s"),
+        read=Best(lambda r: r.extras.get("MBps_read"), ("jobs",), unit="MB/s",
+                  caption="bytes requested in the steady window"),
+        write=Best(lambda r: r.extras.get("MBps_written"), ("jobs",), unit="MB/s",
+                   caption="bytes written back in the steady window"),
+        rate=Best(lambda r: r.extras.get("events_per_s"), ("jobs",), unit="events/s",
+                  caption="events of all jobs in the steady window"),
         scaling=Scaling(figure="events_per_s", unit="events/s", aggregate=lambda ph: ph.extra.get("events_per_s"),
                         per_client=lambda ph: (ph.extra.get("events_per_s_per_job") or {}).get("mean")),
         compare=(Figure("events_per_s", "events/s", direction="events"), Figure("MBps_read", "MB/s"),

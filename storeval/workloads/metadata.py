@@ -189,7 +189,7 @@ class Metadata(Workload):
                       "rate; max/min/mean/std dev over iterations and repetitions, as mdtest's SUMMARY. Latency: per "
                       "operation."),
         rate=Best(lambda r: r.ops_per_s, ("dir-create", "file-create", "file-stat", "file-remove"), unit="ops/s",
-                  each_phase=True),  # the other phases are in the phase table
+                  each_phase=True, caption="mdtest's rate of each main phase"),  # the others: the phase table
         scaling=Scaling("ops_per_s", "ops/s", lambda ph: ph.ops_per_s, lambda ph: ph.client_ops_per_s[0]),
         charts=(Chart("ops/s per phase, by target, mode and clients", Figure("ops/s", "ops/s", value=lambda r: r.ops_per_s),
                       by="phase", y="ops/s", group=("mode",)),),  # seed 000 fig. 7

@@ -532,8 +532,8 @@ class Replay(Workload):
                       "as POSIX does). moved ×: bytes the target moved (server counters where the target has them, "
                       "else the device or interface: 'bytes moved counted at') / the phase's bytes; flag "
                       "replay-moved when the target moved more than 5% beyond the trace's bytes."),
-        read=Best(lambda r: r.extras.get("read_MBps"), ("replay",), unit="MB/s"),
-        write=Best(lambda r: r.extras.get("write_MBps"), ("replay",), unit="MB/s"),
+        read=Best(lambda r: r.extras.get("read_MBps"), ("replay",), unit="MB/s", caption="bytes read"),
+        write=Best(lambda r: r.extras.get("write_MBps"), ("replay",), unit="MB/s", caption="bytes written"),
         # the phase table's MB/s (bytes read and written / wall, 10^6 B) against clients
         scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
                         per_client=lambda ph: None if ph.client_MiBps[0] is None else ph.client_MiBps[0] * MB_PER_MIB),

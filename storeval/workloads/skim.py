@@ -325,8 +325,8 @@ class Skim(Workload):
                       "wall time) and may have set events/s. Storage-side figures, whatever the client: requests made, "
                       "I/O wait = the clients' time inside driver reads / their wall time, MB/s I/O-bound = bytes "
                       "requested / the clients' mean I/O wait."),
-        read=Best(lambda r: r.extras.get("MBps"), ("skim",), unit="MB/s"),  # bytes requested per second
-        rate=Best(lambda r: r.extras.get("events_per_s"), ("skim",), unit="events/s"),
+        read=Best(lambda r: r.extras.get("MBps"), ("skim",), unit="MB/s", caption="bytes requested"),
+        rate=Best(lambda r: r.extras.get("events_per_s"), ("skim",), unit="events/s", caption="events of all clients"),
         # the phase table's MB/s (bytes requested / wall, 10^6 B) and its per-client mean, against clients
         scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
                         per_client=lambda ph: (ph.extra.get("MBps_per_client") or {}).get("mean")),
