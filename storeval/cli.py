@@ -545,26 +545,59 @@ def _require_extra(module: str, what: str) -> None:
 
 
 @app.command()
-def workloads() -> None:
-    """List workload kinds, their phases and their parameters with defaults."""
+def workloads(
+    kind: Optional[str] = typer.Argument(None, metavar="KIND", help="Show only this workload kind."),
+) -> None:
+    """List workload kinds, their phases and their parameters: default, unit and what each does."""
     from rich.table import Table
 
-    from .spec import is_size_param
-    from .units import format_size_compact
-    from .workloads import WORKLOADS
+    from .spec import DEFAULT_CLIENTS, DEFAULT_REPETITIONS, DEFAULT_WORKLOADS
+    from .units import plural
+    from .workloads import WORKLOADS, workload_class
+    from .workloads.base import param_description, param_text, param_unit
 
     console = Console()
     WORKLOADS.announce()  # a plug-in left out: one warning line each
-    for kind, cls in WORKLOADS.items():
-        table = Table(title=f"{kind}: {cls.summary}", caption=f"phases: {', '.join(cls.PHASES)}", caption_justify="left")
-        table.add_column("parameter")
-        table.add_column("default")
-        for name, info in cls.Params.model_fields.items():
-            default = "(required)" if info.is_required() else info.default
-            if is_size_param(cls.Params, name) and isinstance(default, int):
-                default = format_size_compact(default)
-            table.add_row(name, str(default))
+    kinds = {kind: workload_class(kind)} if kind is not None else dict(WORKLOADS.items())
+    for name, cls in kinds.items():
+        model = cls.Params
+        study = default_study_params(name)
+        caption = [f"phases: {', '.join(cls.PHASES)}.",
+                   "default: what `storeval run --workload KIND` and a study that leaves the parameter out use."]
+        if study:
+            caption.append(f"default study: what `storeval run` without a study uses where it differs (with "
+                           f"{', '.join(DEFAULT_WORKLOADS)}, clients {','.join(map(str, DEFAULT_CLIENTS))}, "
+                           f"{plural(DEFAULT_REPETITIONS, 'repetition')}); blank: the default.")
+        table = Table(title=f"{name} — {cls.summary}" if cls.summary else name, caption=" ".join(caption),
+                      caption_justify="left", title_justify="left")
+        table.add_column("parameter", no_wrap=True)
+        table.add_column("default", overflow="fold", max_width=28)
+        if study:
+            table.add_column("default study", overflow="fold", max_width=28)
+        table.add_column("unit", overflow="fold")
+        table.add_column("what it does", overflow="fold", ratio=1)
+        for field, info in model.model_fields.items():
+            default = "(required)" if info.is_required() else param_text(model, field, info.default, ", ")
+            row = [field, default]
+            if study:
+                differs = field in study and (info.is_required() or study[field] != info.default)
+                row.append(param_text(model, field, study[field], ", ") if differs else "")
+            table.add_row(*map(_safe, [*row, param_unit(model, field), param_description(model, field)]))
         console.print(table)
+
+
+def default_study_params(kind: str) -> dict[str, Any]:
+    """The parameters of workload ``kind`` that `storeval run` without a study sets (spec.DEFAULT_WORKLOADS),
+    validated as a run validates them, so they print as the run resolves them; {} when it does not run it."""
+    from .spec import DEFAULT_WORKLOADS
+    from .workloads import workload_class
+
+    model = workload_class(kind).Params
+    given = next((params for entry in DEFAULT_WORKLOADS.values() for k, params in entry.items() if k == kind), None)
+    if given is None:
+        return {}
+    resolved = model.model_validate(given)
+    return {k: getattr(resolved, k) for k in given}
 
 
 @app.command()

@@ -1,8 +1,21 @@
-"""Sizes, rates and durations as people write them in studies, and back.
+"""Sizes, rates and durations as people write them in studies, and back; counts in words.
 
 Binary and decimal units are kept apart on purpose: ``32MB`` is 32,000,000
 bytes and ``32MiB`` is 33,554,432. A bare letter (``4k``, ``1M``) follows
 fio and IOZone and means the binary unit.
+
+The units storeval prints (one per figure, the same in the terminal, the JSON and the HTML report):
+
+* storage bandwidth — the bandwidth and copy workloads, links, faults, Table 1's bandwidth rows — in
+  **MiB/s** (2^20 bytes per second), as IOR and IOZone print it;
+* the rates of application-level workloads — the skim, jobs, command and replay workloads, whose seeds quote
+  job reports — in **MB/s** (10^6 bytes per second), and every table that shows them says so;
+* operations in ops/s (commands/s, files/s where the workload says so), events in events/s, latency in
+  ns/µs/ms/s, CPU efficiency as CPU seconds per wall second;
+* sizes as sizes (``64KiB``, ``32MB``, never ``65536``), durations as a study writes them (``100ms``, ``2m``).
+
+A figure keeps its unit everywhere it appears; where a table puts figures of several units in one column,
+each cell carries its unit (Table 1 in ``report/terminal.py``).
 """
 
 from __future__ import annotations
@@ -112,11 +125,60 @@ def format_size(n: float) -> str:
 
 
 def format_size_compact(n: int) -> str:
-    """``1048576`` -> ``1MiB`` when exact, for labels and factor values."""
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)
+    """A size as a study writes it, for labels, factor values and defaults: ``1048576`` -> ``1MiB``,
+    ``32000000`` -> ``32MB``, ``1500`` -> ``1500B``; always with its unit, and read back exactly by
+    :func:`parse_size`."""
+    n = int(n)
+    found = []  # the largest exact unit of each kind; the shorter number wins, binary on a tie
+    for units, base in ((("EiB", "PiB", "TiB", "GiB", "MiB", "KiB"), 1024), (("EB", "PB", "TB", "GB", "MB", "KB"), 1000)):
+        for i, unit in enumerate(units):
+            scale = base ** (len(units) - i)
+            if n >= scale and n % scale == 0:
+                found.append((n // scale, unit))
+                break
+    if not found:
+        return f"{n}B"
+    value, unit = min(found, key=lambda c: c[0])
+    return f"{value}{unit}"
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a study writes it (read back by :func:`parse_duration`): ``0.1`` -> ``100ms``,
+    ``120`` -> ``2m``, ``1.5`` -> ``1.5s``, ``0`` -> ``0s``."""
+    s = float(seconds)
+    if s == 0:
+        return "0s"
+    if s >= 3600 and s % 3600 == 0:
+        return f"{s / 3600:g}h"
+    if s >= 60 and s % 60 == 0:
+        return f"{s / 60:g}m"
+    if s >= 1:
+        return f"{s:g}s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.6g}ms"
+    return f"{s * 1e6:.6g}us"
+
+
+def plural(n: float, word: str, words: str | None = None) -> str:
+    """``1 client``, ``2 clients``, ``1,000 files``; ``words`` for an irregular plural."""
+    text = f"{n:,}" if isinstance(n, int) else f"{n:g}"
+    return f"{text} {word if n == 1 else (words or word + 's')}"
+
+
+# Bytes per second of each rate unit storeval prints (see the module's docstring for which figure uses which).
+RATE_UNITS = {"B/s": 1.0, "KiB/s": 2.0**10, "MiB/s": 2.0**20, "GiB/s": 2.0**30, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9}
+
+
+def convert_rate(value: float | None, unit: str, to: str) -> float | None:
+    """A byte rate from one unit of :data:`RATE_UNITS` into another (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    return value * RATE_UNITS[unit] / RATE_UNITS[to]
+
+
+def is_byte_rate(unit: str) -> bool:
+    """Whether ``unit`` is a rate of bytes (MiB/s, MB/s …), as opposed to ops/s or events/s."""
+    return unit in RATE_UNITS
 
 
 def sig(x: float | None, digits: int = 3) -> str:

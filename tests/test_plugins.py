@@ -3,6 +3,7 @@ entry points only — no change to storeval's files — and both run and are rep
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -143,6 +144,8 @@ def test_a_plugin_workload_is_listed(tmp_path):
     r = storeval("workloads", cwd=tmp_path, env=env)
     assert r.rc == 0, r.err
     assert "phases: touch" in r.out and "│ size      │ 4096" in r.out and "phases: write, rewrite" in r.out
+    # a plug-in's plain field still prints: its unit from its type, no explanation ("—")
+    assert re.search(r"│ size +│ 4096 +│ count +│ — +│", r.out) and re.search(r"│ files +│ 20 +│ count +│ — +│", r.out)
     assert r.err == ""
 
 

@@ -89,8 +89,9 @@ def study_run(tmp_path_factory):
 def test_the_summary_table_is_seed_000s_table_1_and_holds_the_json_numbers(study_run):
     tmp, doc, report, out = study_run
     table = doc["table"]
+    # a workload's targets side by side (md twice: its two modes)
     assert [(row["target"], row["workload"]) for row in table] == [
-        (t, w) for t in ("diskA", "diskB") for w in ("bw", "md", "sk") for _ in ([1, 1] if w == "md" else [1])]
+        (t, w) for w in ("bw", "md", "sk") for _ in ([1, 1] if w == "md" else [1]) for t in ("diskA", "diskB")]
     for row in table:
         phases = [s for s in doc["summary"] if s["target"] == row["target"] and s["workload"] == row["workload"]
                   and all(s["factors"].get(k) == v for k, v in row["factors"].items())]
@@ -109,9 +110,10 @@ def test_the_summary_table_is_seed_000s_table_1_and_holds_the_json_numbers(study
             assert row["rate_unit"] == "events/s" and row["rates"]["skim"]["mean"] > 0
             best = max(phases, key=lambda s: s["MBps"]["mean"])
             assert row["read_MiBps"]["mean"] == pytest.approx(best["MBps"]["mean"] * 1e6 / 2**20)
+            assert row["read"]["unit"] == "MB/s" and row["read"]["mean"] == best["MBps"]["mean"]  # the skim's unit
     html_rows = tables_of(report)["summary-table"]
-    assert html_rows[0] == ["target", "workload", "clients", "read MiB/s", "write MiB/s", "ops/s · events/s", "notes",
-                            "conditions"]
+    # read mixes MiB/s (bandwidth) and MB/s (skim): each cell names its unit; the rate column ops/s and events/s
+    assert html_rows[0] == ["target", "workload", "clients", "read", "write MiB/s", "rate", "notes", "conditions"]
     assert [r[:-1] for r in html_rows[1:]] == table_rows(table)  # the very numbers of --json, formatted once
     assert html_rows[1][-1].startswith("256KiB transfers, 4MiB per client")  # and how the data moved
     for text_row in table_rows(table):  # and the terminal printed the same table

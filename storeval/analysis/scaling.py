@@ -13,6 +13,11 @@ own aggregate) or a swept link setting (``rtt``, ``rate``, ``jitter``, ``loss``:
 Link settings are charted by their value (seconds, bytes/s, fraction; text such as ``12ms`` is read) and
 labelled as a study writes them (``12ms``). Each point also carries the mean of the workload figures LINE_FIGURES
 (the skim's events/s and CPU efficiency) when the phase has them.
+
+Every line names what it holds fixed, so two lines of one phase are never told apart by their position alone:
+``label`` is the other factors' values as a study writes them (``transfer_size=64KiB``, sizes as sizes,
+:func:`factors_text`), with the client group it follows; ``legend`` is the target and that label, ``unit`` the
+figure's unit. The terminal, the JSON and the HTML report print these.
 """
 
 from __future__ import annotations
@@ -23,12 +28,41 @@ from typing import Any
 from .figures import CellFigures
 from .links import link_text
 from ..stats import summarize
-from ..workloads import workload_class
+from ..workloads import WORKLOADS, workload_class
+from ..workloads.base import param_text
 
 SATURATION = 0.90
 PEAK = 0.95
 LINK_FACTORS = ("rtt", "rate", "jitter", "loss")
 LINE_FIGURES = ("events_per_s", "cpu_efficiency")
+
+
+def factor_text(kind: str | None, key: str, value: Any) -> str:
+    """One factor's value as a study writes it: a workload parameter of ``kind`` as its type says (sizes as
+    ``64KiB``, durations as ``100ms``, lists joined by ``+``), a link setting as ``12ms``/``1Gbit/s``/``0.1%``,
+    anything else (client counts, system settings) as it is."""
+    if key in LINK_FACTORS:
+        return link_text(key, value)
+    model = WORKLOADS[kind].Params if kind is not None and kind in WORKLOADS else None
+    if model is not None and key in model.model_fields:
+        return param_text(model, key, value)
+    if isinstance(value, (list, tuple)):
+        return "+".join(map(str, value))
+    return str(value)
+
+
+def factors_text(kind: str | None, factors: dict[str, Any], sep: str = " ", skip: tuple[str, ...] = ("clients",)) -> str:
+    """``transfer_size=64KiB rtt=12ms``: each factor (less ``skip``) named with its value (:func:`factor_text`)."""
+    return sep.join(f"{k}={factor_text(kind, k, v)}" for k, v in factors.items() if k not in skip)
+
+
+def held_label(s: dict[str, Any]) -> str:
+    """What a scaling line holds fixed, in words: the other factors' values and the client group whose own
+    aggregate it follows (``group external (its own aggregate); rtt=12ms``)."""
+    text = factors_text(s.get("kind"), s["factors"], ", ", skip=())
+    if s.get("group"):
+        return f"group {s['group']} (its own aggregate)" + (f"; {text}" if text else "")
+    return text
 
 
 def numeric(along: str, value: Any) -> float | None:
@@ -92,7 +126,8 @@ def scaling(cells: list[CellFigures], along: str = "clients", group: str | None 
     for key, by_x in groups.items():
         if len(by_x) < 2:
             continue
-        figure = workload_class(meta[key]["kind"]).report.scaling.figure
+        declared = workload_class(meta[key]["kind"]).report.scaling
+        figure = declared.figure
         series = []
         for n in sorted(by_x):
             values = by_x[n]
@@ -104,7 +139,9 @@ def scaling(cells: list[CellFigures], along: str = "clients", group: str | None 
                            "per_client": per.mean if per else None, "repetitions": len(values),
                            **{k: s.mean for k, s in lines.items() if s is not None}})
         points = [(s["x"], s["aggregate"]) for s in series if s["aggregate"] is not None]
-        out.append({**meta[key], "figure": figure, "series": series,
+        label = held_label(meta[key])
+        out.append({**meta[key], "figure": figure, "unit": declared.unit, "label": label,
+                    "legend": meta[key]["target"] + (f" ({label})" if label else ""), "series": series,
                     "saturation_clients": first_reaching(points, SATURATION),
                     "workers_to_peak": first_reaching(points, PEAK),
                     "peak_clients": max(points, key=lambda p: p[1])[0] if points else None,

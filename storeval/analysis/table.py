@@ -6,12 +6,20 @@ arbitrary point of the sweep — and its stderr over repetitions. The JSON docum
 (``table``) and the terminal and HTML reports print exactly them.
 
 What each workload puts in the read, write and rate columns it declares itself (``Workload.report``:
-``read``, ``write``, ``rate``, see ``workloads/base.py``), e.g.
+``read``, ``write``, ``rate``, see ``workloads/base.py``), in the unit its phase table uses (``storeval/units.py``
+says which figure is in which), e.g.
 
-* read / write MiB/s: bandwidth's ``read`` (else ``reread``, ``randread``) and ``write`` (else ``rewrite``,
-  ``randwrite``); copy's download / upload; skim's bytes requested per second (read).
+* read / write: bandwidth's ``read`` (else ``reread``, ``randread``) and ``write`` (else ``rewrite``,
+  ``randwrite``) in MiB/s; copy's download / upload and the skim's bytes requested per second in MB/s.
 * rate: ops/s for bandwidth (of the read phase) and for the main metadata phases (dir-create, file-create,
   file-stat, file-remove; all of them are in the phase table); events/s for the skim.
+
+Each row carries ``read`` and ``write`` (the figure in that unit, with ``unit``) and, for every byte rate,
+``read_MiBps`` and ``write_MiBps``: the same figure in MiB/s, whatever the workload's unit (the JSON's field
+names are only ever extended).
+
+Rows of one workload (and its other factors) sit together, its targets in the study's order beside each other:
+the table answers "which system, for what".
 
 With client groups (issue 17) the client counts of the groups (factors ``clients.<group>``) are swept like
 ``clients``: each row takes the best over them, and beneath the row of all clients comes one row per group
@@ -26,6 +34,7 @@ from typing import Any
 
 from .figures import ConfigSummary
 from ..stats import Summary
+from ..units import convert_rate, is_byte_rate, plural
 from ..workloads import workload_class
 from ..workloads.base import Best
 
@@ -35,6 +44,18 @@ def _figure(s: Summary | None, clients: int, phase: str, scale: float = 1.0) -> 
         return None
     return {"mean": s.mean * scale, "stderr": s.stderr * scale if s.stderr is not None else None, "n": s.n,
             "clients": clients, "phase": phase}
+
+
+def in_unit(f: dict[str, Any] | None, unit: str) -> dict[str, Any] | None:
+    """A Table-1 figure with its unit named (``unit``)."""
+    return None if f is None else {**f, "unit": unit}
+
+
+def as_MiBps(f: dict[str, Any] | None, unit: str) -> dict[str, Any] | None:
+    """A byte-rate figure in MiB/s (the ``read_MiBps``/``write_MiBps`` fields); None for other units."""
+    if f is None or not is_byte_rate(unit):
+        return None
+    return {**f, "mean": convert_rate(f["mean"], unit, "MiB/s"), "stderr": convert_rate(f["stderr"], unit, "MiB/s")}
 
 
 def _best(candidates: list[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -67,12 +88,13 @@ def rep_notes(rows: list[ConfigSummary]) -> list[str]:
         for items, into in ((r.flags, flags), (r.warnings, warnings)):
             for code in dict.fromkeys(x["code"] for x in items):
                 into[code] = into.get(code, 0) + r.seen.get(code, 1)
-    notes = [f"✗ {code} in {k} of {total} reps" for code, k in flags.items()]
+    reps = plural(total, "rep")  # "in 1 of 1 rep", "in 2 of 3 reps"
+    notes = [f"✗ {code} in {k} of {reps}" for code, k in flags.items()]
     outliers = sum(len(r.outliers) for r in rows)
     if outliers:
         excluded = " (excluded)" if any(r.outliers_excluded for r in rows) else ""
-        notes.append(f"{outliers} of {total} reps outlier{excluded}")
-    notes += [f"⚠ {code} in {k} of {total} reps" for code, k in warnings.items()]
+        notes.append(f"{outliers} of {reps} outlier{excluded}")
+    notes += [f"⚠ {code} in {k} of {reps}" for code, k in warnings.items()]
     return notes
 
 
@@ -81,7 +103,8 @@ def _notes(rows: list[ConfigSummary]) -> list[str]:
     for r in rows:
         bad = [st for st in r.statuses if st not in ("ok", "skipped")]
         if bad:
-            notes[f"{r.phase} {'/'.join(sorted(set(bad)))} in {len(bad)}/{len(r.statuses)} ({r.clients} cl.)"] = None
+            notes[f"{r.phase} {'/'.join(sorted(set(bad)))} in {len(bad)}/{len(r.statuses)} "
+                  f"({plural(r.clients, 'client')})"] = None
         if r.reason and r.statuses and all(st == "skipped" for st in r.statuses):
             notes[f"{r.phase} skipped: {r.reason}"] = None
     return list(notes)
@@ -97,8 +120,9 @@ def summary_table(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
     for r in summary:
         other = tuple(sorted((k, str(v)) for k, v in r.factors.items() if not _counted(k)))
         groups[(r.target, r.workload, other)].append(r)
+    order = list(dict.fromkeys((workload, other) for _, workload, other in groups))  # workloads as they came
     rows = []
-    for (target, workload, _), members in groups.items():
+    for (target, workload, other), members in sorted(groups.items(), key=lambda g: order.index((g[0][1], g[0][2]))):
         rows.append(_row(target, workload, members))
         names = list(dict.fromkeys(n for r in members for n in r.groups))
         for name in names if len(names) > 1 else ():  # one group alone is the row of all clients
@@ -134,6 +158,9 @@ def _row(target: str, workload: str, members: list[ConfigSummary]) -> dict[str, 
         if best is not None:
             rates[source] = best
     rate_unit = rate.unit if rate is not None else ""
+    read_unit, write_unit = (report.read.unit if report.read else ""), (report.write.unit if report.write else "")
     return {"target": target, "workload": workload, "kind": kind, "factors": factors,
-            "clients": sorted({r.clients for r in members}), "read_MiBps": read, "write_MiBps": write,
-            "rate_unit": rate_unit, "rates": rates, "notes": _notes(members)}
+            "clients": sorted({r.clients for r in members}), "read": in_unit(read, read_unit),
+            "write": in_unit(write, write_unit), "read_MiBps": as_MiBps(read, read_unit),
+            "write_MiBps": as_MiBps(write, write_unit), "rate_unit": rate_unit, "rates": rates,
+            "notes": _notes(members)}

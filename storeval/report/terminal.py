@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.figures import ConfigSummary
-from ..analysis.links import SATURATED, link_text
+from ..analysis.links import SATURATED
+from ..analysis.scaling import factors_text, held_label
 from ..stats import Summary
 from ..analysis.table import rep_notes
-from ..spec import is_size_param
-from ..units import format_duration_ns, format_size, format_size_compact, sig
+from ..units import convert_rate, format_duration_ns, format_size, is_byte_rate, plural, sig
 from ..workloads import WORKLOADS, workload_class
 from ..workloads.base import Report, summary_text
 from .console import safe
@@ -38,19 +38,8 @@ def fmt_latency(s: Summary | None) -> str:
 
 
 def fmt_factors(kind: str, factors: dict[str, Any]) -> str:
-    model = WORKLOADS[kind].Params if kind in WORKLOADS else None
-    parts = []
-    for k, v in factors.items():
-        if k == "clients":
-            continue
-        if model is not None and k in model.model_fields and is_size_param(model, k) and isinstance(v, int):
-            v = format_size_compact(v)
-        elif isinstance(v, list):
-            v = "+".join(map(str, v))
-        else:
-            v = link_text(k, v)  # rtt=12ms, rate=1Gbit/s, loss=0.1% (issue 17)
-        parts.append(f"{k}={v}")
-    return " ".join(parts)
+    """A configuration's factors as a study writes them (``transfer_size=64KiB rtt=12ms``), clients left out."""
+    return factors_text(kind, factors)
 
 
 def report_of(kind: str) -> Report:
@@ -78,60 +67,119 @@ def notes_for(s: ConfigSummary) -> str:
     return "; ".join(notes)
 
 
-def fmt_table_figure(f: dict[str, Any] | None, with_clients: bool = True) -> str:
-    """A Table-1 figure: mean ± stderr (over repetitions) and the client count where the best mean was reached."""
+def fmt_table_figure(f: dict[str, Any] | None, with_clients: bool = True, unit: str = "") -> str:
+    """A Table-1 figure: mean ± stderr (over repetitions), its ``unit`` when the column does not name it, and the
+    client count where the best mean was reached."""
     if not f:
         return "–"
     text = sig(f["mean"]) + (f" ± {sig(f['stderr'], 2)}" if f.get("stderr") is not None and f.get("n", 1) > 1 else "")
+    text += f" {unit}" if unit else ""
     return f"{text} @{f['clients']}" if with_clients else text
 
 
-def fmt_table_rates(row: dict[str, Any]) -> str:
+def fmt_table_rates(row: dict[str, Any], unit: str = "") -> str:
+    """The rate cell: one figure, or one per phase (``dir-create 17,933 @1; file-stat …``), with ``unit``."""
     rates = row["rates"]
     if not rates:
         return "–"
     rate = report_of(row["kind"]).rate
     if len(rates) == 1 and not (rate is not None and rate.each_phase):
-        return fmt_table_figure(next(iter(rates.values())))
-    return "; ".join(f"{phase} {fmt_table_figure(f)}" for phase, f in rates.items())
+        return fmt_table_figure(next(iter(rates.values())), unit=unit)
+    return "; ".join(f"{phase} {fmt_table_figure(f)}" for phase, f in rates.items()) + (f" {unit}" if unit else "")
+
+
+def _figure_of(row: dict[str, Any], column: str) -> dict[str, Any] | None:
+    """A row's read or write figure, in its workload's unit (rows of older JSON documents: MiB/s)."""
+    if column in row:
+        return row[column]
+    old = row.get(f"{column}_MiBps")
+    return None if old is None else {**old, "unit": "MiB/s"}
+
+
+def _column_units(table: list[dict[str, Any]]) -> dict[str, str]:
+    """The unit each figure column of Table 1 names in its header: the one unit of all its figures, or "" when
+    they differ (each cell then says its own: MiB/s and MB/s are never mixed unnamed)."""
+    units = {}
+    for column in ("read", "write"):
+        found = {f["unit"] for row in table if (f := _figure_of(row, column))}
+        units[column] = found.pop() if len(found) == 1 else ("" if found else "MiB/s")
+    found = {row["rate_unit"] for row in table if row["rates"]}
+    units["rate"] = found.pop() if len(found) == 1 else ""
+    return units
 
 
 def table_columns(table: list[dict[str, Any]]) -> list[str]:
-    """The Table-1 columns: a ``group`` column after the clients when the study has client groups."""
-    if any(row.get("group") for row in table):
-        return [*TABLE_COLUMNS[:3], "group", *TABLE_COLUMNS[3:]]
-    return TABLE_COLUMNS
+    """The Table-1 columns: a ``group`` column after the clients when the study has client groups; each figure
+    column named with its unit when all its figures share one (``read MiB/s``), else bare (``read``)."""
+    units = _column_units(table)
+    columns = ["target", "workload", "clients", *(["group"] if any(row.get("group") for row in table) else []),
+               f"read {units['read']}".strip(), f"write {units['write']}".strip(), units["rate"] or "rate", "notes"]
+    return columns
 
 
 def table_rows(table: list[dict[str, Any]]) -> list[list[str]]:
     """The Table-1 rows as text (the terminal and the HTML report print exactly these)."""
     out = []
     grouped = any(row.get("group") for row in table)
+    units = _column_units(table)
     for row in table:
         factors = fmt_factors(row["kind"], row["factors"])
         clients = row["clients"]
+        read, write = _figure_of(row, "read"), _figure_of(row, "write")
         out.append([row["target"], row["workload"] + (f" {factors}" if factors else ""),
                     f"{clients[0]}–{clients[-1]}" if len(clients) > 1 else str(clients[0]),
                     *([row.get("group") or "all"] if grouped else []),
-                    fmt_table_figure(row["read_MiBps"]), fmt_table_figure(row["write_MiBps"]),
-                    f"{fmt_table_rates(row)}" + (f" {row['rate_unit']}" if row["rates"] else ""),
+                    fmt_table_figure(read, unit="" if units["read"] or not read else read["unit"]),
+                    fmt_table_figure(write, unit="" if units["write"] or not write else write["unit"]),
+                    fmt_table_rates(row, "" if units["rate"] else row["rate_unit"]),
                     "; ".join(row["notes"])])
     return out
 
 
-TABLE_COLUMNS = ["target", "workload", "clients", "read MiB/s", "write MiB/s", "ops/s · events/s", "notes"]
 TABLE_CAPTION = ("Each figure is the best mean over the client counts measured, ± its stderr over repetitions, @ the "
                  "client count that reached it. read/write: bandwidth read/write phases (else reread/rewrite, "
-                 "randread/randwrite), copy download/upload, skim bytes requested per second, jobs bytes read/written per second "
-                 "of the steady window, command the files' bytes per second; MiB = 2^20 bytes.")
+                 "randread/randwrite), copy download/upload, skim bytes requested per second, jobs bytes read/written "
+                 "per second of the steady window, command the files' bytes per second, replay bytes read/written "
+                 "per second. Bandwidth in MiB/s (2^20 bytes per second, as IOR); copy, skim, jobs, command and "
+                 "replay in MB/s (10^6 bytes per second, as their seeds quote them); a column whose rows differ names "
+                 "the unit in each cell.")
+
+
+UNIT_WORDS = {"MiB/s": "MiB/s = 2^20 bytes per second (as IOR)", "MB/s": "MB/s = 10^6 bytes per second (as the seeds "
+                                                                              "quote it)"}
+
+
+def table_caption(table: list[dict[str, Any]]) -> str:
+    """The note under Table 1, for the workloads it holds: how each figure was taken, what each workload's
+    read, write and rate are (its report's ``Best`` captions) and in which unit."""
+    spread = any((f or {}).get("n", 1) > 1 for row in table for f in (row.get("read"), row.get("write"),
+                                                                        *row["rates"].values()))
+    text = [("Each figure is the best mean over the client counts measured" + (", ± its stderr over repetitions"
+                                                                                if spread else "")
+             + ", @ the client count that reached it.")]
+    units: list[str] = []
+    for kind in dict.fromkeys(row["kind"] for row in table):
+        report = report_of(kind)
+        parts = [f"{name}: {best.caption or name}, in {best.unit}" for name, best in
+                 (("read", report.read), ("write", report.write), ("rate", report.rate)) if best is not None
+                 and best.phases != ()]
+        units += [best.unit for best in (report.read, report.write, report.rate) if best is not None]
+        if parts:
+            text.append(f"{kind} — {'; '.join(parts)}.")
+    legend = [UNIT_WORDS[u] for u in dict.fromkeys(units) if u in UNIT_WORDS]
+    if legend:
+        text.append("; ".join(legend) + ".")
+    if any(r.get("group") for r in table):
+        text.append("group: all = every client; a client group's row takes its own aggregate (over its own span) at "
+                    "its own client count.")
+    return " ".join(text)
 
 
 def print_table(table: list[dict[str, Any]], console: Console) -> None:
     """Seed 000's Table 1: one row per target × workload, read, write, rate, notes."""
     if not table:
         return
-    caption = TABLE_CAPTION + (" group: all = every client; a client group's row takes its own aggregate (over its "
-                               "own span) at its own client count." if any(r.get("group") for r in table) else "")
+    caption = table_caption(table)
     t = Table(title="Summary — storage × workload", caption=caption, caption_justify="left")
     for col in table_columns(table):
         t.add_column(col, justify="left" if col in ("target", "workload", "notes", "group") else "right",
@@ -145,9 +193,9 @@ LINE_WORDS = {"events_per_s": ("events/s", "events/s"), "cpu_efficiency": ("CPU 
 
 
 def held_fixed(s: dict[str, Any]) -> str:
-    """The factors a scaling line holds fixed, and the client group whose own aggregate it follows."""
-    text = ", ".join(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())
-    return f"group {s['group']} (its own aggregate)" + (f"; {text}" if text else "") if s.get("group") else text
+    """The factors a scaling line holds fixed (sizes as sizes), and the client group whose own aggregate it
+    follows: the line's ``label`` (analysis/scaling.py)."""
+    return s["label"] if "label" in s else held_label(s)
 
 
 def scaling_rows(rows: list[dict[str, Any]], along: str) -> tuple[list[str], list[list[str]]]:
@@ -186,18 +234,26 @@ def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
             t.add_row(*map(safe, row))
         console.print(t)
     for s in scaling:
-        declared = report_of(s["kind"]).scaling
-        unit = declared.unit
-        along = s.get("along", "clients")
-        points = ", ".join(f"{p.get(along, p['x'])}→{sig(p['aggregate'])}" for p in s["series"])
-        shown = held_fixed(s)
-        extra = f"; workers to peak {s['workers_to_peak']}" if declared.peak and along == "clients" else ""
-        if along == "clients":
-            at = f"{s['saturation_clients']} client{'s' if s['saturation_clients'] != 1 else ''}"
-        else:
-            at = f"{along}={next((p.get(along) for p in s['series'] if p['x'] == s['saturation_clients']), s['saturation_clients'])}"
-        console.print(f"scaling {safe(s['target'])} · {safe(s['workload'])}{f' ({safe(shown)})' if shown else ''} · "
-                      f"{s['phase']}: {along} {points} {unit}; saturation at {at}{extra}", highlight=False)
+        console.print(safe(scaling_line(s)), highlight=False)
+
+
+def scaling_line(s: dict[str, Any]) -> str:
+    """One scaling line: what it holds fixed, the aggregate at each point with its unit, where it saturates
+    (``scaling scratch · bw (transfer_size=64KiB) · write: clients 1→505, 2→1,028 MiB/s; saturation at 2 clients``)."""
+    declared = report_of(s["kind"]).scaling
+    unit = s.get("unit") or declared.unit
+    along = s.get("along", "clients")
+    points = ", ".join(f"{p.get(along, p['x'])}→{sig(p['aggregate'])}" for p in s["series"])
+    shown = held_fixed(s)
+    extra = ""
+    if declared.peak and along == "clients" and s.get("workers_to_peak") is not None:
+        extra = f"; workers to peak {s['workers_to_peak']}"
+    if along == "clients":
+        at = plural(s["saturation_clients"], "client") if s["saturation_clients"] is not None else "–"
+    else:
+        at = f"{along}={next((p.get(along) for p in s['series'] if p['x'] == s['saturation_clients']), s['saturation_clients'])}"
+    return (f"scaling {s['target']} · {s['workload']}{f' ({shown})' if shown else ''} · {s['phase']}: {along} {points} "
+            f"{unit}; saturation at {at}{extra}")
 
 
 def shown_groups(r: ConfigSummary) -> list[ConfigSummary]:
@@ -253,7 +309,9 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
             rate_columns = [*rate_columns, ("moved ×", lambda r: "–" if r.group else fmt_summary(r.amplification))]
         grouped = any(r.groups for r in rows)
         if grouped and not any("per " in name for name, _ in rate_columns):  # each group's per-client mean
-            rate_columns = [*rate_columns, ("MiB/s per client", lambda r: fmt_summary(r.per_client_MiBps))]
+            unit = report.scaling.unit if is_byte_rate(report.scaling.unit) else "MiB/s"  # the workload's own unit
+            scale = convert_rate(1.0, "MiB/s", unit)
+            rate_columns = [*rate_columns, (f"{unit} per client", lambda r: fmt_summary(r.per_client_MiBps, scale))]
         if grouped:
             caption.append("group: all = every client of the cell; each client group's row gives its aggregate over "
                            "its own span (its first start → its last end) and its clients' mean, at its own client "
@@ -362,16 +420,22 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
     return tables
 
 
+def where_of(r: ConfigSummary) -> str:
+    """Which configuration a message concerns: ``[scratch · bw transfer_size=64KiB · 1 client · write]``."""
+    factors = fmt_factors(r.kind, r.factors)
+    return (f"[{r.target} · {r.workload}{f' {factors}' if factors else ''} · {plural(r.clients, 'client')} · "
+            f"{r.phase}]")
+
+
 def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12) -> None:
     """Each distinct flag and warning once, with the first configuration it concerns: the notes' meaning."""
     seen: dict[str, str] = {}
     for r in rows:
         for mark, items in (("✗", r.flags), ("⚠", r.warnings)):
             for item in items:
-                key = f"{item['code']}|{item['message'][:40]}|{r.target}|{r.workload}|{r.clients}|{r.phase}"
+                key = f"{item['code']}|{item['message'][:40]}|{where_of(r)}"
                 if key not in seen:
-                    seen[key] = (f"{mark} {item['code']}: {item['message']} "
-                                 f"[{r.target} · {r.workload} · {r.clients} client(s) · {r.phase}]")
+                    seen[key] = f"{mark} {item['code']}: {item['message']} {where_of(r)}"
     lines = list(seen.values())
     for line in lines[:limit]:
         console.print(safe(line), highlight=False, soft_wrap=True)

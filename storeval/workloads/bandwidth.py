@@ -24,7 +24,7 @@ from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..core.stop import ClientStopped
 from ..errors import DirectIOUnsupported, StorevalError, error_kind, one_line
 from ..units import format_size
-from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload
+from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
 from .kernel import Engine, NEVER, DataJob, ShortTransfer, choose_engine, measure, run_parallel
 from .payload import Payload, aligned_buffer
@@ -37,18 +37,26 @@ Phase = Literal["write", "rewrite", "read", "reread", "randread", "randwrite"]
 
 
 class BandwidthParams(DegradedParams):
-    file_size: Size = 256 << 20
-    transfer_size: Size = 1 << 20
-    phases: list[Phase] = ["write", "read"]
-    layout: Literal["file-per-client", "shared-file"] = "file-per-client"
-    direct: bool = False
-    fsync: bool = True
-    reorder: bool = False
-    iodepth: Annotated[int, Field(ge=1, le=1024)] = 1
-    deadline: Duration | None = None  # stonewall (IOR -D): at it clients agree on the most work done, all finish to it
-    random_seed: int = 0
-    verify: bool = False
-    engine: Engine = "auto"  # python, or native psync/io_uring where the driver allows (docs/kernel.md)
+    file_size: Size = param(256 << 20, "bytes each client writes and reads (its own file, or its segment of the "
+                                       "shared file); a multiple of transfer_size")
+    transfer_size: Size = param(1 << 20, "bytes of one read or write (IOR -t, IOZone -r)")
+    phases: list[Phase] = param(["write", "read"], "the phases to run, always in the order listed here")
+    layout: Literal["file-per-client", "shared-file"] = param(
+        "file-per-client", "a file per client (IOR -F), or one shared file in which each client owns a contiguous "
+                           "segment")
+    direct: bool = param(False, "O_DIRECT: bypass the client's page cache (falls back to buffered I/O, and says "
+                                "so, where the file system refuses it)")
+    fsync: bool = param(True, "fsync before close, inside the timed region, so writes are measured to the storage")
+    reorder: bool = param(False, "read the data of the next client (rank + 1) instead of one's own (IOR -C), so "
+                                 "no client reads what its own cache holds")
+    iodepth: Annotated[int, Field(ge=1, le=1024)] = param(1, "operations in flight per client (threads, or io_uring "
+                                                             "on local files)", "count")
+    deadline: Duration | None = param(None, "stonewall (IOR -D): at this time after the start the clients agree on "
+                                            "the most work any did and all finish up to it; none: no deadline")
+    random_seed: int = param(0, "seed of the random phases' orders and of the payload", "seed")
+    verify: bool = param(False, "check every block read back against the stamps it was written with")
+    engine: Engine = param("auto", "what runs the timed loop: auto picks the native loop on local files and "
+                                   "null:// (docs/kernel.md), python the Python loop; psync and io_uring force one")
 
     @model_validator(mode="after")
     def _consistent(self) -> BandwidthParams:
@@ -146,9 +154,10 @@ class Bandwidth(Workload):
                       "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished, "
                       "or with a deadline, until the deadline (then stonewall_rule is 'deadline' in the JSON). "
                       "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
-        read=Best(lambda r: r.bandwidth, ("read", "reread", "randread")),
-        write=Best(lambda r: r.bandwidth, ("write", "rewrite", "randwrite")),
-        rate=Best(lambda r: r.ops_per_s, None, unit="ops/s"))
+        read=Best(lambda r: r.bandwidth, ("read", "reread", "randread"), caption="the read phase (else reread, randread)"),
+        write=Best(lambda r: r.bandwidth, ("write", "rewrite", "randwrite"),
+                   caption="the write phase (else rewrite, randwrite)"),
+        rate=Best(lambda r: r.ops_per_s, None, unit="ops/s", caption="transfers of the read (else write) phase"))
     summary = "sequential and random reads and writes of large files (IOZone, IOR)"
     p: BandwidthParams
 

@@ -14,14 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, field_validator
+import typing
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..drivers.base import Capabilities, Driver
 from ..core.comm import Comm
 from ..core.oplog import PhaseRecorder
 from ..fields import Duration, Size  # noqa: F401 - re-exported for workloads
 from ..plugins import PluginError
-from ..units import sig
+from ..units import format_duration, format_size_compact, sig
 
 
 CLIENT_PROCESS_BYTES = 16 << 20  # a bare client process from the fork server (measured: 10-11 MiB USS/PSS), with margin
@@ -77,6 +79,7 @@ class Needs:
 # (``mean``, ``stderr``, ``n``, ``min``, ``max``, ``stddev``) or None.
 
 DIRECTIONS = ("read", "write", "rate", "events", "time", "cost", "share", "ratio")
+MB_PER_MIB = 2**20 / 1e6  # a figure in MiB/s × this = the figure in MB/s (units.py: which figure uses which)
 
 
 def summary_text(s: Any, scale: float = 1.0) -> str:
@@ -141,6 +144,7 @@ class Best:
     unit: str = "MiB/s"
     scale: float = 1.0
     each_phase: bool = False
+    caption: str = ""  # what the figure is, for the note under Table 1 ("bytes requested per second")
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,106 @@ def check_workload(cls: Any, name: str, package: str = "?") -> None:
                           f"out (declare report = Report(columns=(Figure(...), ...)) in its class)")
 
 
+# -- what a parameter is, in words (``storeval workloads``) -------------------------------------------------
+# Every parameter of storeval's workloads is declared with ``param(default, "what it does", unit)``: a pydantic
+# Field whose description and unit ``storeval workloads`` prints beside the default, and whose values the
+# reports print as a study writes them (sizes as sizes, durations as durations). A plug-in's plain fields
+# still print: the unit is then taken from the type, the explanation is "—".
+
+def param(default: Any = ..., description: str = "", unit: str = "") -> Any:
+    """A workload parameter with its explanation and unit (``...``: required). The unit may be left out for
+    sizes, durations, yes/no, choices and lists, whose type says it."""
+    return Field(default, description=description or None, json_schema_extra={"unit": unit} if unit else None)
+
+
+def _annotated(model: type[BaseModel], name: str) -> list[Any]:
+    """The field's type and every type inside it (Optional, Annotated, list): what its unit is read from."""
+    info = model.model_fields[name]
+    seen, todo = [], [info.annotation]
+    while todo:
+        t = todo.pop()
+        seen.append(t)
+        todo.extend(typing.get_args(t) if typing.get_origin(t) is not typing.Literal else ())
+    return seen
+
+
+def _has_validator(model: type[BaseModel], name: str, kind: Any) -> bool:
+    func = kind.__metadata__[0].func
+    metadata = list(model.model_fields[name].metadata)
+    for t in _annotated(model, name):
+        metadata += getattr(t, "__metadata__", ())
+    return any(getattr(m, "func", None) is func for m in metadata)
+
+
+def is_size(model: type[BaseModel], name: str) -> bool:
+    """Whether a parameter is a size in bytes (printed as ``64KiB``)."""
+    return _has_validator(model, name, Size)
+
+
+def is_duration(model: type[BaseModel], name: str) -> bool:
+    """Whether a parameter is a duration in seconds (printed as ``100ms``)."""
+    return _has_validator(model, name, Duration)
+
+
+def choices(model: type[BaseModel], name: str) -> tuple[Any, ...]:
+    """The values a choice (``Literal``) parameter, or each item of a list of them, may take."""
+    for t in _annotated(model, name):
+        if typing.get_origin(t) is typing.Literal:
+            return typing.get_args(t)
+    return ()
+
+
+def param_unit(model: type[BaseModel], name: str) -> str:
+    """The unit of a parameter: declared with :func:`param`, else read from its type."""
+    extra = model.model_fields[name].json_schema_extra
+    if isinstance(extra, dict) and extra.get("unit"):
+        return str(extra["unit"])
+    kinds = _annotated(model, name)
+    if is_size(model, name):
+        return "bytes (size)"
+    if is_duration(model, name):
+        return "s (duration)"
+    if choices(model, name):
+        return "list of choices" if any(typing.get_origin(t) is list for t in kinds) else "choice"
+    for t, unit in ((bool, "yes/no"), (int, "count"), (float, "number"), (str, "text"), (dict, "mapping"),
+                    (list, "list")):
+        if t in kinds or any(typing.get_origin(k) is t for k in kinds):
+            return unit
+    return "—"
+
+
+def param_description(model: type[BaseModel], name: str) -> str:
+    """What a parameter does, with the values a choice takes; "—" when its workload does not say."""
+    text = model.model_fields[name].description
+    options = choices(model, name)
+    if options and not (text and all(str(o) in text for o in options)):  # the text names them all already
+        many = any(typing.get_origin(t) is list for t in _annotated(model, name))
+        listed = f"{'any' if many else 'one'} of: {', '.join(map(str, options))}"
+        text = f"{text} ({listed})" if text else listed
+    return text or "—"
+
+
+def param_text(model: type[BaseModel] | None, name: str, value: Any, sep: str = "+") -> str:
+    """A parameter's value as a study writes it: sizes as sizes (``64KiB``), durations as durations
+    (``100ms``), lists joined by ``sep`` (``write+read`` in a label), no value as ``none``."""
+    if value is None:
+        return "none"
+    known = model is not None and name in model.model_fields
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if known and isinstance(value, (int, float)) and is_size(model, name):
+        return format_size_compact(int(value))
+    if known and isinstance(value, (int, float)) and is_duration(model, name):
+        return format_duration(value)
+    if isinstance(value, (list, tuple)):
+        return sep.join(param_text(model, name, v) for v in value) if value else "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) if value else "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 RECORD_BOUND = 100_000  # record: true keeps at most this many operations per client and phase
 
 
@@ -222,7 +326,8 @@ class Params(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    record: bool | int = False
+    record: bool | int = param(False, "trace every operation of every phase into the results, for replay (true, "
+                                      "or the most operations to keep per client and phase)", "yes/no or count")
 
     @field_validator("record")
     @classmethod

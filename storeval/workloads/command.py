@@ -81,7 +81,7 @@ from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..redact import redact_text
 from ..units import format_size
-from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Workload
+from .base import MB_PER_MIB, Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param
 from .payload import Payload
 
 PHASES = ("write", "read")
@@ -159,17 +159,26 @@ Template = str | dict[str, str]  # one command line, or one per kind of target (
 
 
 class CommandParams(Params):
-    run: Template | None = None  # one template, for the phase ``phase``
-    phase: Literal["read", "write"] = "read"
-    read: Template | None = None  # or a template per phase (write runs first when both are given)
-    write: Template | None = None
-    shell: bool = False  # run through /bin/sh -c, every value shlex.quote'd
-    files_per_client: Annotated[int, Field(ge=1, le=100_000)] = 4
-    file_size: Size = 64 << 20
-    parallel: Annotated[int, Field(ge=1, le=256)] = 1  # commands at once per client
-    timeout: Duration | None = None  # per command; default 10 × the target's timeout, at least 300 s
-    env: dict[str, str] = {}  # extra environment of the commands (after the target's)
-    random_seed: int = 0
+    run: Template | None = param(
+        None, "the command line run for each file in phase `phase`, with placeholders {url} {path} {host} {port} "
+              "{local} {rank} {index} {size}; or a mapping of URL scheme (root, s3, file …) to command line",
+        "command line")
+    phase: Literal["read", "write"] = param("read", "the phase `run` is timed as")
+    read: Template | None = param(None, "the command line of the read phase, instead of run (a line, or one per URL "
+                                        "scheme)", "command line")
+    write: Template | None = param(None, "the command line of the write phase, instead of run; it runs before read "
+                                         "when both are given", "command line")
+    shell: bool = param(False, "run the line through /bin/sh -c, every placeholder's value shlex-quoted")
+    files_per_client: Annotated[int, Field(ge=1, le=100_000)] = param(4, "files each client's commands read or "
+                                                                         "write, one command each", "count")
+    file_size: Size = param(64 << 20, "bytes of each file")
+    parallel: Annotated[int, Field(ge=1, le=256)] = param(1, "commands running at once per client", "count")
+    timeout: Duration | None = param(
+        None, f"a command running longer is killed with its process group and fails the phase; none: 10 × the "
+              f"target's timeout, at least {DEFAULT_TIMEOUT:g} s")
+    env: dict[str, str] = param({}, "extra environment variables of the commands, after the target's (stored "
+                                    "with the study: never put secrets here)", "mapping")
+    random_seed: int = param(0, "seed of the files' payload", "seed")
 
     @model_validator(mode="after")
     def _consistent(self) -> CommandParams:
@@ -618,8 +627,12 @@ class Command(Workload):
                       "interface — where, see moved ×), – where none was; RSS: the largest ru_maxrss of any command — Linux counts in it the "
                       "forking client's own memory at exec, so a value at the client's (client_rss_MiB in the JSON) "
                       "means the command itself stayed below it."),
-        read=Best(lambda r: r.extras.get("MBps"), ("read",), scale=1e6 / 2**20),
-        write=Best(lambda r: r.extras.get("MBps"), ("write",), scale=1e6 / 2**20),
+        read=Best(lambda r: r.extras.get("MBps"), ("read",), unit="MB/s", caption="the files' bytes the commands read"),
+        write=Best(lambda r: r.extras.get("MBps"), ("write",), unit="MB/s",
+                   caption="the files' bytes the commands wrote"),
+        # the phase table's MB/s (the files' bytes / wall, 10^6 B) against clients
+        scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
+                        per_client=lambda ph: None if ph.client_MiBps[0] is None else ph.client_MiBps[0] * MB_PER_MIB),
         rate=Best(lambda r: r.ops_per_s, (), unit="commands/s"),
         compare=(Figure("MBps", "MB/s"),
                  Figure("cmd_cpu_seconds_per_GB", "CPU s/GB", direction="cost", higher_is_better=False),

@@ -25,19 +25,24 @@ from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..units import format_size
 from .bandwidth import IOFailure, make_durable, run_ops, warn_write_back
-from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload
+from .base import MB_PER_MIB, Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param
 from .payload import Payload, aligned_buffer
 
 PHASES = ("upload", "download")
 
 
 class CopyParams(Params):
-    chunk_size: Size = 256 << 20  # per worker (10GiB in the full seed study)
-    transfer_size: Size = 16 << 20
-    direction: Literal["upload", "download", "both"] = "both"
-    stagger: Duration = 0.1
-    fsync: bool = True  # each upload ends with fsync before close (files; objects are durable once closed)
-    random_seed: int = 0
+    chunk_size: Size = param(256 << 20, "bytes each worker copies, as one file or object (10GiB in the seed "
+                                        "study); a multiple of transfer_size")
+    transfer_size: Size = param(16 << 20, "bytes of one read or write: the part size of an object upload, the "
+                                          "write size of a file copy")
+    direction: Literal["upload", "download", "both"] = param(
+        "both", "upload: to the target; download: back from it (laid out first, untimed); both: the two phases")
+    stagger: Duration = param(0.1, "worker k starts k × stagger after the phase's start, as the seed study "
+                                   "launched its copies")
+    fsync: bool = param(True, "each upload ends with fsync before close, inside the timed region (files; an "
+                              "object is durable once its upload is acknowledged)")
+    random_seed: int = param(0, "seed of the payload", "seed")
 
     @model_validator(mode="after")
     def _consistent(self) -> CopyParams:
@@ -55,27 +60,33 @@ class Copy(Workload):
     PHASES = PHASES
     summary = "whole-chunk uploads and downloads by staggered workers (the MIT Lustre vs S3 study)"
     report = Report(
-        columns=(Figure("MiB/s", "MiB/s", caption="aggregate, staggered starts included", value=lambda r: r.bandwidth),
-                 Figure("per worker MiB/s", "MiB/s", value=lambda r: r.per_client_MiBps),
+        columns=(Figure("MB/s", "MB/s", caption="aggregate, staggered starts included", value=lambda r: r.bandwidth,
+                        scale=MB_PER_MIB),
+                 Figure("per worker MB/s", "MB/s", value=lambda r: r.per_client_MiBps, scale=MB_PER_MIB),
                  Figure("CPU s/GB", "CPU s/GB", direction="cost", value=lambda r: r.cpu_seconds_per_GB,
                         higher_is_better=False)),
-        how_measured=("MiB/s: aggregate = bytes of all workers / (last end − first start), staggered starts included; "
-                      "per worker: each worker's bytes over its own copy time, mean over workers; CPU: client CPU "
-                      "seconds per GB moved."),
-        read=Best(lambda r: r.bandwidth, ("download",)),
-        write=Best(lambda r: r.bandwidth, ("upload",)),
+        how_measured=("MB/s (10^6 B, as the seed study and the command workload's copy clients quote it): aggregate = "
+                      "bytes of all workers / (last end − first start), staggered starts included; per worker: each "
+                      "worker's bytes over its own copy time, mean over workers; CPU: client CPU seconds per GB "
+                      "(10^9 B) moved."),
+        read=Best(lambda r: r.bandwidth, ("download",), unit="MB/s", scale=MB_PER_MIB, caption="download"),
+        write=Best(lambda r: r.bandwidth, ("upload",), unit="MB/s", scale=MB_PER_MIB, caption="upload"),
         rate=Best(lambda r: r.ops_per_s, (), unit="ops/s"),
-        scaling=Scaling(peak=True))  # workers to peak: where adding workers stops paying (the copy study's figure)
+        # workers to peak: where adding workers stops paying (the copy study's figure)
+        scaling=Scaling(figure="MBps", unit="MB/s", peak=True,
+                        aggregate=lambda ph: None if ph.bandwidth_MiBps is None else ph.bandwidth_MiBps * MB_PER_MIB,
+                        per_client=lambda ph: None if ph.client_MiBps[0] is None else ph.client_MiBps[0] * MB_PER_MIB))
     p: CopyParams
 
     @classmethod
     def describe_settings(cls, params: dict, exclude: set[str]) -> str:
-        from ..units import format_size_compact
+        from ..units import format_duration, format_size_compact
 
         p = {k: v for k, v in params.items() if k not in exclude}
         parts = [({"chunk_size"}, f"{format_size_compact(p.get('chunk_size', 0))} per worker"),
                  ({"transfer_size"}, f"in {format_size_compact(p.get('transfer_size', 0))} pieces"),
-                 ({"stagger"}, f"worker k starts k × {p.get('stagger', 0):g} s late")]
+                 ({"stagger"}, f"worker k starts k × {format_duration(p['stagger'])} late" if p.get("stagger")
+                  else "all workers start together")]
         return ", ".join(text for keys, text in parts if text and not keys & exclude)
 
     def phases(self) -> list[str]:

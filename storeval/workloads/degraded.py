@@ -27,7 +27,7 @@ from ..core.records import NS
 from ..core.stop import STOP, ClientStopped
 from ..errors import error_kind, one_line
 from ..fields import Duration
-from .base import Params
+from .base import Params, param
 
 FIRST_PAUSE = 0.05  # seconds before the first retry; doubles up to MAX_PAUSE
 MAX_PAUSE = 1.0
@@ -37,8 +37,11 @@ SAMPLE_CHARS = 300  # of the first message of each kind of error
 class DegradedParams(Params):
     """The parameters of a workload whose timed loop is the kernel's: what a failed operation does."""
 
-    on_error: Literal["fail", "retry", "continue"] = "fail"
-    retry_for: Annotated[Duration, Field(gt=0)] = 120.0  # under retry: how long one operation is tried
+    on_error: Literal["fail", "retry", "continue"] = param(
+        "fail", "what a failed operation does: fail the phase, retry it (up to retry_for), or count it lost and "
+                "go on")
+    retry_for: Annotated[Duration, Field(gt=0)] = param(
+        120.0, "under on_error: retry, how long one operation is tried again before the phase fails")
 
 
 class PhaseErrors:

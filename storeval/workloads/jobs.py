@@ -49,9 +49,9 @@ from ..core.oplog import OpLog, PhaseRecorder
 from ..drivers.base import Capabilities, Driver, Handle, join
 from ..fields import Duration
 from ..probes.cache import fits_in_ram
-from ..units import format_size
+from ..units import format_size, plural
 from .bandwidth import make_durable, warn_write_back
-from .base import Best, Chart, ClientContext, Figure, Need, Needs, Report, Scaling, Workload, summary_text
+from .base import Best, Chart, ClientContext, Figure, Need, Needs, Report, Scaling, Workload, param, summary_text
 from .rootfiles import COMPRESSIONS, TREE, ensure_dataset, read_manifest
 from .skim import (SKIM_PROCESS_BYTES, EventParams, SkimIO, baskets, burn_cpu, cluster_arrays, open_tree,
                    select_branches, tree_clusters)
@@ -64,10 +64,13 @@ MAX_DURATION = 7 * 86400  # a week: far beyond any job's run, and its per-second
 
 
 class JobsParams(EventParams):
-    duration: Duration  # how long every job runs (whole seconds), from the common start
-    steady_after: Duration | None = None  # the warm-up left out of the figures (default: a third of duration)
-    write_back: Annotated[float, Field(ge=0, le=1)] = 0.1  # share of the events written back (0: none)
-    files_per_job: Annotated[int, Field(ge=1, le=10_000)] = 2  # each job its own files
+    duration: Duration = param(..., "how long every job runs from the common start (whole seconds); required")
+    steady_after: Duration | None = param(
+        None, "the warm-up left out of the figures: they cover [steady_after, duration); none: a third of duration")
+    write_back: Annotated[float, Field(ge=0, le=1)] = param(
+        0.1, "share of the events read that each job writes back to the target as ROOT files (0: none)", "fraction")
+    files_per_job: Annotated[int, Field(ge=1, le=10_000)] = param(2, "event files of each job's own, read over and "
+                                                                     "over until duration", "count")
 
     @model_validator(mode="after")
     def _window(self) -> JobsParams:
@@ -150,9 +153,12 @@ class Jobs(Workload):
                       "the first pass (as the skim); before each later pass a job drops its own files' pages from this "
                       "host's cache (posix_fadvise); page-cache warns where a cache it cannot drop (the host's, a "
                       "server's) may have served a later pass."),
-        read=Best(lambda r: r.extras.get("MBps_read"), ("jobs",), scale=1e6 / 2**20),
-        write=Best(lambda r: r.extras.get("MBps_written"), ("jobs",), scale=1e6 / 2**20),
-        rate=Best(lambda r: r.extras.get("events_per_s"), ("jobs",), unit="events/s"),
+        read=Best(lambda r: r.extras.get("MBps_read"), ("jobs",), unit="MB/s",
+                  caption="bytes requested in the steady window"),
+        write=Best(lambda r: r.extras.get("MBps_written"), ("jobs",), unit="MB/s",
+                   caption="bytes written back in the steady window"),
+        rate=Best(lambda r: r.extras.get("events_per_s"), ("jobs",), unit="events/s",
+                  caption="events of all jobs in the steady window"),
         scaling=Scaling(figure="events_per_s", unit="events/s", aggregate=lambda ph: ph.extra.get("events_per_s"),
                         per_client=lambda ph: (ph.extra.get("events_per_s_per_job") or {}).get("mean")),
         compare=(Figure("events_per_s", "events/s", direction="events"), Figure("MBps_read", "MB/s"),
@@ -169,7 +175,7 @@ class Jobs(Workload):
         from ..units import format_size_compact
 
         p = {k: v for k, v in params.items() if k not in exclude}
-        parts = [({"files_per_job", "file_size"}, f"{p.get('files_per_job')} file(s) of "
+        parts = [({"files_per_job", "file_size"}, f"{plural(p.get('files_per_job', 2), 'file')} of "
                                                   f"{format_size_compact(p.get('file_size', 0))} per job"),
                  ({"duration", "steady_after"}, f"{p.get('duration', 0):g} s, steady after {p.get('steady_after', 0):g} s"),
                  ({"write_back"}, f"{p.get('write_back', 0):.0%} of the events written back" if p.get("write_back")

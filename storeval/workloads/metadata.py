@@ -31,7 +31,7 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
 from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
-from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Report, Scaling, Size, Workload
+from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Report, Scaling, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
 from .kernel import Engine, _NO_ARG, NEVER, MetaJob, ShortTransfer, choose_engine, measure
 
@@ -60,23 +60,40 @@ def tree_size(depth: int, branching: int) -> int:
 
 
 class MetadataParams(DegradedParams):
-    items: Annotated[int, Field(ge=0)] | None = None
-    items_per_dir: Annotated[int, Field(ge=0)] | None = None
-    depth: Annotated[int, Field(ge=0, le=64)] = 0
-    branching: Annotated[int, Field(ge=1)] = 1
-    leaf_only: bool = False
-    file_size: Size = 0
-    iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] = 1
-    stat_stride: Annotated[int, Field(ge=0)] = 0
-    files_only: bool = False
-    dirs_only: bool = False
-    mode: Literal["unique", "single", "shared"] = "unique"
-    random_order: bool = False  # stat, list and read in a random order (mdtest -R)
-    random_seed: int = 0
-    deadline: Duration | None = None  # stonewall of the create phases (mdtest -W): agree on the most, finish to it
-    repeat_for: Duration | None = None  # stat, list and read phases repeat whole passes until this long (time_based)
-    phases: list[Phase] = DEFAULT_PHASES
-    engine: Engine = "auto"  # python, or native psync/io_uring where the driver allows (docs/kernel.md)
+    items: Annotated[int, Field(ge=0)] | None = param(
+        None, f"directories and files each client creates (mdtest -n); none: {DEFAULT_ITEMS}, unless items_per_dir "
+              "is given", "count")
+    items_per_dir: Annotated[int, Field(ge=0)] | None = param(
+        None, "items in each directory that holds items (mdtest -I), instead of items", "count")
+    depth: Annotated[int, Field(ge=0, le=64)] = param(0, "levels of the directory tree below its root (mdtest -z)",
+                                                      "count")
+    branching: Annotated[int, Field(ge=1)] = param(1, "subdirectories of each directory of the tree (mdtest -b)",
+                                                   "count")
+    leaf_only: bool = param(False, "items only in the tree's leaves (mdtest -L)")
+    file_size: Size = param(0, "bytes written into each file as it is created and read back by file-read "
+                               "(mdtest -w/-e); 0: empty files")
+    iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] = param(
+        1, "times every phase runs (mdtest -i); the table gives max/min/mean over them", "count")
+    stat_stride: Annotated[int, Field(ge=0)] = param(
+        0, "client k stats, lists, reads and removes the items of client k + stride (mdtest -N), so no client is "
+           "served by its own cache", "count")
+    files_only: bool = param(False, "only the file phases (mdtest -F)")
+    dirs_only: bool = param(False, "only the directory phases (mdtest -D)")
+    mode: Literal["unique", "single", "shared"] = param(
+        "unique", "unique: a tree per client (mdtest -u); single: one tree, every client's items side by side; "
+                  "shared: client 0 creates and removes every client's items (mdtest -c)")
+    random_order: bool = param(False, "stat, list and read the items in a random order (mdtest -R)")
+    random_seed: int = param(0, "seed of random_order", "seed")
+    deadline: Duration | None = param(
+        None, "stonewall of the create phases (mdtest -W): at this time the clients agree on the most items any "
+              "created and all finish up to it; none: no deadline")
+    repeat_for: Duration | None = param(
+        None, "the stat, list and read phases repeat whole passes over the items until they have lasted this long "
+              "(fio's time_based); none: one pass")
+    phases: list[Phase] = param(DEFAULT_PHASES, "the phases to run, always in the order listed here; dir-list is not "
+                                                "in mdtest's default set")
+    engine: Engine = param("auto", "what runs the timed loop: auto picks the native loop on local files and "
+                                   "null:// (docs/kernel.md), python the Python loop; psync and io_uring force one")
 
     @model_validator(mode="after")
     def _consistent(self) -> MetadataParams:
@@ -172,7 +189,7 @@ class Metadata(Workload):
                       "rate; max/min/mean/std dev over iterations and repetitions, as mdtest's SUMMARY. Latency: per "
                       "operation."),
         rate=Best(lambda r: r.ops_per_s, ("dir-create", "file-create", "file-stat", "file-remove"), unit="ops/s",
-                  each_phase=True),  # the other phases are in the phase table
+                  each_phase=True, caption="mdtest's rate of each main phase"),  # the others: the phase table
         scaling=Scaling("ops_per_s", "ops/s", lambda ph: ph.ops_per_s, lambda ph: ph.client_ops_per_s[0]),
         charts=(Chart("ops/s per phase, by target, mode and clients", Figure("ops/s", "ops/s", value=lambda r: r.ops_per_s),
                       by="phase", y="ops/s", group=("mode",)),),  # seed 000 fig. 7

@@ -63,8 +63,8 @@ from ..errors import InputError
 from ..histogram import Histogram
 from ..traces import load_trace
 from ..traces.model import CLOSE, KINDS, OPEN, READ, READV, WRITE, Trace
-from ..units import format_size
-from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Workload, summary_text
+from ..units import format_size, plural
+from .base import MB_PER_MIB, Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param, summary_text
 from .kernel import run_parallel
 from .payload import SECTOR, Payload, aligned_buffer
 from .rootfiles import read_manifest
@@ -160,18 +160,28 @@ def _facts(trace: Trace) -> Facts:
 
 
 class ReplayParams(Params):
-    trace: str  # the trace file (relative: from the study file's directory where the study says it, else the cwd)
-    format: Literal["auto", "xrootd", "fio", "csv", "jsonl", "storeval"] = "auto"
-    mode: Literal["open", "closed"] = "open"  # open: at the recorded times ÷ speed; closed: as fast as possible
-    speed: float = 1.0  # MIN_SPEED … MAX_SPEED (checked in _speed: one line)
-    files: Literal["create", "map"] = "create"
-    map: dict[str, str] = {}  # with files: map — trace name prefix -> target path prefix
-    streams: str | int = "per-client"  # per-client, or N clients (1 … MAX_STREAMS): checked in _streams
+    trace: str = param(..., "the trace file (relative: from the study file's directory, else the current one); "
+                            "required", "path")
+    format: Literal["auto", "xrootd", "fio", "csv", "jsonl", "storeval"] = param(
+        "auto", "the trace's format; auto detects it from the content")
+    mode: Literal["open", "closed"] = param(
+        "open", "open: each operation at its recorded time ÷ speed (the start lag is measured); closed: each "
+                "stream's operations in order, as fast as the target answers")
+    speed: float = param(1.0, f"open-loop: how much faster than recorded the trace is replayed ({MIN_SPEED:g} to "
+                              f"{MAX_SPEED:g})", "factor")
+    files: Literal["create", "map"] = param(
+        "create", "create: lay out the files the trace reads, at their traced sizes (untimed, kept); map: read data "
+                  "already on the target, through map")
+    map: dict[str, str] = param({}, "with files: map, trace path prefix → target path prefix", "mapping")
+    streams: str | int = param("per-client", f"per-client: a client per traced stream; N: the streams spread over "
+                                             f"N clients (1 to {MAX_STREAMS:,})", "per-client or count")
     # native: the target's vector read of exactly the trace's ranges (an object store: one ranged GET per range,
     # nothing merged across gaps); coalesced: as the target's driver does by default (S3: ranges closer than
     # vector_coalesce merged into one GET, which reads the gaps too); split: element by element
-    vector: Literal["native", "coalesced", "split"] = "native"
-    random_seed: int = 0
+    vector: Literal["native", "coalesced", "split"] = param(
+        "native", "a vector read as the target's own vector read of exactly the trace's ranges (native), with "
+                  "ranges closer than the target's vector_coalesce merged (coalesced), or element by element (split)")
+    random_seed: int = param(0, "seed of the payload of the files laid out and written", "seed")
 
     @field_validator("speed", mode="before")
     @classmethod
@@ -219,10 +229,10 @@ class ReplayParams(Params):
         if self.mode == "open" and not trace.timed:
             raise ValueError(f"trace {self.trace} has no times ({trace.format}); replay it with mode: closed")
         if facts.unknown:
-            raise ValueError(f"trace {self.trace}: {facts.unknown} operation(s) name no file (handles the log cannot "
+            raise ValueError(f"trace {self.trace}: {plural(facts.unknown, 'operation')} name no file (handles the log cannot "
                              "map to files); record the trace with the files named (xrootd: xrootd.trace fs fsio)")
         if isinstance(self.streams, int) and self.streams > len(trace.streams):
-            raise ValueError(f"streams: {self.streams} clients for a trace of {len(trace.streams)} stream(s); give "
+            raise ValueError(f"streams: {self.streams} clients for a trace of {plural(len(trace.streams), 'stream')}; give "
                              f"streams: N with N at most {len(trace.streams)}, or streams: per-client")
         if self.mode == "open":
             seconds = trace_seconds(trace) / self.speed
@@ -271,11 +281,11 @@ class ReplayParams(Params):
             return
         count = len(self.facts().trace.streams)
         if self.streams == "per-client":
-            raise InputError(f"replay of {self.trace}: the trace has {count} stream(s) and streams: per-client gives "
-                             f"each its own client, but the cell has {nclients} client(s); set clients: [{count}] "
+            raise InputError(f"replay of {self.trace}: the trace has {plural(count, 'stream')} and streams: per-client "
+                             f"gives each its own client, but the cell has {plural(nclients, 'client')}; set clients: [{count}] "
                              f"(or --clients {count}), or streams: N to spread the streams over N clients")
-        raise InputError(f"replay of {self.trace}: streams: {want} spreads the trace's {count} stream(s) over {want} "
-                         f"clients, but the cell has {nclients} client(s); set clients: [{want}] (or --clients "
+        raise InputError(f"replay of {self.trace}: streams: {want} spreads the trace's {plural(count, 'stream')} over "
+                         f"{plural(want, 'client')}, but the cell has {plural(nclients, 'client')}; set clients: [{want}] (or --clients "
                          f"{want}) or streams: {nclients}")
 
     def my_streams(self, rank: int, nclients: int) -> list[int]:
@@ -522,8 +532,11 @@ class Replay(Workload):
                       "as POSIX does). moved ×: bytes the target moved (server counters where the target has them, "
                       "else the device or interface: 'bytes moved counted at') / the phase's bytes; flag "
                       "replay-moved when the target moved more than 5% beyond the trace's bytes."),
-        read=Best(lambda r: r.extras.get("read_MBps"), ("replay",), scale=1e6 / 2**20),
-        write=Best(lambda r: r.extras.get("write_MBps"), ("replay",), scale=1e6 / 2**20),
+        read=Best(lambda r: r.extras.get("read_MBps"), ("replay",), unit="MB/s", caption="bytes read"),
+        write=Best(lambda r: r.extras.get("write_MBps"), ("replay",), unit="MB/s", caption="bytes written"),
+        # the phase table's MB/s (bytes read and written / wall, 10^6 B) against clients
+        scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
+                        per_client=lambda ph: None if ph.client_MiBps[0] is None else ph.client_MiBps[0] * MB_PER_MIB),
         rate=Best(lambda r: r.ops_per_s, ("replay",), unit="ops/s"),
         compare=(Figure("MBps", "MB/s"), Figure("lag_p99_ms", "ms", direction="time", higher_is_better=False),
                  Figure("fidelity", "×", direction="ratio", higher_is_better=False),
@@ -606,7 +619,7 @@ class Replay(Workload):
                 missing.append(i)
         if not missing:
             return
-        log(f"writing {len(missing)} file(s) of the trace ({format_size(sum(sizes[i] for i in missing))}) to "
+        log(f"writing {plural(len(missing), 'file')} of the trace ({format_size(sum(sizes[i] for i in missing))}) to "
             f"{driver.url}/{directory}")
         for d in (DATA_DIR, directory):
             driver.ensure_dir(d)
@@ -631,17 +644,17 @@ class Replay(Workload):
         biggest = max(f.largest, default=0)
         rows = max(sum(f.ops[i] for i in p.my_streams(r, nclients)) for r in range(min(nclients, len(f.ops)))) \
             if f.ops else 0
-        memory = (Need(2 * per_client * biggest, f"{per_client} stream(s) × 2 buffers of the largest operation "
+        memory = (Need(2 * per_client * biggest, f"{plural(per_client, 'stream')} × 2 buffers of the largest operation "
                                                  f"{format_size(biggest)}", "replay a trace with smaller operations"),
                   Need(rows * PER_OP_BYTES, f"{rows:,} prepared operations", "replay a shorter trace"))
         wanted = np.flatnonzero(f.read_files & ~f.written_files).tolist()
         written = np.flatnonzero(f.written_files).tolist()
         scratch = (Need(int(np.maximum(f.written_extent, f.extent)[written].sum()) if written else 0,
-                        f"{len(written)} file(s) the trace writes", "replay a trace that writes less"),)
+                        f"{plural(len(written), 'file')} the trace writes", "replay a trace that writes less"),)
         kept = kept_dir = None
         if p.files == "create":
             total = sum(_layout_size(f.trace, f, i) for i in wanted)
-            kept = Need(total, f"{len(wanted)} file(s) the trace reads", "replay a trace that reads less, or files: map")
+            kept = Need(total, f"{plural(len(wanted), 'file')} the trace reads", "replay a trace that reads less, or files: map")
             kept_dir = p.data_dir({})
         # the trace fixes the client count: too many clients is lowered by streams: N, not --clients
         fewer = (f"set streams: N below {nclients:,} — the trace's {len(f.trace.streams):,} streams spread over N "
@@ -901,7 +914,8 @@ class Replay(Workload):
         for c in clients:
             notes += [n for n in c.get("notes") or () if n not in notes]
         if out["implicit_opens"]:
-            notes.append(f"{out['implicit_opens']} open(s) and {out['implicit_closes']} close(s) the trace did not "
+            notes.append(f"{plural(out['implicit_opens'], 'open')} and {plural(out['implicit_closes'], 'close')} the "
+                         "trace did not "
                          "have: files opened at their first use in a stream and closed at its end")
         if notes:
             out["notes"] = notes

@@ -32,6 +32,7 @@ import numpy as np
 import uproot
 
 from ..drivers.base import Driver, join
+from ..units import format_size, plural
 
 SCHEMA_VERSION = 2  # 2: the directory's hash leaves out the file count and covers the layout
 TREE = "Events"
@@ -211,7 +212,7 @@ def ensure_dataset(driver: Driver, g: GenParams, *, regenerate: bool = False, lo
             return manifest
     count = g.files - len(files)
     layout = ", ".join(f"{k} {'default' if v is None else v}" for k, v in g.layout)
-    log(f"writing {count} ROOT event file(s) of about {g.file_size / 2**20:.0f} MiB ({g.compression}"
+    log(f"writing {plural(count, 'ROOT event file')} of about {format_size(g.file_size)} ({g.compression}"
         f"{'; ' + layout if layout else ''}) to {driver.url}/{directory}"
         + (f", beside the {len(files)} there" if files else ""))
     for d in (DATA_DIR, directory):

@@ -33,8 +33,8 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
 from ..fields import Duration, Size
 from ..probes.cache import fits_in_ram, process_read_bytes
-from ..units import format_size
-from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Workload, summary_text
+from ..units import format_size, plural
+from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param, summary_text
 from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
 
 MiB = float(1 << 20)
@@ -46,15 +46,22 @@ UPROOT_STEP = 100 * 1000**2  # uproot's default step_size of TTree.iterate
 class EventParams(Params):
     """What the event files are and how a job reads them: shared by the skim and the jobs workload."""
 
-    file_size: Size = 64 << 20  # 1.5GiB in the seed studies
-    cluster_size: Size = 1 << 20  # uncompressed bytes per cluster: one basket per branch each
-    compression: Literal["zlib", "lz4", "zstd", "none"] = "zlib"
-    compression_level: Annotated[int, Field(ge=1, le=9)] = 4
-    fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
-    strategy: Literal["uproot", "ttreecache", "basket"] = "ttreecache"
-    learn_entries: Annotated[int, Field(ge=1)] = 100
-    cpu_per_event: Duration = 0.0
-    random_seed: int = 0
+    file_size: Size = param(64 << 20, "bytes of each ROOT event file (about: whole clusters; 1.5GiB in the seed "
+                                      "studies)")
+    cluster_size: Size = param(1 << 20, "uncompressed bytes per cluster of the files, one basket per branch each")
+    compression: Literal["zlib", "lz4", "zstd", "none"] = param("zlib", "compression of the files' baskets")
+    compression_level: Annotated[int, Field(ge=1, le=9)] = param(4, "compression level, 1 (fast) to 9 (small)",
+                                                                 "level")
+    fraction: Annotated[float, Field(gt=0, le=1)] = param(
+        0.5, "share of each file's basket bytes read: the branches that make it up, for every event", "fraction")
+    strategy: Literal["uproot", "ttreecache", "basket"] = param(
+        "ttreecache", "how the bytes are fetched: uproot's own requests, ROOT's TTreeCache (one vector read per "
+                      "cluster after learning), or one read per basket (CMSSW 3)")
+    learn_entries: Annotated[int, Field(ge=1)] = param(
+        100, "with ttreecache: entries read basket by basket while the cache learns the branches used", "count")
+    cpu_per_event: Duration = param(0.0, "CPU time burnt per event, standing in for analysis code")
+    random_seed: int = param(0, "seed of the files' contents, of the branches chosen and of each client's "
+                                "order of reading", "seed")
 
     @model_validator(mode="after")
     def _event_files(self) -> EventParams:
@@ -72,9 +79,15 @@ class EventParams(Params):
 
 
 class SkimParams(EventParams):
-    files: Annotated[int, Field(ge=1, le=10_000)] | None = None  # every client reads all of them (default 3)
-    files_per_client: Annotated[int, Field(ge=1, le=10_000)] | None = None  # client k reads its own files only
-    event_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    files: Annotated[int, Field(ge=1, le=10_000)] | None = param(
+        None, f"event files every client reads, each in its own order; none: {DEFAULT_FILES}, unless "
+              "files_per_client is given", "count")
+    files_per_client: Annotated[int, Field(ge=1, le=10_000)] | None = param(
+        None, "event files of each client's own, that no other client reads (the seeds' one file per job), "
+              "instead of files", "count")
+    event_fraction: Annotated[float, Field(gt=0, le=1)] | None = param(
+        None, "read every branch of a random sparse subset of this share of the events, instead of fraction",
+        "fraction")
 
     @model_validator(mode="after")
     def _consistent(self) -> SkimParams:
@@ -312,8 +325,11 @@ class Skim(Workload):
                       "wall time) and may have set events/s. Storage-side figures, whatever the client: requests made, "
                       "I/O wait = the clients' time inside driver reads / their wall time, MB/s I/O-bound = bytes "
                       "requested / the clients' mean I/O wait."),
-        read=Best(lambda r: r.extras.get("MBps"), ("skim",), scale=1e6 / 2**20),  # bytes requested per second, in MiB/s
-        rate=Best(lambda r: r.extras.get("events_per_s"), ("skim",), unit="events/s"),
+        read=Best(lambda r: r.extras.get("MBps"), ("skim",), unit="MB/s", caption="bytes requested"),
+        rate=Best(lambda r: r.extras.get("events_per_s"), ("skim",), unit="events/s", caption="events of all clients"),
+        # the phase table's MB/s (bytes requested / wall, 10^6 B) and its per-client mean, against clients
+        scaling=Scaling(figure="MBps", unit="MB/s", aggregate=lambda ph: ph.extra.get("MBps"),
+                        per_client=lambda ph: (ph.extra.get("MBps_per_client") or {}).get("mean")),
         compare=(Figure("events_per_s", "events/s", direction="events"), Figure("MBps", "MB/s"),
                  Figure("cpu_efficiency", "", direction="share"),
                  Figure("read_amplification", "×", direction="ratio", higher_is_better=False),
@@ -330,8 +346,8 @@ class Skim(Workload):
         from ..units import format_size_compact
 
         p = {k: v for k, v in params.items() if k not in exclude}
-        files = (f"{p['files_per_client']} file(s) per client, its own" if p.get("files_per_client")
-                 else f"{p.get('files') or 3} file(s) read by every client")
+        files = (f"{plural(p['files_per_client'], 'file')} per client, its own" if p.get("files_per_client")
+                 else f"{plural(p.get('files') or DEFAULT_FILES, 'file')} read by every client")
         parts = [({"files", "files_per_client", "file_size"}, f"{files}, of {format_size_compact(p.get('file_size', 0))}"),
                  ({"compression", "compression_level"}, f"{p.get('compression')} {p.get('compression_level')}"),
                  ({"cluster_size"}, f"clusters of {format_size_compact(p.get('cluster_size', 0))}"),
