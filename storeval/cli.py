@@ -130,9 +130,11 @@ def run(
 
         engine = MpiEngine(spec.placement, spec.clients_per_host)  # every rank: learns the hosts
         if max(spec.clients) > engine.capacity():
+            from .units import plural
+
             per = f" with at most {spec.clients_per_host} per host" if spec.clients_per_host else ""
-            raise InputError(f"clients {max(spec.clients)}: mpiexec started {engine.size} rank(s), room for "
-                             f"{engine.capacity()} client(s){per} (start more ranks or lower --clients)")
+            raise InputError(f"clients {max(spec.clients)}: mpiexec started {plural(engine.size, 'rank')}, room for "
+                             f"{plural(engine.capacity(), 'client')}{per} (start more ranks or lower --clients)")
         placed = next((g for g in (spec.groups or {}).values() if g.host), None)
         if placed is not None:
             raise InputError(f"clients.{placed.name}.host: emulated hosts are this machine's network namespaces, for "
@@ -616,7 +618,7 @@ def clean(
     from .clean import measure, remove_run_dir, scan
     from .drivers import make_driver
     from .errors import one_line
-    from .units import format_size
+    from .units import format_size, plural
 
     chosen, failed = [], False
     for t in _clean_targets(targets or [], study):
@@ -638,7 +640,7 @@ def clean(
             if d.state == "dead" or (force and d.state == "unknown"):
                 measure(driver, d)
                 chosen.append((t, driver, d))
-                print(f"{t.url}: {d.name}  {format_size(d.bytes)} in {d.files} file(s)  {d.state}: {d.why}")
+                print(f"{t.url}: {d.name}  {format_size(d.bytes)} in {plural(d.files, 'file')}  {d.state}: {d.why}")
             else:
                 hint = " (--force removes it)" if d.state == "unknown" else ""
                 print(f"{t.url}: {d.name}  kept, {d.state}: {d.why}{hint}")

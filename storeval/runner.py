@@ -206,7 +206,7 @@ class Runner:
         started = now()
         wl = make_workload(cell.kind, cell.params)
         planned = wl.steps()
-        bar = self.ui.cell(cell.label, lambda ph: wl.expected(ph, cell.clients))
+        bar = self.ui.cell(progress_label(cell), lambda ph: wl.expected(ph, cell.clients))
         skips: dict[str, str] = {}
         cell_dir = join(self.scratch, f"cell-{cell.index:04d}")
         driver: Driver | None = None
@@ -575,3 +575,15 @@ class _Guard:
                 os.unlink(path)
             except OSError:
                 pass
+
+
+def progress_label(cell: Cell) -> str:
+    """A cell's progress line: Cell.label with its factors as a study writes them (sizes as sizes); core's Cell
+    cannot know the workloads' parameter types."""
+    from .analysis.scaling import factors_text
+    from .units import plural
+
+    shown = factors_text(cell.kind, {k: v for k, v in cell.factors.items() if not k.startswith("clients")}, ", ")
+    if cell.groups:
+        shown = ", ".join(x for x in (shown, " + ".join(f"{g['count']} {g['name']}" for g in cell.groups)) if x)
+    return f"{cell.target.name} · {cell.workload}{f' ({shown})' if shown else ''} · {plural(cell.clients, 'client')}"

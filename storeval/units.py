@@ -6,10 +6,11 @@ fio and IOZone and means the binary unit.
 
 The units storeval prints (one per figure, the same in the terminal, the JSON and the HTML report):
 
-* storage bandwidth — the bandwidth and copy workloads, links, faults, Table 1's bandwidth rows — in
-  **MiB/s** (2^20 bytes per second), as IOR and IOZone print it;
-* the rates of application-level workloads — the skim, jobs, command and replay workloads, whose seeds quote
-  job reports — in **MB/s** (10^6 bytes per second), and every table that shows them says so;
+* storage bandwidth — the bandwidth workload, links, faults, Table 1's bandwidth rows — in **MiB/s** (2^20
+  bytes per second), as IOR and IOZone print it;
+* the rates of whole-file and application-level workloads — copy, skim, jobs, command and replay, whose seeds
+  quote transfer tools and job reports — in **MB/s** (10^6 bytes per second), and every table that shows them
+  says so;
 * operations in ops/s (commands/s, files/s where the workload says so), events in events/s, latency in
   ns/µs/ms/s, CPU efficiency as CPU seconds per wall second;
 * sizes as sizes (``64KiB``, ``32MB``, never ``65536``), durations as a study writes them (``100ms``, ``2m``).

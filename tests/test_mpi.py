@@ -90,7 +90,7 @@ def test_too_few_ranks_is_bad_input_said_once(tmp_path):
     r = mpirun(2, "run", "--target", f"file://{tmp_path}", "--workload", "bandwidth", "--clients", "1,4",
                "--set", "file_size=1MiB", "--quiet", cwd=tmp_path)
     assert r.returncode == 2
-    assert r.stderr.strip() == ("error: clients 4: mpiexec started 2 rank(s), room for 2 client(s) "
+    assert r.stderr.strip() == ("error: clients 4: mpiexec started 2 ranks, room for 2 clients "
                                 "(start more ranks or lower --clients)")
     assert not (tmp_path / "storeval-results").exists()
 

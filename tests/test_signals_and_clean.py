@@ -530,7 +530,7 @@ def test_storeval_run_warns_about_and_storeval_clean_removes_only_dead_runs_dire
     r = storeval("clean", str(target), "--dry-run", cwd=tmp_path)
     assert r.rc == 0, r.err
     lines = r.out.splitlines()
-    assert lines[0].startswith(f"file://{target}: {dead}  ") and " in 3 file(s)  dead: its process " in lines[0]
+    assert lines[0].startswith(f"file://{target}: {dead}  ") and " in 3 files  dead: its process " in lines[0]
     assert lines[0].endswith(f" on {HOST} has ended")
     assert f"file://{target}: storeval-20990101-000001-abcd  kept, live: its process {me.pid} on {HOST} is running" \
         in lines
@@ -604,7 +604,7 @@ def test_clean_removes_a_dead_runs_objects_on_network_targets_and_nothing_else(t
     study.write_text(json.dumps({"targets": {server: testbed_targets[server]}}))
     r = storeval("clean", "--study", str(study), server, "--yes", cwd=tmp_path, timeout=GUARD)
     assert r.rc == 0, r.err
-    assert f"{stale}  64 KiB in 2 file(s)  dead: " in r.out
+    assert f"{stale}  64 KiB in 2 files  dead: " in r.out
     assert not driver.exists(f"{stale}/cell-0000/bw.0") and not driver.exists(f"{stale}/{OWNER}")
     assert stale not in driver.listdir("")
     assert driver.stat(f"{other}/keep").size == 1

@@ -91,9 +91,6 @@ def test_plural_forms(multi):
     assert "of 1 reps" not in out
 
 
-@pytest.mark.xfail(strict=True, reason="the progress lines print core.cell.Cell.label, which has no workload "
-                   "parameter types (core is below workloads): runner.py must label its bars with "
-                   "analysis.scaling.factors_text (issue 19, asked of its owner)")
 def test_the_progress_lines_print_sizes_as_sizes(multi):
     _, err, _ = multi
     assert "transfer_size=64KiB" in err and "65536" not in err

@@ -22,7 +22,7 @@ from typing import Any
 
 from .figures import CellFigures, ConfigSummary
 from .links import link_limits
-from .sanity import _rate_limits
+from .sanity import rate_limits
 from .table import summary_table
 from ..workloads import workload_class
 
@@ -76,7 +76,7 @@ def efficiency(run: Any, cells: list[CellFigures]) -> list[dict[str, Any]]:
             if ph.status != "ok" or not ph.bytes or not ph.seconds:
                 continue
             direction = workload.direction(ph.phase, c.params or {})
-            found = _rate_limits(limits, where, direction, len({s.host for s in ph.client_stats}) or 1)
+            found = rate_limits(limits, where, direction, len({s.host for s in ph.client_stats}) or 1)
             if not found:
                 continue
             name, limit, source = min(found, key=lambda f: f[1])
@@ -148,13 +148,17 @@ def fairness_rows(cells: list[CellFigures], limit: int) -> list[dict[str, Any]]:
             seen.add(key)
             if len(out) >= limit:
                 return out
-            clients = [{"rank": row["rank"], "group": row.get("group"), "rate": row[f["unit"]],
+            unit, scale = "ops/s", 1.0
+            if f["unit"] == "MiBps":  # the workload's own unit (MB/s for copy/skim/…; units.py), from MiB/s
+                unit = "MB/s" if workload_class(cf.cell.kind).report.scaling.unit == "MB/s" else "MiB/s"
+                scale = 2**20 / 1e6 if unit == "MB/s" else 1.0
+            clients = [{"rank": row["rank"], "group": row.get("group"), "rate": row[f["unit"]] * scale,
                         "relative_time": f["relative_time"].get(str(row["rank"]), f["relative_time"].get(row["rank"])),
                         "outlier": row["rank"] in set(f["outliers"])} for row in f["sorted"]]
             out.append({"target": cf.cell.target, "workload": cf.cell.workload, "kind": cf.cell.kind, "phase": ph.phase,
                         "clients": cf.cell.clients, "factors": {k: v for k, v in cf.cell.factors.items()
                                                                 if k != "clients"},
-                        "unit": "MiB/s" if f["unit"] == "MiBps" else "ops/s", "jain": f["jain"],
+                        "unit": unit, "jain": f["jain"],
                         "per_client": clients})
     return out
 

@@ -32,6 +32,11 @@ from .guards import check_host
 from ..units import format_size, sig
 
 
+def format_mib_rate(bps: float) -> str:
+    """Bytes per second in MiB/s, the unit of the bandwidth figures a limit is checked against (units.py)."""
+    return f"{sig(bps / 2**20)} MiB/s"
+
+
 def format_rate(bps: float) -> str:
     """Bytes per second in decimal units, as link and device limits are written (MB/s, GB/s)."""
     for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
@@ -150,12 +155,13 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
         if direction == "read":
             server_cache(fig, records)
     rate = fig.bytes / fig.seconds if fig.bytes else 0.0
-    for name, limit, source in _rate_limits(limits, where, direction, hosts):
+    for name, limit, source in rate_limits(limits, where, direction, hosts):
         if rate > limit:
             said = (f"is more than {LINK_TOLERANCE:.0%} above the {source}" if name == "link_rate"
                     else f"exceeds the {source} {name} limit of {format_rate(limit)}")
             fig.flags.append({"code": "not-physical", "message": (
-                f"{format_rate(rate)} {said}: not physical — cache (or compression) suspected")})
+                f"{format_mib_rate(rate)} ({format_rate(rate)}) {said}: not physical — cache (or compression) "
+                "suspected")})
     if limits.get("iops") and fig.ops_per_s and fig.ops_per_s > limits["iops"]:
         fig.flags.append({"code": "not-physical", "message": (
             f"{fig.ops_per_s:,.0f} ops/s exceeds the declared iops limit of {limits['iops']:,.0f}: "
@@ -200,7 +206,7 @@ def server_cache(fig: Any, records: list[PhaseRecord]) -> None:
             "was kept (run as root on the server's host without --keep-cache to drop it)")})
 
 
-def _rate_limits(limits: dict[str, float], where: dict[str, Any], direction: str | None,
+def rate_limits(limits: dict[str, float], where: dict[str, Any], direction: str | None,
                  hosts: int) -> list[tuple[str, float, str]]:
     """(name, bytes/s, where it comes from) of the limits a phase's rate must respect. The emulated links' rate
     comes first when the target is reached over the network (or its medium is not known): the clients' traffic
@@ -213,7 +219,7 @@ def _rate_limits(limits: dict[str, float], where: dict[str, Any], direction: str
         named = " + ".join(f"{h} {format_rate(r)}" if len(links) > 1 else h for h, r in links.items())
         return [("link_rate", where["link_rate"] * (1 + LINK_TOLERANCE),
                  f"{format_rate(where['link_rate'])} of emulated link{'s' if len(links) > 1 else ''} "
-                 f"{named or '?'} (the links every client sits behind)")] + _rate_limits(
+                 f"{named or '?'} (the links every client sits behind)")] + rate_limits(
                      limits, {**where, "link_rate": None}, direction, hosts)
     if where.get("medium") == "device":
         key = f"device_{direction}"

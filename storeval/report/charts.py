@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
-from ..analysis.links import link_text
+from ..analysis.scaling import factors_text
 from ..store import CellRow
 from ..workloads import workload_class
 from ..workloads.base import Chart
@@ -34,8 +34,9 @@ def _clients(n: int) -> str:
     return f"{n} client" + ("" if n == 1 else "s")
 
 
-def _factors(factors: dict[str, Any]) -> str:
-    return " ".join(f"{k}={link_text(k, v)}" for k, v in factors.items() if k != "clients")
+def _factors(kind: str | None, factors: dict[str, Any]) -> str:
+    """Factor values as a study writes them (sizes as sizes, durations with their unit)."""
+    return factors_text(kind, factors)
 
 
 def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
@@ -52,7 +53,7 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
         for s in series:
             pts = [p for p in s["series"] if p["aggregate"] is not None]
             name = " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
-                             *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())])
+                             *([f] if (f := factors_text(s.get("kind"), s["factors"], skip=())) else [])])
             data.append({"type": "scatter", "mode": "lines+markers", "name": name,
                          "x": [p["x"] * scale for p in pts], "y": [p["aggregate"] for p in pts],
                          "error_y": {"type": "data", "array": [p["aggregate_stderr"] or 0 for p in pts],
@@ -71,7 +72,7 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
                 continue
             data = [{"type": "scatter", "mode": "lines+markers",
                      "name": " ".join([s["target"], *([f"group {s['group']}"] if s.get("group") else []),
-                                       *(f"{k}={link_text(k, v)}" for k, v in s["factors"].items())]),
+                                       *([f] if (f := factors_text(s.get("kind"), s["factors"], skip=())) else [])]),
                      "x": [p["x"] * scale for p in pts], "y": [p[key] for p in pts]} for s, pts in lines]
             title = f"{workload} · {phase}: {label} vs {along}"
             out.append((title, {"data": data, "layout": _layout(title, x_title, label, xaxis=xaxis,
@@ -109,10 +110,10 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
             if not f or key in seen or len(out) >= 2 * MAX_FAIRNESS:
                 continue
             seen.add(key)
-            unit = "MiB/s" if f["unit"] == "MiBps" else "ops/s"
+            unit, scale = _rate_unit(cf.cell.kind, f["unit"])
             outliers = set(f["outliers"])
             label = f"{cf.cell.target} · {cf.cell.workload} · {ph.phase} · {_clients(cf.cell.clients)}"
-            factors = _factors(cf.cell.factors)
+            factors = _factors(cf.cell.kind, cf.cell.factors)
             if factors:
                 label += f" ({factors})"
             group_of = {row["rank"]: row.get("group") for row in f["sorted"]}
@@ -128,7 +129,7 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
                 color = GROUP_COLORS[names.index(name) % len(GROUP_COLORS)] if name else "#1f77b4"
                 rates.append({
                     "type": "bar", "name": f"group {name}" if name else f"per-client {unit}",
-                    "x": [f"client {r}" for r in mine], "y": [rows[r][f["unit"]] for r in mine],
+                    "x": [f"client {r}" for r in mine], "y": [rows[r][f["unit"]] * scale for r in mine],
                     "marker": {"color": color, "line": {"color": "#d62728", "width": [3 if r in outliers else 0
                                                                                         for r in mine]}},
                     "text": [("outlier · " if r in outliers else "") + rows[r]["host"] for r in mine]})
@@ -151,6 +152,15 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
                                                                  barmode="overlay",
                                                                  xaxis={"title": {"text": "client"}, **order})}))
     return out
+
+
+def _rate_unit(kind: str, fairness_unit: str) -> tuple[str, float]:
+    """The unit a per-client rate is shown in — the workload's own (MB/s for copy/skim/…, MiB/s for bandwidth;
+    units.py) — and the factor from the fairness block's MiB/s to it."""
+    if fairness_unit != "MiBps":
+        return "ops/s", 1.0
+    unit = workload_class(kind).report.scaling.unit
+    return ("MB/s", MiB / 1e6) if unit == "MB/s" else ("MiB/s", 1.0)
 
 
 GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -600,7 +610,7 @@ def overview_metadata(rates: list[dict[str, Any]], colors: dict[str, str]) -> li
 
 def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
     """Fairness of every multi-client phase in one figure (seed 000 figs. 10–13): each client a dot — its rate
-    (top, MiB/s phases; ops/s phases in their own panel) and its time relative to the fastest client (bottom) —
+    (top: a panel per unit — MiB/s, MB/s, ops/s) and its time relative to the fastest client (bottom) —
     coloured by client group, outliers ringed in red."""
     if not rows:
         return []
@@ -611,7 +621,7 @@ def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
                          *([f] if (f := fmt_factors(r["kind"], r["factors"])) else [])]) for r in rows]
     groups = list(dict.fromkeys(c["group"] for r in rows for c in r["per_client"])) or [None]
     panels = []
-    for unit in ("MiB/s", "ops/s"):
+    for unit in ("MiB/s", "MB/s", "ops/s"):
         mine = [(lab, r) for lab, r in zip(label, rows) if r["unit"] == unit]
         if mine:
             panels.append({"title": f"per-client {unit}", "key": "rate", "rows": mine, "y": _axis(unit)})

@@ -54,6 +54,7 @@ class Change:
     p_adjusted: float | None = None  # Holm over the comparison's tests; set by ``compare``
     confidence: float = DEFAULT_CONFIDENCE
     min_effect: float = DEFAULT_MIN_EFFECT
+    kind: str | None = None  # the workload's kind: its factors printed as its study writes them
     context: list[str] = field(default_factory=list)  # what differed for this configuration (flags in one run only)
 
     @property
@@ -139,7 +140,7 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary], *, confidence: float
         if rb is None:
             continue
         if ra.params != rb.params:
-            differ.append(f"{label(key)}: {_differences(ra.params, rb.params)}")
+            differ.append(f"{label(ra)}: {_differences(ra.params, rb.params)}")
             continue
         context = _flag_context(ra, rb)
         # the whole phase, then each client group both runs had (issue 17: on-board and external compared apart)
@@ -153,11 +154,13 @@ def compare(a: list[ConfigSummary], b: list[ConfigSummary], *, confidence: float
                     changes.append(Change(ra.target, ra.workload,
                                           {k: v for k, v in ra.factors.items() if k != "clients"},
                                           ga.clients, phase, name, unit, sa, sb, higher, welch(sa, sb, confidence),
-                                          confidence=confidence, min_effect=min_effect, context=context))
+                                          confidence=confidence, min_effect=min_effect, context=context,
+                                          kind=ra.kind))
     tested = [c for c in changes if c.test is not None]
     for c, p in zip(tested, holm([c.test.p for c in tested])):
         c.p_adjusted = p
-    return (changes, [label(k) for k in a_rows if k not in b_rows], [label(k) for k in b_rows if k not in a_rows],
+    return (changes, [label(r) for k, r in a_rows.items() if k not in b_rows],
+            [label(r) for k, r in b_rows.items() if k not in a_rows],
             list(dict.fromkeys(differ)))
 
 
@@ -170,9 +173,13 @@ def environment_differences(run_a: Any, run_b: Any) -> list[str]:
     return differences([run_a, run_b], ["A", "B"])
 
 
-def label(k: tuple) -> str:
-    factors = " ".join(f"{f}={v}" for f, v in k[2])
-    return f"{k[0]} · {k[1]}{(' ' + factors) if factors else ''} · {k[3]} clients · {k[4]}"
+def label(r: ConfigSummary) -> str:
+    """A configuration in words: its factors as a study writes them (sizes as sizes), the clients counted."""
+    from ..analysis.scaling import factors_text
+    from ..units import plural
+
+    factors = factors_text(r.kind, r.factors)
+    return f"{r.target} · {r.workload}{(' ' + factors) if factors else ''} · {plural(r.clients, 'client')} · {r.phase}"
 
 
 COLUMNS = ["target", "workload", "clients", "phase", "figure", "A", "B", "change", "interval", "verdict", "context"]
@@ -192,9 +199,11 @@ def _interval(c: Change) -> str:
 
 def change_rows(changes: list[Change]) -> list[list[str]]:
     """The comparison as text cells (terminal and HTML print exactly these)."""
+    from ..analysis.scaling import factors_text
+
     out = []
     for c in changes:
-        factors = " ".join(f"{k}={v}" for k, v in c.factors.items())
+        factors = factors_text(c.kind, c.factors)
         pct = "–" if c.percent is None else f"{c.percent:+.1f} %"
         out.append([c.target, c.workload + (f" {factors}" if factors else ""), str(c.clients), c.phase,
                     f"{c.figure}{(' (' + c.unit + ')') if c.unit else ''}", _value(c.a), _value(c.b), pct,

@@ -22,8 +22,8 @@ from ..analysis.table import summary_table
 from ..store import RunData
 from . import charts
 from ..workloads import WORKLOADS
-from .terminal import (TABLE_CAPTION, describe_settings, fault_rows, network_tables, phase_tables, scaling_rows, table_columns,
-                       table_rows)
+from .terminal import (describe_settings, fault_rows, network_tables, phase_tables, scaling_rows, table_caption,
+                       table_columns, table_rows, where_of)
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +56,7 @@ def _figures_json(groups: dict[str, list[tuple[str, dict]]]) -> tuple[dict[str, 
 def _messages(summary: list[ConfigSummary]) -> list[dict[str, str]]:
     seen: dict[str, dict[str, str]] = {}
     for r in summary:
-        where = f"[{r.target} · {r.workload} · {r.clients} client(s) · {r.phase}]"
+        where = where_of(r)
         for cls, mark, items in (("flag", "✗", r.flags), ("warn", "⚠", r.warnings)):
             for item in items:
                 text = f"{mark} {item['code']}: {item['message']} {where}"
@@ -175,8 +175,8 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
                    r.get("engine") or "", ", ".join(r.get("targets") or []), r.get("command_line") or ""]
                   for r in runs or []],
         table_columns=[*columns, "conditions"], table_rows=[[*r, c] for r, c in zip(table_rows(table), conditions)],
-        table_caption=TABLE_CAPTION,
-        table_numeric=[i for i, c in enumerate(columns) if "/s" in c or c == "clients"],
+        table_caption=table_caption(table),
+        table_numeric=[i for i, c in enumerate(columns) if "/s" in c or c in ("clients", "read", "write", "rate")],
         overview_charts=ids[OVERVIEW], cost_rows=_cost_rows(run, summary),
         phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
         setting_tables=setting_tables, fairness_table=extra_tables.get("fairness-table"), network_tables=network,

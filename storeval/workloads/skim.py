@@ -335,7 +335,7 @@ class Skim(Workload):
                  Figure("read_amplification", "×", direction="ratio", higher_is_better=False),
                  Figure("request_amplification", "×", direction="ratio", higher_is_better=False)),
         charts=tuple(Chart(label, Figure(key), y=label) for key, label in (
-            ("events_per_s", "events/s"), ("MBps", "MB/s (requested)"), ("cpu_efficiency", "CPU efficiency"),
+            ("events_per_s", "events/s"), ("MBps", "MB/s (requested)"), ("cpu_efficiency", "CPU efficiency (CPU s / wall s)"),
             ("read_amplification", "read amplification (moved / needed)"),
             ("request_amplification", "request amplification (requested / needed)"))),
         section="Skim", section_table=True, amplification=False)
