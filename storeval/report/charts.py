@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
-from ..analysis.scaling import factors_text
+from ..analysis.scaling import factor_text, factors_text
 from ..store import CellRow
 from ..workloads import workload_class
 from ..workloads.base import Chart
@@ -184,8 +184,8 @@ def _by_phase(kind: str, chart: Chart, rows: list[ConfigSummary]) -> list[tuple[
         return []
     groups: dict[str, list[ConfigSummary]] = defaultdict(list)
     for r in rows:
-        named = " · ".join(str(r.factors.get(g, r.params.get(g, ""))) for g in chart.group)
-        others = _factors({k: v for k, v in r.factors.items() if k not in chart.group})
+        named = " · ".join(factor_text(kind, g, r.factors.get(g, r.params.get(g, ""))) for g in chart.group)
+        others = _factors(kind, {k: v for k, v in r.factors.items() if k not in chart.group})
         label = " · ".join(filter(None, [r.target, named + ((" " + others) if others else "") if named else others]))
         groups[f"{label} · {r.clients} cl."].append(r)
     data = [{"type": "bar", "name": name, "x": [r.phase for r in rs], "y": [chart.figure.of(r).mean for r in rs],
@@ -202,7 +202,7 @@ def _by_configuration(kind: str, chart: Chart, rows: list[ConfigSummary]) -> lis
     values = [chart.figure.of(r) for r in rows]
     if not any(v is not None for v in values):
         return []
-    names = [f"{r.target} · {r.workload}{(' ' + _factors(r.factors)) if _factors(r.factors) else ''} · "
+    names = [f"{r.target} · {r.workload}{(' ' + f) if (f := _factors(kind, r.factors)) else ''} · "
              f"{r.clients} cl." for r in rows]
     label = chart.y or chart.figure.unit
     data = [{"type": "bar", "name": label, "x": names, "y": [v.mean if v else None for v in values],
