@@ -8,7 +8,8 @@ command in them runs as written, through ``bash``, in a fresh copy of what a clo
 section, the README line, the command, its exit code and the tail of its stderr.
 
 What the README marks, this test obeys, and nothing else: a command whose line ends in ``# not run: REASON`` is
-skipped (kept few: a cluster's hostfile), ``# exit N`` says the command exits with N; output samples are
+skipped (kept few: a cluster's hostfile), ``exit N`` in its comment says the command exits with N (a study whose
+cells are meant to fail); output samples are
 ``text`` blocks, never run. The first block — the two commands of the first screen — is the exception: its
 install steps are not repeated (command 2 is the suite itself), and command 1's run part, ``storeval run``, runs
 with the installed storeval and must leave what the first screen says it leaves.
@@ -78,10 +79,11 @@ def _commands(lines: list[tuple[int, str]], lang: str) -> list[Command]:
         if not text.strip() or text.lstrip().startswith("#"):
             continue
         cmd = Command(no, text)
-        skip = re.search(r"#\s*not run:\s*(.+)$", text)
+        comment = text.split(" #", 1)[1] if " #" in text else ""
+        skip = re.search(r"not run:\s*(.+)$", comment)
         if skip:
             cmd.skip = skip.group(1).strip()
-        code = re.search(r"#\s*exit (\d+)\b", text)
+        code = re.search(r"\bexit (\d+)\b", comment)
         if code:
             cmd.expect = int(code.group(1))
         out.append(cmd)
@@ -216,6 +218,20 @@ def test_the_example_study_the_readme_shows_is_the_file_it_names():
     shown = re.search(r"this one is `studies/example.yaml`\):\n\n```yaml\n(.*?)```", text, re.S)
     assert shown, "the short tour no longer shows studies/example.yaml"
     assert shown.group(1) == (REPO / "studies" / "example.yaml").read_text(encoding="utf-8")
+
+
+def test_every_yaml_example_is_yaml():
+    """The study snippets are not run (they name clusters and mounts a reader has, this machine has not), but each
+    is valid YAML whose top-level keys are study keys — a typo there would be the reader's first error."""
+    import yaml
+
+    from storeval.spec import TOP_KEYS
+
+    blocks = re.findall(r"^```yaml\n(.*?)^```", README.read_text(encoding="utf-8"), re.S | re.M)
+    assert len(blocks) >= 5
+    for block in blocks:
+        doc = yaml.safe_load(block)
+        assert isinstance(doc, dict) and set(doc) <= set(TOP_KEYS), block
 
 
 def test_first_screen_command_1_runs_and_writes_what_the_readme_says(clone):
