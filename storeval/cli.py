@@ -556,7 +556,7 @@ def workloads(
     from .spec import DEFAULT_CLIENTS, DEFAULT_REPETITIONS, DEFAULT_WORKLOADS
     from .units import plural
     from .workloads import WORKLOADS, workload_class
-    from .workloads.base import param_description, param_text, param_unit
+    from .workloads.base import Params, param_description, param_text, param_unit
 
     console = Console()
     WORKLOADS.announce()  # a plug-in left out: one warning line each
@@ -578,7 +578,9 @@ def workloads(
             table.add_column("default study", overflow="fold", max_width=28)
         table.add_column("unit", overflow="fold")
         table.add_column("what it does", overflow="fold", ratio=1)
-        for field, info in model.model_fields.items():
+        common = set(Params.model_fields)  # record, on_error, …: every workload's, listed after its own
+        fields = sorted(model.model_fields.items(), key=lambda item: item[0] in common)
+        for field, info in fields:
             default = "(required)" if info.is_required() else param_text(model, field, info.default, ", ")
             row = [field, default]
             if study:

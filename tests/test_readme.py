@@ -200,6 +200,7 @@ EFFECTS = {
     "real-application-i-o-trace-replay-hepix-": ["storeval-results/report-*.html"],
     "the-copy-workload-the-mit-lustre-vs-s3-s": ["storeval-results/report-*.html"],
     "faults-during-a-run-seeds-000-and-003": ["storeval-results/report-*.html"],
+    "reports": ["days/storeval.duckdb", "days/both.html", "figs/index.json", "figs/*.svg", "figs/*.png", "figs/*.csv"],
 }
 
 
