@@ -186,7 +186,7 @@ def test_an_aggregate_above_the_clients_links_is_not_physical_and_names_the_link
     assert ph.bandwidth_MiBps == pytest.approx(200.0)
     flags = [f for f in ph.flags if f["code"] == "not-physical"]
     assert len(flags) == 1
-    assert flags[0]["message"] == ("210 MB/s is more than 5% above the 41.9 MB/s of emulated link client-net "
+    assert flags[0]["message"] == ("200 MiB/s (210 MB/s) is more than 5% above the 41.9 MB/s of emulated link client-net "
                                    "(the links every client sits behind): not physical — cache (or compression) "
                                    "suspected")
     # the table's row of all clients spans both cells (the group counts are swept like clients): both saturated
@@ -366,9 +366,9 @@ def test_the_link_limit_needs_every_group_with_clients_behind_a_rate_limited_lin
 
 
 def test_the_link_limit_is_not_applied_to_a_local_file_system():
-    from storeval.analysis.sanity import _rate_limits
+    from storeval.analysis.sanity import rate_limits
 
     links = {"link_rate": 1e8, "links": {"a": 1e8}}
-    assert [n for n, _, _ in _rate_limits({}, {**links, "medium": "network"}, "read", 1)] == ["link_rate"]
-    assert _rate_limits({}, {**links, "medium": "device", "device": "sda"}, "read", 1) == []
-    assert _rate_limits({}, {**links, "medium": "memory"}, "read", 1) == []
+    assert [n for n, _, _ in rate_limits({}, {**links, "medium": "network"}, "read", 1)] == ["link_rate"]
+    assert rate_limits({}, {**links, "medium": "device", "device": "sda"}, "read", 1) == []
+    assert rate_limits({}, {**links, "medium": "memory"}, "read", 1) == []

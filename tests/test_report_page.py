@@ -199,7 +199,7 @@ def test_every_overview_figure_of_the_figures_study(figures_run, chromium):
     assert list(titles) == ["bw (bandwidth)", "sk (skim)", "hepix (jobs)", "cp (copy)", "slow (bandwidth)",
                             "md (metadata)", "Fairness", "Efficiency"]
     assert [a["text"] for a in titles["sk (skim)"]["layout"]["annotations"]] == [
-        "skim: aggregate MiB/s", "skim: events/s", "skim: CPU efficiency (CPU s / wall s)"]
+        "skim: aggregate MB/s", "skim: events/s", "skim: CPU efficiency (CPU s / wall s)"]
     assert [a["text"] for a in titles["hepix (jobs)"]["layout"]["annotations"]][0] == "jobs: aggregate events/s"
     assert titles["hepix (jobs)"]["layout"]["xaxis"]["title"]["text"] == "jobs"
     assert titles["cp (copy)"]["layout"]["xaxis"]["title"]["text"] == "workers"
