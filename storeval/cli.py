@@ -172,7 +172,9 @@ def run(
         err = _console(stderr=True)
         store = Store(results)
         ui = QuietUI() if quiet else ProgressUI(err)
-        command_line = shlex.join(["storeval", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("storeval") \
+        # `storeval run …` and `python -m storeval run …` (argv[0] is then storeval/__main__.py) both hold the verb
+        from_cli = bool(sys.argv) and (sys.argv[0].endswith("storeval") or sys.argv[0].endswith("__main__.py"))
+        command_line = shlex.join(["storeval", *sys.argv[1:]]) if from_cli \
             else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
         code = _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, json_out, quiet,
                                exclude_outliers, out, err, None if no_html else (html_out or ""))

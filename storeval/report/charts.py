@@ -616,8 +616,9 @@ def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
         return []
     from .terminal import fmt_factors
 
-    several = len({r["target"] for r in rows}) > 1 or len({r["workload"] for r in rows}) > 1
-    label = [" · ".join([*([r["target"], r["workload"]] if several else []), r["phase"], f"{r['clients']} cl.",
+    targets, workloads = len({r["target"] for r in rows}) > 1, len({r["workload"] for r in rows}) > 1
+    label = [" · ".join([*([r["target"]] if targets else []), *([r["workload"]] if workloads else []), r["phase"],
+                         f"{r['clients']} cl.",
                          *([f] if (f := fmt_factors(r["kind"], r["factors"])) else [])]) for r in rows]
     groups = list(dict.fromkeys(c["group"] for r in rows for c in r["per_client"])) or [None]
     panels = []
@@ -644,7 +645,7 @@ def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
                          "text": text, "marker": {"color": GROUP_COLORS[gi % len(GROUP_COLORS)], "size": 7,
                                                   "line": {"color": "#d62728", "width": rings}}})
         built.append({"title": p["title"], "data": data, "y": p["y"],
-                      "x": {"title": {"text": "phase (configuration)" if several else "phase · clients · factors",
+                      "x": {"title": {"text": "phase (configuration)" if targets or workloads else "phase · clients · factors",
                                       "standoff": 4},
                             "type": "category", "tickfont": {"size": 9}, "tickangle": -50}})
     title = "Fairness: every client of every multi-client phase (first repetition), coloured by client group"
