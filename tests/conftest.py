@@ -44,3 +44,17 @@ def testbed_targets(testbed) -> dict:
 def testbed_credentials(testbed) -> tuple[str, str]:
     """MinIO's (access key, secret key) — to check they never leak."""
     return testbed.load()["minio"].credentials()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's chromium (the report tests' browser, and kaleido's for --figures), installed through apt if it is
+    missing — never a browser download."""
+    from storeval.testbed.base import TestbedError, apt_install
+
+    if not os.path.exists("/usr/bin/chromium"):
+        try:
+            apt_install("chromium")
+        except TestbedError as e:
+            pytest.skip(str(e))
+    return "/usr/bin/chromium"

@@ -129,18 +129,6 @@ def test_storeval_report_writes_the_same_report_again(study_run):
     assert tables_of(tmp / "again.html")["summary-table"] == tables_of(report)["summary-table"]
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """Debian's chromium, installed through apt if it is missing (never a browser download)."""
-    from storeval.testbed.base import TestbedError, apt_install
-
-    if not os.path.exists("/usr/bin/chromium"):
-        try:
-            apt_install("chromium")
-        except TestbedError as e:
-            pytest.skip(str(e))
-    return "/usr/bin/chromium"
-
 
 def test_the_html_report_renders_every_chart_offline_in_chromium(study_run, chromium):
     from playwright.sync_api import sync_playwright

@@ -29,18 +29,6 @@ probe_interval: 0.05s
 """
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """Debian's chromium, installed through apt if it is missing (never a browser download)."""
-    from storeval.testbed.base import TestbedError, apt_install
-
-    if not os.path.exists("/usr/bin/chromium"):
-        try:
-            apt_install("chromium")
-        except TestbedError as e:
-            pytest.skip(str(e))
-    return "/usr/bin/chromium"
-
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory, chromium):

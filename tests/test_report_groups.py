@@ -9,7 +9,6 @@ through ``Store.load_run`` / ``load_samples`` and the real ``storeval report`` c
 from __future__ import annotations
 
 import json
-import os
 import re
 from types import SimpleNamespace
 
@@ -306,18 +305,6 @@ def test_compare_compares_each_group_on_its_own(run):
     assert groups[("read · group external", 2, "bandwidth")] == 0.0
     assert only_a == only_b == differ == []
 
-
-@pytest.fixture(scope="module")
-def chromium():
-    """Debian's chromium, installed through apt if it is missing (never a browser download)."""
-    from storeval.testbed.base import TestbedError, apt_install
-
-    if not os.path.exists("/usr/bin/chromium"):
-        try:
-            apt_install("chromium")
-        except TestbedError as e:
-            pytest.skip(str(e))
-    return "/usr/bin/chromium"
 
 
 def test_the_groups_report_draws_every_chart_in_chromium(run, tmp_path, chromium):

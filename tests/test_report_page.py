@@ -40,20 +40,6 @@ probe_interval: 0s
 """
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """Debian's chromium, installed through apt if it is missing (never a browser download)."""
-    import os
-
-    from storeval.testbed.base import TestbedError, apt_install
-
-    if not os.path.exists("/usr/bin/chromium"):
-        try:
-            apt_install("chromium")
-        except TestbedError as e:
-            pytest.skip(str(e))
-    return "/usr/bin/chromium"
-
 
 def _run(tmp: Path, *args: str) -> tuple[dict, Path]:
     r = storeval("run", *args, "--json", "out.json", "--quiet", cwd=tmp, timeout=900)
