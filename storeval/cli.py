@@ -22,6 +22,7 @@ from rich.console import Console
 
 from . import __version__
 from .errors import InputError, StorevalError
+from .units import plural
 
 from typer.exceptions import TyperException
 
@@ -219,13 +220,13 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
         _print_all(summary, cell_figs, out, data.study)
         failed = (f", {result.failed} failed" if result.failed else "") + \
             (f", {result.not_run} not run" if result.not_run else "")
-        out.print(f"run {result.run_id}: {result.cells} cells{failed}; results in {_safe(store.dir)}"
+        out.print(f"run {result.run_id}: {plural(result.cells, 'cell')}{failed}; results in {_safe(store.dir)}"
                   + (f", JSON in {_safe(json_out)}" if json_out else "")
                   + (f", report in {_safe(html_out)}" if html_out else ""))
     for cf in cell_figs:
         if cf.cell.status == "failed":
             err.print(f"[red]cell {cf.cell.cell_id} ({_safe(cf.cell.target)} · {_safe(cf.cell.workload)} · "
-                      f"{cf.cell.clients} clients) failed:[/] {_safe(cf.cell.error)}", highlight=False)
+                      f"{plural(cf.cell.clients, 'client')}) failed:[/] {_safe(cf.cell.error)}", highlight=False)
     if result.fatal:
         err.print(f"[red]error:[/] {_safe(result.fatal)}; the job is aborted (the cell's files were removed)",
                   highlight=False)
@@ -269,6 +270,12 @@ def report(
         from .report.figure_files import check_figures
 
         check_figures(figures)
+        inside = [(flag, path) for flag, path in (("--json", json_out), ("--html", html_out))
+                  if path and os.path.dirname(os.path.abspath(path)) == os.path.abspath(figures)]
+        if inside:
+            flag, path = inside[0]
+            raise InputError(f"{flag} {_safe(path)}: inside the --figures directory, whose files the figure index "
+                             f"owns (write {flag} elsewhere)")
     store = _open_results(results)
     console = _console()
     if runs is None:
@@ -363,13 +370,13 @@ def _print_run_state(data, console) -> None:
     """How the run ended, its failed cells and what went wrong: a stored run says so as its live run did."""
     statuses = [c.status for c in data.cells]
     counts = ", ".join(f"{statuses.count(st)} {st}" for st in dict.fromkeys(statuses) if st != "ok")
-    console.print(f"run {_safe(data.run_id)} ({data.started:%Y-%m-%d %H:%M}): {_safe(data.status)}; {len(statuses)} "
-                  f"cells" + (f", {_safe(counts)}" if counts else ""), highlight=False)
+    console.print(f"run {_safe(data.run_id)} ({data.started:%Y-%m-%d %H:%M}): {_safe(data.status)}; "
+                  f"{plural(len(statuses), 'cell')}" + (f", {_safe(counts)}" if counts else ""), highlight=False)
     said = set()
     for c in data.cells:
         if c.status not in ("ok", "skipped") and c.error:
             said.add(c.error)
-            console.print(f"cell {c.cell_id} ({_safe(c.target)} · {_safe(c.workload)} · {c.clients} clients) "
+            console.print(f"cell {c.cell_id} ({_safe(c.target)} · {_safe(c.workload)} · {plural(c.clients, 'client')}) "
                           f"{_safe(c.status)}: {_safe(c.error)}", highlight=False)
     for e in data.events:
         if e.get("kind") in ("died", "timeout") and e.get("message") and e["message"] not in said:
@@ -559,6 +566,7 @@ def workloads(
     from .units import plural
     from .workloads import WORKLOADS, workload_class
     from .workloads.base import Params, param_description, param_text, param_unit
+    from .workloads.degraded import DegradedParams
 
     console = Console()
     WORKLOADS.announce()  # a plug-in left out: one warning line each
@@ -580,7 +588,7 @@ def workloads(
             table.add_column("default study", overflow="fold", max_width=28)
         table.add_column("unit", overflow="fold")
         table.add_column("what it does", overflow="fold", ratio=1)
-        common = set(Params.model_fields)  # record, on_error, …: every workload's, listed after its own
+        common = set(Params.model_fields) | set(DegradedParams.model_fields)  # record, on_error …: after its own
         fields = sorted(model.model_fields.items(), key=lambda item: item[0] in common)
         for field, info in fields:
             default = "(required)" if info.is_required() else param_text(model, field, info.default, ", ")

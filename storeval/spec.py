@@ -1003,6 +1003,9 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
 PRICE_KEYS = ("per_tb", "per_gbps", "currency")
 
 
+MAX_PRICE = 1e15  # per TB or per GB/s: more than the world's GDP is a typo, and a bigger int overflows a float
+
+
 def _prices(raw: Any, targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``prices: {TARGET: {per_tb: 40, per_gbps: 1200, currency: USD}}``: what a system costs per TB of capacity
     and per GB/s of bandwidth, for the report's cost table (cost of the best measured aggregate)."""
@@ -1026,8 +1029,8 @@ def _prices(raw: Any, targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
             v = entry.get(key)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-                raise InputError(f"{where}.{key}: {_show(v)} is not a price (a number, 0 or more)")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_PRICE:
+                raise InputError(f"{where}.{key}: {_show(v)} is not a price (a number from 0 to {MAX_PRICE:.0e})")
             price[key] = v
         if not price:
             raise InputError(f"{where}: give per_tb or per_gbps (the price of a TB of capacity or of a GB/s)")

@@ -143,7 +143,7 @@ def test_a_failing_command_fails_the_cell_in_one_line_with_its_status_and_stderr
         "run": "sh -c 'echo warming up >&2; echo cannot open {index}: no luck >&2; exit 3'", "files_per_client": 3,
         "file_size": 4096}}})
     r, _ = run(tmp_path, path, rc=1)
-    assert r.err_lines == ["cell 0 (local · fails · 1 clients) failed: client 0 failed in read: sh (file 0) exited "
+    assert r.err_lines == ["cell 0 (local · fails · 1 client) failed: client 0 failed in read: sh (file 0) exited "
                            "with status 3: cannot open 0: no luck"]
     assert leftovers(target) == []
 
@@ -166,7 +166,7 @@ def test_a_hanging_command_is_killed_at_its_timeout_with_its_children(tmp_path, 
         "run": f"sh -c '{marker} & {marker}; echo never'", "files_per_client": 1, "file_size": 4096,
         "timeout": "1s"}}})
     r, _ = run(tmp_path, path, rc=1)
-    assert r.err_lines == ["cell 0 (local · hangs · 1 clients) failed: client 0 failed in read: sh (file 0) did not "
+    assert r.err_lines == ["cell 0 (local · hangs · 1 client) failed: client 0 failed in read: sh (file 0) did not "
                            "finish within its timeout of 1 s and was killed: (nothing on stderr)"]
     assert _running(marker) == []  # the command's whole process group, the background sleep included
 
@@ -237,7 +237,7 @@ def test_a_known_client_that_is_missing_is_named_with_how_to_get_it(tmp_path, ta
 def test_a_target_no_tool_can_reach_is_refused_in_one_line(tmp_path):
     path = study(tmp_path, {"n": {"url": "null://a"}}, {"w": {"command": {"run": "cat {url}", "file_size": 4096}}})
     r, _ = run(tmp_path, path, rc=1)
-    assert r.err_lines == ["cell 0 (n · w · 1 clients) failed: client 0 failed in prepare: target n cannot be reached "
+    assert r.err_lines == ["cell 0 (n · w · 1 client) failed: client 0 failed in prepare: target n cannot be reached "
                            "by outside tools (the command workload needs a target whose files a program can name: "
                            "file://, root://, s3://, hdfs://, nfs://)"]
 
@@ -275,7 +275,7 @@ def test_a_write_command_that_leaves_a_short_file_fails_the_cell_after_the_phase
         "file_size": 8192}}})
     r, _ = run(tmp_path, path, rc=1)
     assert len(r.err_lines) == 1 and r.err_lines[0].startswith(
-        "cell 0 (local · short · 1 clients) failed: client 0 failed in write: the write command left "
+        "cell 0 (local · short · 1 client) failed: client 0 failed in write: the write command left "
         f"{target}/storeval-")
     assert r.err_lines[0].endswith("/command-0-0 with 1,000 bytes, not 8,192")
     assert leftovers(target) == []

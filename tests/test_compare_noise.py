@@ -57,7 +57,7 @@ def test_two_identical_runs_with_5_repetitions_call_no_figure_better_or_worse(ru
     # one row per figure (a note such as "busy-host in A only" may wrap a row onto a second line)
     rows = [line for line in r.out.splitlines() if line.startswith("│ t ")]
     assert len(rows) == 14 and all("│ within noise" in line for line in rows)
-    assert "95% confidence interval" in doc["rule"] and "Holm-adjusted over the 14 figure(s)" in doc["rule"]
+    assert "95% confidence interval" in doc["rule"] and "Holm-adjusted over the 14 figures" in doc["rule"]
 
 
 def test_a_target_20_percent_slower_is_called_worse_with_an_interval_that_holds_minus_20(runs):

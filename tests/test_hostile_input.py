@@ -366,5 +366,5 @@ def test_control_characters_in_a_stored_run_reach_the_terminal_as_escapes(tmp_pa
     assert r.rc == 0, r.err
     for bad in ("\x1b", "\u202e", "\x07"):
         assert bad not in r.out + r.err
-    assert "cell 0 (evil\\x1b[31m\\u202e[/red] · w\\x1b]0;pwned\\x07 · 1 clients) failed: boom \\x1b[2J[bold]" in r.out
+    assert "cell 0 (evil\\x1b[31m\\u202e[/red] · w\\x1b]0;pwned\\x07 · 1 client) failed: boom \\x1b[2J[bold]" in r.out
     assert "│ evil\\x1b[31m\\u202e[/red] " in r.out

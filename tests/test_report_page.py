@@ -284,7 +284,9 @@ def test_prices_are_checked_in_one_line(tmp_path):
     base = f'targets:\n  a: {{url: "file://{tmp_path / "a"}"}}\nworkloads:\n  bw: {{bandwidth: {{file_size: 1MiB}}}}\n'
     for prices, line in (
             ("{b: {per_tb: 1}}", "error: prices.b: no target of that name (targets: a)"),
-            ("{a: {per_tb: -1}}", "error: prices.a.per_tb: -1 is not a price (a number, 0 or more)"),
+            ("{a: {per_tb: -1}}", "error: prices.a.per_tb: -1 is not a price (a number from 0 to 1e+15)"),
+            ("{a: {per_gbps: 1" + "0" * 400 + "}}", "error: prices.a.per_gbps: " + "1" + "0" * 56
+             + "... is not a price (a number from 0 to 1e+15)"),  # a float would overflow: refused, cut short
             ("{a: {per_pb: 1}}", "error: prices.a.per_pb: not a price key (known: per_tb, per_gbps, currency)"),
             ("{a: {currency: EUR}}", "error: prices.a: give per_tb or per_gbps (the price of a TB of capacity or of "
                                      "a GB/s)")):

@@ -125,6 +125,28 @@ def test_three_runs_on_three_systems_are_shown_side_by_side_with_what_differed(r
     assert sorted(os.listdir(tmp / "figs")) == sorted(["index.json", "notes.txt", *one["files"]])
 
 
+def test_the_page_across_three_runs_opens_with_the_runs_and_their_differences_in_chromium(runs, chromium):
+    """The check of issue 19: three runs on three targets side by side in a browser, the runs and what differed at
+    the top, the three systems in the summary and in one figure, no console error, no request."""
+    from .test_report_page import SCREEN, Page
+
+    tmp, ids = runs
+    r = storeval("report", "R", "--runs", ",".join(ids[:3]), "--html", "three.html", cwd=tmp, timeout=600)
+    assert r.rc == 0, r.err
+    page = Page(tmp / "three.html", chromium, "report-page-runs")
+    assert page.errors == [] and page.requests == []
+    assert page.summary[1] <= 3 * SCREEN["height"]
+    tables = tables_of(tmp / "three.html")
+    assert [row[0] for row in tables["runs-table"][1:]] == ids[:3]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row[1]) for row in tables["runs-table"][1:])
+    labels = run_labels(ids[:3])
+    systems = [f"local (run {labels[ids[0]]})", f"local (run {labels[ids[1]]})", "void"]
+    assert [row[0] for row in tables["summary-table"][1:]] == systems
+    figures = _figures(tmp / "three.html")
+    (bw,) = [figures[i] for i, _ in page.overview if figures[i]["layout"]["title"]["text"].startswith("bw")]
+    assert {d["name"] for d in bw["data"]} == set(systems)  # one line per system, in its colour
+
+
 def test_all_runs_include_a_failed_one_with_its_status_and_ids_may_be_prefixes_in_any_order(runs):
     tmp, ids = runs
     r = storeval("report", "R", "--runs", "all", "--json", "every.json", cwd=tmp)

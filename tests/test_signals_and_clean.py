@@ -369,7 +369,7 @@ def test_the_watchdog_acts_even_when_it_starts_after_its_coordinator_died(tmp_pa
     r = subprocess.run([sys.executable, "-m", "storeval.engine.watchdog", str(state), str(gone.pid), repr(created)],
                        capture_output=True, text=True, timeout=GUARD)
     assert r.returncode == 1
-    assert r.stderr == ("error: the storeval coordinator was killed during write of cell 0 (t · bw · 1 clients); "
+    assert r.stderr == ("error: the storeval coordinator was killed during write of cell 0 (t · bw · 1 client); "
                         "storeval removed its files\n")
     assert os.listdir(target) == [] and not state.exists()
     with duckdb.connect(str(results / "storeval.duckdb"), read_only=True) as con:

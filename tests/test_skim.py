@@ -197,11 +197,11 @@ def test_files_per_client_gives_each_client_its_own_files_and_the_pool_grows(tmp
     assert "writing" not in output
     ph = skim_phase(doc)
     (shared,) = [w for w in ph["warnings"] if w["code"] == "shared-files"]
-    from storeval.units import format_size
+    from storeval.units import sig
 
-    assert shared["message"] == (
-        f"3 clients read 2 files: each file was read by 3 clients; {format_size(ph['bytes_moved'])} of the "
-        f"{format_size(ph['bytes_needed'])} needed came from disk. One client's reads warm the caches another reads "
+    assert shared["message"] == (  # in MB, as the skim's table says its bytes
+        f"3 clients read 2 files: each file was read by 3 clients; {sig(ph['bytes_moved'] / 1e6)} MB of the "
+        f"{sig(ph['bytes_needed'] / 1e6)} MB needed came from disk. One client's reads warm the caches another reads "
         "from, so these figures are partly those of data in memory; set files_per_client to give each client its own "
         "files (the seeds' one file per job)")
     assert "⚠ shared-files" in output

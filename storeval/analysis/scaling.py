@@ -92,11 +92,13 @@ def first_reaching(series: list[tuple[int, float]], fraction: float) -> int | No
     return min(x for x, y in series if y >= fraction * top)
 
 
-def scaling(cells: list[CellFigures], along: str = "clients", group: str | None = None) -> list[dict[str, Any]]:
+def scaling(cells: list[CellFigures], along: str = "clients", group: str | None = None,
+            min_points: int = 2) -> list[dict[str, Any]]:
     """Per target, workload, phase and other factor values: the aggregate figure against ``along`` — the number of
     clients, a numeric system setting such as ``servers`` (seed 002's throughput vs storage servers), a client
     group's count ``clients.<group>`` or a link setting such as ``rtt``. ``group``: follow that client group's
-    own aggregate instead of the whole phase's."""
+    own aggregate instead of the whole phase's. ``min_points``: a line needs that many x values (the report's
+    overview shows one client count too, so that the systems stand side by side even then)."""
     groups: dict[tuple, dict[Any, list[tuple]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[tuple, dict[str, Any]] = {}
     labels: dict[Any, Any] = {}
@@ -124,7 +126,7 @@ def scaling(cells: list[CellFigures], along: str = "clients", group: str | None 
                                    {k: ph.extra[k] for k in LINE_FIGURES if isinstance(ph.extra.get(k), (int, float))}))
     out = []
     for key, by_x in groups.items():
-        if len(by_x) < 2:
+        if len(by_x) < min_points:
             continue
         declared = workload_class(meta[key]["kind"]).report.scaling
         figure = declared.figure

@@ -34,6 +34,7 @@ import psutil
 from ..core.cell import Cell
 from ..core.process import alive
 from ..redact import redact_text, visible
+from ..units import plural
 
 POLL = 0.2
 LEAVING = b"!"  # the coordinator's last word on the wake pipe when it exits on its own (not killed)
@@ -321,7 +322,7 @@ def _message(state: dict[str, Any], first: list[str], coordinator_first: bool, u
     else:
         what = "a rank on another host died"
     where = f" during {state.get('phase') or 'the start'} of cell {cell['index']} ({cell['target']} · " \
-            f"{cell['workload']} · {cell['nclients']} clients)" if cell else " between cells"
+            f"{cell['workload']} · {plural(cell['nclients'], 'client')})" if cell else " between cells"
     ended = "; mpiexec ended the job" if under_mpi else ""
     return f"{what}{where}{ended}"
 

@@ -102,6 +102,8 @@ def combine(analysed: list[Analysed]) -> Across:
     samples: list[tuple] = []
     events: list[dict[str, Any]] = []
     targets: dict[str, Any] = {}
+    prices: dict[str, Any] = {}
+    described_targets: dict[str, Any] = {}  # environment["targets"]: the overview's limits (efficiency) read it
     runs: list[dict[str, Any]] = []
     cell_offset = config_offset = 0
     for a in analysed:
@@ -122,6 +124,10 @@ def combine(analysed: list[Analysed]) -> Across:
         events += [{**e, "cell": cell_id(e.get("cell"))} for e in a.run.events]
         for name, spec in ((a.run.study or {}).get("targets") or {}).items():
             targets[shown(name)] = spec
+        for name, price in ((a.run.study or {}).get("prices") or {}).items():  # each run's prices, under its names
+            prices[shown(name)] = price
+        for name, described in ((a.run.environment or {}).get("targets") or {}).items():
+            described_targets[shown(name)] = described
         ids = [c.cell_id + cell_offset for c in a.run.cells]
         names = list(dict.fromkeys(c.target for c in a.run.cells))
         runs.append({"run_id": a.run.run_id, "label": label, "started": a.run.started, "finished": a.run.finished,
@@ -138,7 +144,8 @@ def combine(analysed: list[Analysed]) -> Across:
         distinct = [str(v) for v in dict.fromkeys(values) if v is not None]
         return ", ".join(distinct)
 
-    study = {"targets": targets, **({"probe_interval": probe.pop()} if len(probe) == 1 else {}),
+    study = {"targets": targets, **({"prices": prices} if prices else {}),
+             **({"probe_interval": probe.pop()} if len(probe) == 1 else {}),
              "runs": {a.run.run_id: a.run.study for a in analysed}}
     finished = [a.run.finished for a in analysed]
     merged = RunData(
@@ -148,7 +155,8 @@ def combine(analysed: list[Analysed]) -> Across:
         command_line="\n".join(a.run.command_line for a in analysed), study=study,
         study_hash=first.study_hash if len({a.run.study_hash for a in analysed}) == 1 else "per run",
         engine=one([a.run.engine for a in analysed]), cells=[cf.cell for cf in cells],
-        environment={a.run.run_id: a.run.environment for a in analysed}, events=events)
+        environment={"targets": described_targets, "runs": {a.run.run_id: a.run.environment for a in analysed}},
+        events=events)
     differences = environment_differences([a.run for a in analysed], [f"run {labels[a.run.run_id]}"
                                                                       for a in analysed], study=True)
     return Across(run=merged, cells=cells, summary=summary, samples=samples, runs=runs, differences=differences)
@@ -183,9 +191,17 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+MEASURED = ("load", "busy", "steal", "swap", "pressure", "free", "avail", "skew")
+
+
 def _measured(key: str) -> bool:
-    """A figure measured during the run (host load, free space), not a fixed fact: it is never equal twice."""
-    return any(word in key for word in ("load", "busy", "steal", "swap", "pressure", "free", "avail", "skew"))
+    """A figure measured during the run (host load, free space), not a fixed fact: it is never equal twice.
+    Only the environment's facts (never the study's parameters, whose every change matters), matched on the
+    key's parts (``host_load.vm.mean``, ``disk_free_bytes``), not anywhere in it (``workloads``)."""
+    if key.startswith(("study", "target.")):
+        return False
+    parts = [w for part in key.split(".") for w in part.replace(" ", "_").split("_")]
+    return any(p.startswith(word) or p.endswith(word) for p in parts for word in MEASURED)
 
 
 def _differ(key: str, x: Any, y: Any) -> bool:
@@ -206,6 +222,21 @@ def _show(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_show(x) for x in v) + "]"
     return str(v)
+
+
+def _show_fact(key: str, value: Any) -> str:
+    """A fact as a study writes it: a workload parameter (``study.workloads.bw.bandwidth.file_size``) through its
+    workload's own formatting (sizes as sizes, durations with their unit); anything else as it is."""
+    from ..workloads import WORKLOADS
+    from ..workloads.base import param_text
+
+    parts = key.split(".")
+    if parts[0] == "study" and "workloads" in parts and value is not None:
+        kind = next((p for p in parts[parts.index("workloads") + 1:] if p in WORKLOADS), None)
+        name = parts[-1]
+        if kind is not None and name in WORKLOADS[kind].Params.model_fields:
+            return param_text(WORKLOADS[kind].Params, name, value, ", ")
+    return _show(value)
 
 
 def _facts(run: Any, study: bool) -> dict[str, tuple[str | None, Any]]:
@@ -260,7 +291,7 @@ def environment_differences(runs: list[Any], labels: list[str], *, study: bool =
             continue
         shown: dict[str, list[str]] = {}
         for value, label in mine:
-            shown.setdefault(_show(value), []).append(label)
+            shown.setdefault(_show_fact(key, value), []).append(label)
         text = " vs ".join(f"{value} ({', '.join(names)})" for value, names in shown.items())
         if (key.rsplit(".", 1)[-1], text) not in said:  # a target's URL as the study, the driver and the mount say it
             said.add((key.rsplit(".", 1)[-1], text))

@@ -95,7 +95,7 @@ def _x_of(along: str) -> tuple[float, str, dict[str, Any]]:
         return 100.0, "loss (%)", {"title": {"text": "loss (%)"}, "rangemode": "tozero"}
     if along.startswith("clients."):  # a group's count may be 0 (the other groups alone): linear from zero
         return 1.0, along, {"title": {"text": along}, "rangemode": "tozero", "dtick": 1}
-    return 1.0, along, {"title": {"text": along}, "type": "log", "dtick": 0.30103}
+    return 1.0, f"{along} (log scale)", {"title": {"text": f"{along} (log scale)"}, "type": "log", "dtick": 0.30103}
 
 
 def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
@@ -228,8 +228,8 @@ def latency_charts(summary: list[ConfigSummary], cells: list[CellFigures]) -> li
         data = [{"type": "bar", "name": q, "x": names, "y": [ph.latency_us.get(q) for _, ph in items]}
                 for q in ("p50", "p90", "p99", "max")]
         title = f"{kind}: latency percentiles per operation"
-        out.append((title, {"data": data, "layout": _layout(title, "configuration · phase", "µs (log)", barmode="group",
-                                                            yaxis={"title": {"text": "µs"}, "type": "log"})}))
+        out.append((title, {"data": data, "layout": _layout(title, "configuration · phase", "µs (log scale)", barmode="group",
+                                                            yaxis={"title": {"text": "µs (log scale)"}, "type": "log"})}))
     return out
 
 
@@ -546,6 +546,7 @@ def overview_scaling(scaling: list[dict[str, Any]], colors: dict[str, str]) -> l
         kind = series[0]["kind"]
         unit = workload_class(kind).report.scaling.unit
         scale, x_title, _ = _x_of(along)
+        x_title = x_title.removesuffix(" (log scale)")  # the overview decides its own scale below, and says it
         if along == "clients":
             x_title = X_OF_KIND.get(kind, "clients")
         xs = [p["x"] * scale for s in series for p in s["series"]]
@@ -616,6 +617,8 @@ def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
         return []
     from .terminal import fmt_factors
 
+    capped = len(rows) > MAX_FAIRNESS_ROWS  # more phases than a figure can show: the first ones, and it says so
+    rows = rows[:MAX_FAIRNESS_ROWS]
     targets, workloads = len({r["target"] for r in rows}) > 1, len({r["workload"] for r in rows}) > 1
     label = [" · ".join([*([r["target"]] if targets else []), *([r["workload"]] if workloads else []), r["phase"],
                          f"{r['clients']} cl.",
@@ -648,7 +651,8 @@ def overview_fairness(rows: list[dict[str, Any]]) -> list[tuple[str, dict]]:
                       "x": {"title": {"text": "phase (configuration)" if targets or workloads else "phase · clients · factors",
                                       "standoff": 4},
                             "type": "category", "tickfont": {"size": 9}, "tickangle": -50}})
-    title = "Fairness: every client of every multi-client phase (first repetition), coloured by client group"
+    phases = f"the first {MAX_FAIRNESS_ROWS} multi-client phases" if capped else "every multi-client phase"
+    title = f"Fairness: every client of {phases} (first repetition), coloured by client group"
     fig = _multiples(title, built, columns=len(built))
     fig["layout"]["height"] = 440
     fig["layout"]["legend"] = {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.12}

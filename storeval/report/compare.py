@@ -13,11 +13,13 @@ whose configuration carried a flag (e.g. ``busy-host``) in one run only says so.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.figures import ConfigSummary
 from ..stats import Difference, Summary, holm, welch
+from ..units import plural
 
 FIGURES: tuple[tuple[str, str, bool], ...] = (  # (name, unit, higher is better)
     ("bandwidth", "MiB/s", True), ("stonewall", "MiB/s", True), ("ops_per_s", "ops/s", True),
@@ -33,7 +35,7 @@ NO_SPREAD = "no spread (one repetition)"
 def rule(confidence: float, min_effect: float, tests: int) -> str:
     """The verdict rule, in words, as the terminal, JSON and HTML state it."""
     return (f"change = (B − A) / A, with its {confidence:.0%} confidence interval (Welch's t on the repetitions, "
-            f"in percent of A); better/worse only when Welch's p, Holm-adjusted over the {tests} figure(s) tested, is below "
+            f"in percent of A); better/worse only when Welch's p, Holm-adjusted over the {plural(tests, 'figure')} tested, is below "
             f"{1 - confidence:.2g} and |change| ≥ {min_effect:g}%; otherwise within noise; "
             f"{NO_SPREAD} where either run has a single value")
 
@@ -101,15 +103,29 @@ def _key(r: ConfigSummary) -> tuple:
             r.clients, r.phase)
 
 
+def _in_mb(s: Summary) -> Summary:
+    """A MiB/s summary in MB/s (10^6 bytes/s): the same sample, the unit the workload's tables use."""
+    k = 2**20 / 1e6
+    return dataclasses.replace(s, mean=s.mean * k, stderr=None if s.stderr is None else s.stderr * k,
+                               stddev=None if s.stddev is None else s.stddev * k, min=s.min * k,
+                               median=s.median * k, max=s.max * k)
+
+
 def _figures(r: ConfigSummary) -> dict[str, tuple[Summary, str, bool]]:
+    """The common figures — in the workload's own unit (MB/s for copy, skim …; units.py), the aggregate left out
+    where the workload compares its own MB/s — then the workload's declared ones."""
+    from ..workloads import workload_class
+
+    declared = workload_class(r.kind).report
+    in_mb = declared.scaling.unit == "MB/s"
+    own = {f.name for f in declared.compare}
     out = {}
     for name, unit, higher in FIGURES:
         s = getattr(r, name)
-        if s is not None:
-            out[name] = (s, unit, higher)
-    from ..workloads import workload_class
-
-    for f in workload_class(r.kind).report.compare:
+        if s is None or (in_mb and name == "bandwidth" and "MBps" in own):
+            continue
+        out[name] = (_in_mb(s), "MB/s", higher) if in_mb and unit == "MiB/s" else (s, unit, higher)
+    for f in declared.compare:
         s = f.of(r)
         if s is not None:
             out[f.name] = (s, f.unit, f.higher_is_better)

@@ -71,7 +71,8 @@ def stems(items: list[tuple[str, str]]) -> list[str]:
     out: list[str] = []
     taken: set[str] = {INDEX.rsplit(".", 1)[0]}
     for section, title in items:
-        base = "-".join(p for p in (slug(section), slug(title)) if p) or "figure"
+        named = re.sub(r"\s*\([^()]*\d[^()]*\)", "", title)  # measured values in brackets (Jain 0.99 …) change
+        base = "-".join(p for p in (slug(section), slug(named)) if p) or "figure"
         base = base[:STEM_MAX].rstrip("-")
         stem, n = base, 1
         while stem in taken:

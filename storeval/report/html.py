@@ -69,6 +69,11 @@ def _messages(summary: list[ConfigSummary]) -> list[dict[str, str]]:
     return list(seen.values())
 
 
+def _when(t: Any) -> Any:
+    """A run's start or end to the second (the store keeps microseconds no reader needs)."""
+    return t.strftime("%Y-%m-%d %H:%M:%S") if hasattr(t, "strftime") else t
+
+
 def _clean(value: Any) -> Any:
     """JSON cannot carry NaN or infinity: charts get null instead."""
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
@@ -93,10 +98,11 @@ def figure_groups(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
     scaling = scaling_of(cells) + along_settings(cells, run.study)
     colors = charts.system_colors(overview.systems(summary, run.study))
     kinds = [k for k in WORKLOADS if any(s.kind == k for s in summary) and WORKLOADS[k].report.charts]
+    at_one_count = scaling_of(cells, min_points=1) + along_settings(cells, run.study)  # one client count too
     groups = {
-        OVERVIEW: charts.overview_scaling(scaling, colors)
+        OVERVIEW: charts.overview_scaling(at_one_count, colors)
         + charts.overview_metadata(overview.metadata_rates(summary), colors)
-        + charts.overview_fairness(overview.fairness_rows(cells, charts.MAX_FAIRNESS_ROWS))
+        + charts.overview_fairness(overview.fairness_rows(cells, charts.MAX_FAIRNESS_ROWS + 1))
         + charts.overview_efficiency(overview.efficiency(run, cells), colors),
         "faults": charts.fault_charts([cf for cf in cells if cf.cell.repetition == 0]),  # its timeline per configuration
         "scaling": charts.scaling_charts(scaling),
@@ -171,7 +177,7 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
               for e in run.events]
     return _env().get_template("report.html.j2").render(
         title=f"storeval report {run.run_id}", run=run, sections=sections, runs=runs, differences=differences or [],
-        run_rows=[[r.get("run_id", ""), r.get("started") or "", r.get("finished") or "–", r.get("status") or "",
+        run_rows=[[r.get("run_id", ""), _when(r.get("started")) or "", _when(r.get("finished")) or "–", r.get("status") or "",
                    r.get("engine") or "", ", ".join(r.get("targets") or []), r.get("command_line") or ""]
                   for r in runs or []],
         table_columns=[*columns, "conditions"], table_rows=[[*r, c] for r, c in zip(table_rows(table), conditions)],

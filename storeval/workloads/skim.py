@@ -33,7 +33,7 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
 from ..fields import Duration, Size
 from ..probes.cache import fits_in_ram, process_read_bytes
-from ..units import format_size, plural
+from ..units import format_size, plural, sig
 from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param, summary_text
 from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
 
@@ -569,7 +569,7 @@ def shared_files(clients: list[dict[str, Any]], needed: float, from_storage: flo
     text = (f"{len(clients)} clients read {len(readers)} file{'s' if len(readers) != 1 else ''}: each file was read "
             f"by {each} clients")
     if from_storage is not None and needed:
-        text += f"; {format_size(from_storage)} of the {format_size(needed)} needed came from disk"
+        text += f"; {sig(from_storage / 1e6)} MB of the {sig(needed / 1e6)} MB needed came from disk"  # the table's MB
     return {"code": "shared-files", "message": (
         f"{text}. One client's reads warm the caches another reads from, so these figures are partly those of "
         "data in memory; set files_per_client to give each client its own files (the seeds' one file per job)")}
