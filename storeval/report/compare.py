@@ -124,7 +124,10 @@ def _figures(r: ConfigSummary) -> dict[str, tuple[Summary, str, bool]]:
         s = getattr(r, name)
         if s is None or (in_mb and name == "bandwidth" and "MBps" in own):
             continue
-        out[name] = (_in_mb(s), "MB/s", higher) if in_mb and unit == "MiB/s" else (s, unit, higher)
+        if in_mb and unit == "MiB/s":  # per_client_MiBps of a copy is its per_client_MBps
+            out[name.replace("_MiBps", "_MBps")] = (_in_mb(s), "MB/s", higher)
+        else:
+            out[name] = (s, unit, higher)
     for f in declared.compare:
         s = f.of(r)
         if s is not None:
