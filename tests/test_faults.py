@@ -214,7 +214,7 @@ def test_the_terminal_shows_each_fault_with_what_the_clients_saw(tmp_path):
     assert "│ write │" in row and "│ ok " in row
     # the report: a Faults section with the table and a chart of the phase, the fault's interval shaded
     html = (tmp_path / "r.html").read_text()
-    assert '<h2 id="faults">Faults</h2>' in html and "<td>exec @ 0.5s</td>" in html
+    assert '<section id="faults"><h2>Faults</h2>' in html and "<td>exec @ 0.5s</td>" in html
     assert "cell 0: t · bw · 1 client · write — throughput and failures per second" in html
     assert '"fillcolor": "#d62728"' in html or '"fillcolor":"#d62728"' in html
 
