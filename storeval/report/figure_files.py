@@ -280,6 +280,8 @@ def _draw(figs: list[dict[str, Any]], browser: str) -> list[tuple[bytes, bytes]]
         return asyncio.run(bounded())
     except Exception as e:  # noqa: BLE001 - the browser's or kaleido's failure, in one line
         text = " ".join(str(e).split()) or type(e).__name__
+        if "choreo_get_chrome" in text:  # kaleido's own advice is a browser download: the fix here is Debian's
+            text = f"no usable Chromium ({NEED_CHROMIUM})"
         raise OutputError(f"--figures: Chromium could not draw the figures ({type(e).__name__}: {text[:300]}); "
                           f"nothing was written (check that {browser} starts: {browser} --headless --version)") \
             from None
