@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
+
+ALLOWED_SKIPS_FILE = Path(__file__).with_name("skips-allowed.txt")
 
 # The programs installed with the test environment (aws-cli from the test extra) are found as an activated
 # virtual environment would find them: the command workload runs them by name.
@@ -58,3 +61,137 @@ def chromium():
         except TestbedError as e:
             pytest.skip(str(e))
     return "/usr/bin/chromium"
+
+
+# ------------------------------------------------------------------------------------------------ installs
+# Everything the suite's servers and browser need is installed once, before collection and outside any test's
+# time limit: a test that looks for a tool (xrootd, ganesha.nfsd, chromium) finds it installed, and the first test
+# of a server is not charged minutes of apt or go build. Each part that fails is named here; the tests that need it
+# then fail with the same line (their fixtures install again and raise). STOREVAL_TEST_INSTALL=0 skips this.
+
+
+def _install_test_environment() -> list[str]:
+    import threading
+    import time
+
+    from storeval.testbed.base import TestbedError, apt_install
+
+    lines: list[str] = []
+
+    def part(name, fn):
+        t0 = time.monotonic()
+        try:
+            fn()
+            lines.append(f"{name}: ready ({time.monotonic() - t0:.0f} s)")
+        except (TestbedError, OSError) as e:
+            lines.append(f"{name}: NOT INSTALLED: {e}")
+
+    def debian():
+        from storeval.testbed import ceph, glusterfs, nfs, xrootd
+
+        if os.geteuid() != 0:
+            raise TestbedError("not root: the Debian packages of the servers and Chromium are not installed")
+        apt_install(*xrootd.PACKAGES, *glusterfs.PACKAGES, *ceph.PACKAGES, *nfs.PACKAGES, "chromium")
+
+    def minio():
+        from storeval.testbed.minio import install_minio
+
+        install_minio()
+
+    def hdfs():
+        from storeval.testbed.hdfs import HdfsServer
+
+        HdfsServer(Path("/nonexistent")).install()
+
+    threads = [threading.Thread(target=part, args=(name, fn), daemon=True)
+               for name, fn in (("Debian packages (servers, chromium)", debian), ("MinIO (go build)", minio),
+                                ("HDFS (maven)", hdfs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return lines
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if hasattr(config, "workerinput") or not _truthy(os.environ.get("STOREVAL_TEST_INSTALL", "1")):
+        return  # an xdist worker: the controller installed before it started
+    import time
+
+    t0 = time.monotonic()
+    lines = _install_test_environment()
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"test environment ({time.monotonic() - t0:.0f} s): " + "; ".join(lines))
+
+
+# ------------------------------------------------------------------------------------------------ skip policy
+# A skipped test is not a passed one. In a strict run (CI=true, STOREVAL_STRICT_SKIPS=1, or --strict-skips) a skip
+# is an error unless its reason matches a line of tests/skips-allowed.txt: a missing required part (the native
+# module, a server the testbed could not install, Chromium) fails the run and names itself.
+
+
+def pytest_addoption(parser):
+    parser.addoption("--strict-skips", action="store_true", default=False,
+                     help="a skip whose reason is not in tests/skips-allowed.txt is an error (on by default with CI=true)")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _allowed_skip_patterns() -> list[re.Pattern]:
+    lines = ALLOWED_SKIPS_FILE.read_text(encoding="utf-8").splitlines()
+    return [re.compile(line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def pytest_configure(config):
+    config._storeval_strict_skips = (config.getoption("strict_skips") or _truthy(os.environ.get("CI"))
+                                     or _truthy(os.environ.get("STOREVAL_STRICT_SKIPS")))
+    config._storeval_allowed_skips = _allowed_skip_patterns()
+    config._storeval_skips = []  # (nodeid, reason, allowed)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+    else:
+        reason = str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _judge_skip(config, report) -> None:
+    """Note a skip; in a strict run turn one whose reason is not allowed into a failure naming it."""
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    allowed = any(p.search(reason) for p in config._storeval_allowed_skips)
+    config._storeval_skips.append((report.nodeid, reason, allowed))
+    if config._storeval_strict_skips and not allowed:
+        report.outcome = "failed"
+        report.longrepr = (f"skipped in a strict run: {reason}\n(a required part is missing; only the reasons in "
+                           f"tests/skips-allowed.txt may skip under CI=true or --strict-skips)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _judge_skip(item.config, outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _judge_skip(collector.config, outcome.get_result())
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skips = config._storeval_skips
+    if not skips:
+        return
+    terminalreporter.section(f"skips ({len(skips)}; strict: {'yes' if config._storeval_strict_skips else 'no'})")
+    for nodeid, reason, allowed in skips:
+        verdict = "allowed" if allowed else ("FAILED: not allowed" if config._storeval_strict_skips else "not allowed")
+        terminalreporter.write_line(f"{nodeid}: {reason} [{verdict}]")

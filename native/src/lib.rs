@@ -504,3 +504,262 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERIFY", VERIFY)?;
     Ok(())
 }
+
+/// The loops' own checks, outside Python: counts, offsets, stamps, timings and each failure code.
+/// `cargo test --manifest-path native/Cargo.toml --no-default-features` (tests/test_native_crate.py runs it).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::io::AsRawFd;
+
+    const BS: usize = 4096;
+
+    /// A file of its own under the temporary directory, removed when dropped.
+    struct TempFile {
+        path: std::path::PathBuf,
+        file: std::fs::File,
+    }
+
+    impl TempFile {
+        fn new(tag: &str) -> TempFile {
+            let path = std::env::temp_dir().join(format!("storeval-native-test-{}-{tag}", std::process::id()));
+            let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+            TempFile { path, file }
+        }
+        fn fd(&self) -> i32 {
+            self.file.as_raw_fd()
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Page-aligned buffers that live as long as the test (the jobs hold raw addresses).
+    struct Bufs(Vec<Vec<u8>>);
+
+    impl Bufs {
+        fn new(n: usize, size: usize, fill: u8) -> Bufs {
+            Bufs((0..n).map(|_| vec![fill; size]).collect())
+        }
+        fn addrs(&self) -> Vec<usize> {
+            self.0.iter().map(|b| b.as_ptr() as usize).collect()
+        }
+    }
+
+    fn data_job(engine: Engine, fd: i32, write: bool, bufs: &Bufs, offs: Option<&[i64]>, start: i64, step: i64,
+                len: usize, tags: Option<&[u64]>, base: Option<&[u8]>) -> DataJob {
+        let ring = if engine == Engine::Uring { Some(new_ring(bufs.0.len().next_power_of_two().max(2) as u32).unwrap()) } else { None };
+        DataJob {
+            engine,
+            fd,
+            write,
+            bufs: bufs.addrs(),
+            size: bufs.0[0].len(),
+            offs: offs.map_or(0, |o| o.as_ptr() as usize),
+            start,
+            step,
+            len,
+            tags: tags.map_or(0, |t| t.as_ptr() as usize),
+            ntags: tags.map_or(0, |t| t.len()),
+            base: base.map_or(0, |b| b.as_ptr() as usize),
+            ring: Mutex::new(ring),
+        }
+    }
+
+    fn run(job: &DataJob, lo: usize, count: usize, ends: &mut [i64], lats: &mut [i64], deadline: i64) -> Outcome {
+        let out = Out { ends: ends.as_mut_ptr(), lats: lats.as_mut_ptr() };
+        if job.engine == Engine::Uring {
+            let mut guard = job.ring.lock().unwrap();
+            job.run_uring(guard.as_mut().unwrap(), lo, count, &out, deadline)
+        } else {
+            job.run_sync(lo, count, &out, deadline)
+        }
+    }
+
+    fn uring_here() -> bool {
+        let offered = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .map(|s| s.trim() == "0")
+            .unwrap_or(true);
+        if offered {
+            assert!(io_uring_available(), "the kernel offers io_uring (kernel.io_uring_disabled is 0) but a ring cannot be used");
+        }
+        offered
+    }
+
+    /// Sequential writes then verified reads through one engine: every block where its offset says, every
+    /// sector stamped with the writer's tag plus the block's offset, one end time and latency per operation.
+    fn write_then_read(engine: Engine, depth: usize) {
+        let f = TempFile::new(&format!("seq-{depth}"));
+        let n = 16usize;
+        let base: Vec<u8> = (0..BS).map(|i| (i * 7 + 3) as u8).collect();
+        let tags: Vec<u64> = (0..BS / SECTOR).map(|k| 0x5100_0000_0000_0000u64 + k as u64).collect();
+        let wbufs = Bufs::new(depth, BS, 0);
+        for b in &wbufs.0 {
+            unsafe { std::ptr::copy_nonoverlapping(base.as_ptr(), b.as_ptr() as *mut u8, BS) };
+        }
+        let w = data_job(engine, f.fd(), true, &wbufs, None, 0, BS as i64, n, Some(&tags), None);
+        let (mut ends, mut lats) = (vec![0i64; n], vec![0i64; n]);
+        let t = now();
+        assert_eq!(run(&w, 0, n, &mut ends, &mut lats, i64::MAX), (n, OK, 0, 0));
+        assert!(ends.iter().all(|&e| e >= t) && lats.iter().all(|&l| l >= 0));
+        let on_disk = std::fs::read(&f.path).unwrap();
+        assert_eq!(on_disk.len(), n * BS);
+        for blk in 0..n {
+            let block = &on_disk[blk * BS..(blk + 1) * BS];
+            for k in 0..BS / SECTOR {
+                let tag = u64::from_ne_bytes(block[k * SECTOR..k * SECTOR + 8].try_into().unwrap());
+                assert_eq!(tag, tags[k] + (blk * BS) as u64, "block {blk} sector {k}");
+                assert_eq!(&block[k * SECTOR + 8..(k + 1) * SECTOR], &base[k * SECTOR + 8..(k + 1) * SECTOR]);
+            }
+        }
+        // read back in reverse order through explicit offsets, verifying each block
+        let offs: Vec<i64> = (0..n).rev().map(|i| (i * BS) as i64).collect();
+        let rbufs = Bufs::new(depth, BS, 0xee);
+        let r = data_job(engine, f.fd(), false, &rbufs, Some(&offs), 0, 0, n, Some(&tags), Some(&base));
+        assert_eq!(run(&r, 0, n, &mut ends, &mut lats, i64::MAX), (n, OK, 0, 0));
+        // a batch in the middle of the job: items lo..lo+count
+        assert_eq!(run(&r, 4, 5, &mut ends, &mut lats, i64::MAX), (5, OK, 0, 0));
+        // one flipped byte in block 3 (file offset 3*BS + 700): the read of item n-1-3 finds it at byte 700
+        let mut bad = on_disk.clone();
+        bad[3 * BS + 700] ^= 0xff;
+        std::fs::write(&f.path, &bad).unwrap();
+        assert_eq!(run(&r, 0, n, &mut ends, &mut lats, i64::MAX).1, VERIFY);
+        let got = run(&r, 0, n, &mut ends, &mut lats, i64::MAX);
+        assert_eq!((got.1, got.2, got.3), (VERIFY, 700, n - 1 - 3));
+        // a stamp byte (the first 8 of a sector) is checked too
+        let mut bad = on_disk.clone();
+        bad[5 * BS + 2 * SECTOR + 1] ^= 1;
+        std::fs::write(&f.path, &bad).unwrap();
+        let got = run(&r, 0, n, &mut ends, &mut lats, i64::MAX);
+        assert_eq!((got.1, got.2, got.3), (VERIFY, (2 * SECTOR + 1) as i64, n - 1 - 5));
+    }
+
+    #[test]
+    fn psync_writes_and_verifies_every_block() {
+        write_then_read(Engine::Psync, 1);
+    }
+
+    #[test]
+    fn io_uring_writes_and_verifies_every_block_at_depth() {
+        if uring_here() {
+            write_then_read(Engine::Uring, 1);
+            write_then_read(Engine::Uring, 4);
+        }
+    }
+
+    #[test]
+    fn strided_offsets_start_and_step() {
+        let f = TempFile::new("stride");
+        let bufs = Bufs::new(1, BS, 0xab);
+        // items 0..4 at start 3*BS, step 2*BS: blocks 3, 5, 7, 9; holes read back as zeros
+        let w = data_job(Engine::Psync, f.fd(), true, &bufs, None, 3 * BS as i64, 2 * BS as i64, 4, None, None);
+        let (mut ends, mut lats) = (vec![0i64; 4], vec![0i64; 4]);
+        assert_eq!(run(&w, 0, 4, &mut ends, &mut lats, i64::MAX), (4, OK, 0, 0));
+        let data = std::fs::read(&f.path).unwrap();
+        assert_eq!(data.len(), 10 * BS);
+        for blk in 0..10 {
+            let want = if [3, 5, 7, 9].contains(&blk) { 0xab } else { 0 };
+            assert!(data[blk * BS..(blk + 1) * BS].iter().all(|&b| b == want), "block {blk}");
+        }
+    }
+
+    #[test]
+    fn errno_short_and_deadline() {
+        let f = TempFile::new("errs");
+        std::fs::write(&f.path, vec![1u8; BS + 100]).unwrap();
+        let bufs = Bufs::new(1, BS, 0);
+        let (mut ends, mut lats) = (vec![0i64; 8], vec![0i64; 8]);
+        // block 1 holds only 100 bytes: item 1 is a short read of 100
+        let r = data_job(Engine::Psync, f.fd(), false, &bufs, None, 0, BS as i64, 3, None, None);
+        assert_eq!(run(&r, 0, 3, &mut ends, &mut lats, i64::MAX), (1, SHORT, 100, 1));
+        // a read-only descriptor refuses writes: EBADF at item 0
+        let ro = std::fs::File::open(&f.path).unwrap();
+        let w = data_job(Engine::Psync, ro.as_raw_fd(), true, &bufs, None, 0, BS as i64, 2, None, None);
+        assert_eq!(run(&w, 0, 2, &mut ends, &mut lats, i64::MAX), (0, ERRNO, libc::EBADF as i64, 0));
+        // a deadline already past: the first operation completes, counts and ends the batch
+        let r = data_job(Engine::Psync, f.fd(), false, &bufs, None, 0, 0, 8, None, None);
+        assert_eq!(run(&r, 0, 8, &mut ends, &mut lats, 0), (1, DEADLINE, 0, 0));
+        if uring_here() {
+            let rb = Bufs::new(2, BS, 0);
+            let u = data_job(Engine::Uring, f.fd(), false, &rb, None, 0, BS as i64, 3, None, None);
+            let got = run(&u, 0, 3, &mut ends, &mut lats, i64::MAX);
+            assert_eq!((got.1, got.2, got.3), (SHORT, 100, 1));
+            let u = data_job(Engine::Uring, ro.as_raw_fd(), true, &rb, None, 0, BS as i64, 2, None, None);
+            let got = run(&u, 0, 2, &mut ends, &mut lats, i64::MAX);
+            assert_eq!((got.0, got.1, got.2), (0, ERRNO, libc::EBADF as i64));
+        }
+    }
+
+    #[test]
+    fn null_engine_makes_no_system_call_and_times_every_operation() {
+        // fd -1: any real transfer would fail with EBADF
+        let bufs = Bufs::new(1, BS, 0);
+        let n = 1000;
+        let j = data_job(Engine::Null, -1, false, &bufs, None, 0, BS as i64, n, None, None);
+        let (mut ends, mut lats) = (vec![-1i64; n], vec![-1i64; n]);
+        let t = now();
+        assert_eq!(run(&j, 0, n, &mut ends, &mut lats, i64::MAX), (n, OK, 0, 0));
+        assert!(ends.windows(2).all(|w| w[0] <= w[1]) && ends[0] >= t);
+        assert!(lats.iter().all(|&l| (0..1_000_000).contains(&l)));
+    }
+
+    fn meta(op: MetaOp, paths: &[std::path::PathBuf], data: &[u8], buf: &mut [u8], expect: i64) -> MetaJob {
+        MetaJob {
+            null: false,
+            op,
+            paths: paths.iter().map(|p| CString::new(p.to_str().unwrap()).unwrap()).collect(),
+            data: data.as_ptr() as usize,
+            data_len: data.len(),
+            buf: buf.as_mut_ptr() as usize,
+            buf_len: buf.len(),
+            expect,
+        }
+    }
+
+    fn run_meta(job: &MetaJob, n: usize) -> Outcome {
+        let (mut ends, mut lats) = (vec![0i64; n], vec![0i64; n]);
+        let out = Out { ends: ends.as_mut_ptr(), lats: lats.as_mut_ptr() };
+        let mut r = (0, OK, 0, 0);
+        for k in 0..n {
+            let t0 = now();
+            match job.call(&job.paths[k]) {
+                Err(e) => return (k, ERRNO, e, k),
+                Ok(got) if job.expect >= 0 && got != job.expect => return (k, SHORT, got, k),
+                Ok(_) => out.put(k, t0, now()),
+            }
+            r = (k + 1, OK, 0, 0);
+        }
+        r
+    }
+
+    #[test]
+    fn metadata_operations_count_and_fail_where_they_should() {
+        let dir = std::env::temp_dir().join(format!("storeval-native-meta-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let dirs: Vec<_> = (0..3).map(|i| dir.join(format!("d.{i}"))).collect();
+        let files: Vec<_> = (0..5).map(|i| dir.join(format!("f.{i}"))).collect();
+        let data = vec![9u8; 3901];
+        let mut buf = vec![0u8; 3901];
+        assert_eq!(run_meta(&meta(MetaOp::Mkdir, &dirs, &[], &mut buf, -1), 3), (3, OK, 0, 0));
+        assert!(dirs.iter().all(|d| d.is_dir()));
+        assert_eq!(run_meta(&meta(MetaOp::Create, &files, &data, &mut buf, -1), 5), (5, OK, 0, 0));
+        assert!(files.iter().all(|f| std::fs::read(f).unwrap() == data));
+        assert_eq!(run_meta(&meta(MetaOp::Stat, &files, &[], &mut buf, -1), 5), (5, OK, 0, 0));
+        assert_eq!(run_meta(&meta(MetaOp::Read, &files, &[], &mut buf, 3901), 5), (5, OK, 0, 0));
+        assert!(buf.iter().all(|&b| b == 9));
+        // a read that expects more bytes than the file holds is short, with the count it got
+        let mut big = vec![0u8; 5000];
+        assert_eq!(run_meta(&meta(MetaOp::Read, &files, &[], &mut big, 5000), 5), (0, SHORT, 3901, 0));
+        assert_eq!(run_meta(&meta(MetaOp::Unlink, &files, &[], &mut buf, -1), 5), (5, OK, 0, 0));
+        assert!(files.iter().all(|f| !f.exists()));
+        // stat of a removed file: ENOENT at item 0; rmdir of the directories works once, then ENOENT
+        assert_eq!(run_meta(&meta(MetaOp::Stat, &files, &[], &mut buf, -1), 5), (0, ERRNO, libc::ENOENT as i64, 0));
+        assert_eq!(run_meta(&meta(MetaOp::Rmdir, &dirs, &[], &mut buf, -1), 3), (3, OK, 0, 0));
+        assert_eq!(run_meta(&meta(MetaOp::Rmdir, &dirs, &[], &mut buf, -1), 3), (0, ERRNO, libc::ENOENT as i64, 0));
+        std::fs::remove_dir(&dir).unwrap();
+    }
+}

@@ -1,0 +1,82 @@
+"""The suite's own rules, checked on a throw-away test tree run by a real pytest with this repository's settings:
+a skip is an error in a strict run unless its reason is allowed, every skip is printed with its reason, a
+missing part found at collection does not hide the rest, and a test that hangs is stopped by its own limit and
+named."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .helpers import REPO
+
+TESTS = Path(__file__).resolve().parent
+
+HANGS = '''
+import time
+def test_hangs_forever():
+    time.sleep(3600)
+'''
+
+SKIPS = '''
+import pytest
+pytest.importorskip("storeval_no_such_module_for_the_policy_test")
+'''
+
+MIXED = '''
+import pytest
+def test_passes():
+    assert 2 + 2 == 4
+def test_allowed_skip():
+    pytest.skip("dropping the page cache needs root")
+def test_missing_part():
+    pytest.skip("xrootd cannot be installed here: apt-get failed")
+'''
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name in ("conftest.py", "skips-allowed.txt", "__init__.py", "helpers.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def _pytest(tree: Path, *args: str, ci: bool) -> subprocess.CompletedProcess:
+    env = {**os.environ, "STOREVAL_TEST_INSTALL": "0", "CI": "true" if ci else "", "STOREVAL_STRICT_SKIPS": ""}
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tree),
+                           "-p", "no:cacheprovider", *args, str(tree)], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=tree)
+
+
+def test_a_strict_run_fails_a_skip_whose_reason_is_not_allowed(tmp_path):
+    tree = _tree(tmp_path, {"test_mixed.py": MIXED, "test_collect.py": SKIPS})
+    strict = _pytest(tree, ci=True)
+    out = strict.stdout
+    assert strict.returncode == 1, out
+    assert "1 failed, 1 passed, 1 skipped, 1 error" in out, out
+    assert "FAILED test_mixed.py::test_missing_part - skipped in a strict run: xrootd cannot be installed here" in out
+    assert "ERROR test_collect.py - skipped in a strict run: could not import" in out
+    # every skip printed with its reason and the verdict
+    assert "test_mixed.py::test_allowed_skip: dropping the page cache needs root [allowed]" in out
+    assert "test_mixed.py::test_missing_part: xrootd cannot be installed here: apt-get failed [FAILED: not allowed]" in out
+    # the same tree outside CI: skips stay skips, still listed
+    relaxed = _pytest(tree, ci=False)
+    assert relaxed.returncode == 0, relaxed.stdout
+    assert "1 passed, 3 skipped" in relaxed.stdout, relaxed.stdout
+    assert "test_mixed.py::test_missing_part: xrootd cannot be installed here: apt-get failed [not allowed]" in relaxed.stdout
+
+
+def test_a_hanging_test_is_stopped_by_its_own_limit_and_named(tmp_path):
+    tree = _tree(tmp_path, {"test_hang.py": HANGS})
+    r = _pytest(tree, "-o", "timeout=3", ci=True)
+    assert r.returncode == 1, r.stdout
+    assert "Timeout" in r.stdout and "FAILED test_hang.py::test_hangs_forever" in r.stdout, r.stdout[-3000:]
+
+
+def test_the_repository_bounds_every_test_and_prints_the_slowest():
+    text = (REPO / "pyproject.toml").read_text()
+    assert "\ntimeout = " in text and "--durations=10" in text
