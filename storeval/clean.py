@@ -6,8 +6,10 @@ the directory is otherwise empty. So a run is *live* while one of those processe
 host with that start time; *dead* when none does; and *unknown* when that cannot be proven from here (no
 owner record, or a run on another host). Only the directories of dead runs are removed — everything in
 them is storeval's by construction (``storeval-<run>/`` is where storeval writes, and nowhere else) — and
-only those whose name is exactly a run directory's. Everything goes through the targets' drivers, so it
-works the same on file systems, S3, XRootD and HDFS.
+only those whose name is exactly a run directory's. On a file system the shared remover
+(:mod:`storeval.core.remove`) does it: no symbolic link followed, no mount crossed (a file system mounted
+inside, say a FUSE mount a killed client left, is named and left whole, in a dry run too), any depth; on S3,
+XRootD, HDFS and NFS the target's driver, over an explicit stack (any depth there too).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .core.process import alive
+from .core.remove import MOUNTED, SKIP, Left, describe, local_root, remove_tree
 from .drivers import Driver, StatResult, join
+from .errors import StorevalError
 
 OWNER = ".storeval-run.json"
 RUN_DIR = re.compile(r"^storeval-\d{8}-\d{6}-[0-9a-f]{4}$")  # storeval-<run id>, see runner.new_run_id
@@ -80,6 +84,16 @@ class RunDir:
     bytes: int | None = None
     files: int | None = None
     uploads: int = 0  # incomplete multipart uploads aborted with it (object stores)
+    left: list[Left] | None = None  # what removing it would leave (a mount inside it), from measure
+
+
+def stays(left: list[Left]) -> str:
+    """One line saying what a removal leaves and what to do: ``left alone: PATH (another file system is mounted
+    there: unmount it, then clean again)``."""
+    text = describe(left)
+    if any(x.why == MOUNTED for x in left):
+        text = text.replace(f"({MOUNTED})", f"({MOUNTED}: unmount it, then clean again)")
+    return f"left alone: {text}"
 
 
 def read_owner(driver: Driver, run_dir: str) -> dict[str, Any] | None:
@@ -134,9 +148,17 @@ def scan(driver: Driver, exclude: str | None = None) -> list[RunDir]:
 
 
 def _walk(driver: Driver, path: str) -> Iterator[tuple[str, StatResult | None]]:
-    """Everything under ``path``, children before their directory (None: a link or a directory)."""
-    for name in driver.listdir(path):
-        p = join(path, name)
+    """Everything under ``path`` through the driver, children before their directory (None: a link or a
+    directory); an explicit stack, so a deep tree costs memory, not recursion."""
+    stack: list[tuple[str, list[str], StatResult | None]] = [(path, list(driver.listdir(path)), None)]
+    while stack:
+        top, names, own = stack[-1]
+        if not names:
+            stack.pop()
+            if len(stack) > 0:
+                yield top, own
+            continue
+        p = join(top, names.pop())
         if _is_link(driver, p):
             yield p, None
             continue
@@ -147,14 +169,25 @@ def _walk(driver: Driver, path: str) -> Iterator[tuple[str, StatResult | None]]:
                 continue
             st = StatResult(size=0, is_dir=True)  # an object store lists a prefix that no object is named after
         if st.is_dir:
-            yield from _walk(driver, p)
-            yield p, None if driver.caps.directories else st
+            try:
+                children = list(driver.listdir(p))
+            except FileNotFoundError:
+                continue
+            stack.append((p, children, None if driver.caps.directories else st))
         else:
             yield p, st
 
 
 def measure(driver: Driver, d: RunDir) -> RunDir:
-    """Fill in the bytes and files a run directory holds."""
+    """Fill in the bytes and files a run directory holds, and what removing it would leave (a mount: its
+    ``why`` then says so, in one line)."""
+    root = local_root(driver)
+    if root is not None:
+        r = remove_tree(root, d.name, dry_run=True)
+        d.bytes, d.files, d.left = r.bytes, r.files, r.left
+        if r.left:
+            d.why = f"{d.why}; {stays(r.left)}"
+        return d
     total = files = 0
     for _, st in _walk(driver, d.name):
         if st is not None and not st.is_dir:
@@ -165,7 +198,17 @@ def measure(driver: Driver, d: RunDir) -> RunDir:
 
 
 def remove_run_dir(driver: Driver, d: RunDir) -> bool:
-    """Remove a dead run's directory and everything in it (directories only once empty); True when gone."""
+    """Remove a dead run's directory and everything in it (directories only once empty); True when gone. What
+    must stay (a file system mounted inside it) is raised as one line naming it, after the rest is removed."""
+    root = local_root(driver)
+    if root is not None:  # the owner record last, so what has to stay stays provably a dead run's
+        r = remove_tree(root, d.name, keep_top=True, judge=lambda rel, name, st, fd: SKIP if rel == OWNER else None)
+        if r.left:
+            raise StorevalError(stays(r.left))
+        r = remove_tree(root, d.name)
+        if r.left:
+            raise StorevalError(stays(r.left))
+        return r.gone
     for path, st in _walk(driver, d.name):
         if st is None and not _is_link(driver, path):
             driver.rmdir_quietly(path)

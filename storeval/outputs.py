@@ -9,12 +9,17 @@ words it contains, and a storeval file someone edited no longer matches its dige
 one line. The proof travels with the file, so it holds where no results store is at hand (``compare``,
 a file copied elsewhere); the results store's ``outputs`` table is the record of what was written where.
 
+A file's kind is part of the proof: a JSON document (of ``run``, ``report`` or ``compare``) replaces only a JSON
+document, an HTML report only an HTML report, a figure index (``report --figures``) only a figure index, held
+results only held results; anything else is refused in one line naming the file and what it holds.
+
 Writes are atomic (a temporary file beside the target, renamed over it), a new file is linked into place
 only if nothing appeared there meanwhile, and a write that fails (a full disk) leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -29,8 +34,13 @@ from typing import Any
 from .errors import InputError, StorevalError
 
 VERSION = "storeval-output/1"
-KINDS = ("run", "compare", "held")  # run/compare: documents and reports (replaceable); held: unstored results
+KINDS = ("run", "compare", "held", "figures")  # run/compare: documents and reports; held: unstored results;
+# figures: the index of report --figures
 NAMES = {"json": "JSON document", "html": "HTML report"}
+KIND_NAMES = {"held": "held results", "figures": "figure index (of report --figures)"}
+DOCUMENTS = ("run", "compare")  # one family: report --json may replace compare's JSON document and back
+# an index of report --figures written before the index had a kind of its own (its header said "run")
+_OLD_INDEX = re.compile(rb'\n\s*"storeval_version": "[^"\n]*",\s*"kind": "figures",')
 _HEAD_MAX = 4096  # the header line is short; a longer first line is not storeval's
 _KEYS = {"format", "kind", "runs", "token", "written", "sha256"}
 _JSON_LINE = re.compile(rb'\{"storeval_output": (\{[^\n]*\}),')
@@ -48,6 +58,16 @@ class Mark:
     token: str
     written: str
     sha256: str
+
+
+def kind_name(fmt: str, kind: str) -> str:
+    """What an output is, in words: ``JSON document``, ``HTML report``, ``figure index (of report --figures)``."""
+    return KIND_NAMES.get(kind) or NAMES.get(fmt, fmt)
+
+
+def family(kind: str) -> tuple[str, ...]:
+    """The kinds an output of ``kind`` may replace: its own only (run and compare documents are one family)."""
+    return DOCUMENTS if kind in DOCUMENTS else (kind,)
 
 
 class OutputError(StorevalError):
@@ -114,14 +134,21 @@ def read_mark(path: str) -> tuple[Mark | None, str]:
             return None, "foreign"
         f.seek(end)
         digest = hashlib.sha256()
+        first = True
         for chunk in iter(lambda: f.read(1 << 20), b""):
+            if first and mark.kind == "run" and fmt == "json" and _OLD_INDEX.match(chunk):
+                mark = dataclasses.replace(mark, kind="figures")
+            first = False
             digest.update(chunk)
     return (mark, "") if digest.hexdigest() == mark.sha256 else (None, "changed")
 
 
-def check_replaceable(path: str, option: str, fmt: str, kinds: tuple[str, ...] = ("run", "compare")) -> None:
+def check_replaceable(path: str, option: str, fmt: str, kinds: tuple[str, ...] | None = None,
+                      kind: str = "run") -> None:
     """Raise InputError unless ``path`` is absent or an unchanged storeval file of format ``fmt`` and one of
-    ``kinds`` (a file of held results is never replaced by an output)."""
+    ``kinds`` (default: the family of ``kind``, the output about to be written): a JSON document never replaces
+    a figure index or held results, nor an HTML report a JSON document."""
+    kinds = family(kind) if kinds is None else kinds
     if os.path.islink(path):
         raise InputError(f"{option} {path}: is a symbolic link (give the path of a new file; storeval replaces only "
                          "its own output)")
@@ -140,15 +167,15 @@ def check_replaceable(path: str, option: str, fmt: str, kinds: tuple[str, ...] =
     if why == "changed":
         raise InputError(f"{option} {path}: storeval wrote this file but it was changed since (choose a new file "
                          "name; storeval replaces only its own unchanged output)")
-    if mark is None or mark.kind not in kinds:
+    if mark is None:
         raise InputError(f"{option} {path}: a file that storeval did not write is there (choose a new file name; "
                          "storeval replaces only its own output)")
-    if mark.fmt != fmt:
-        raise InputError(f"{option} {path}: holds storeval's {NAMES[mark.fmt]}, not its {NAMES[fmt]} (choose a new "
-                         "file name)")
+    if mark.kind not in kinds or mark.fmt != fmt:
+        raise InputError(f"{option} {path}: holds storeval's {kind_name(mark.fmt, mark.kind)}, not its "
+                         f"{kind_name(fmt, kind)} (choose a new file name)")
 
 
-def check_output(path: str, option: str, fmt: str, creating: str | None = None) -> None:
+def check_output(path: str, option: str, fmt: str, creating: str | None = None, kind: str = "run") -> None:
     """Before anything runs: the output's directory exists and is writable, and what is there may be replaced.
     ``creating`` names a directory the command itself will create (the results directory)."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -158,7 +185,7 @@ def check_output(path: str, option: str, fmt: str, creating: str | None = None) 
         if os.path.isdir(path):
             raise InputError(f"{option} {path}: is a directory (give a file name)")
         raise InputError(f"{option} {path}: directory {directory} does not exist (create it or choose another path)")
-    check_replaceable(path, option, fmt)
+    check_replaceable(path, option, fmt, kind=kind)
     if not os.access(directory, os.W_OK):
         raise InputError(f"{option} {path}: directory {directory} is not writable (choose another path)")
 
@@ -220,13 +247,13 @@ def write_atomic(path: str, data: bytes, suffix: str = ".tmp", replace: Any = No
 
 
 def write_owned(path: str, option: str, fmt: str, kind: str, runs: list[str], text: str,
-                replaces: tuple[str, ...] = ("run", "compare")) -> tuple[Mark, int]:
+                replaces: tuple[str, ...] | None = None) -> tuple[Mark, int]:
     """Write a file with its ownership header, replacing only storeval's own unchanged file of one of the kinds
-    ``replaces``; returns the header and the size. A failure to write is one line (OutputError) and leaves
+    ``replaces`` (default: the family of ``kind``, see :func:`family`); returns the header and the size. A failure to write is one line (OutputError) and leaves
     nothing behind."""
     data, mark = render(fmt, kind, runs, text)
     try:
-        write_atomic(path, data, f".{fmt}", replace=lambda p: check_replaceable(p, option, fmt, replaces))
+        write_atomic(path, data, f".{fmt}", replace=lambda p: check_replaceable(p, option, fmt, replaces, kind))
     except OSError as e:
         raise OutputError(failure(e, f"cannot write {option} {path}")) from None
     return mark, len(data)

@@ -10,9 +10,9 @@ DuckDB's escaped text; ``storeval.histogram.Histogram.from_bytes`` reads them ba
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 
+from ..core.remove import remove_tree
 from ..errors import InputError
 from ..outputs import OutputError, failure, place_new
 from ..store import TABLES, Store, StoreError, table_names
@@ -64,15 +64,15 @@ def export(store: Store, fmt: str, out: str, run_id: str | None) -> list[str]:
             os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; exported results are meant to be shared
             os.rename(tmp, out)
     except StoreError as e:
-        shutil.rmtree(tmp, ignore_errors=True)  # our own temporary directory only
+        remove_tree(parent, os.path.basename(tmp))  # our own temporary directory only
         if e.file is not None and e.file.startswith(tmp + os.sep):  # the export's side, not the store's
             raise OutputError(f"cannot write --out {out}: {e.reason.replace(e.file, parent)}; free space there or "
                               "choose another directory") from None
         raise
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(parent, os.path.basename(tmp))
         raise OutputError(failure(e, f"cannot write --out {out}")) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(parent, os.path.basename(tmp))
         raise
     return names

@@ -8,7 +8,8 @@ behind it, one row per point: trace, x, y, error (± or +), error_minus (− whe
 axis titles with their units, and whether the trace is drawn or only in the legend. ``index.json`` lists every
 figure: its files, title, section and axes (title with unit, linear or log).
 
-Ownership, as for ``--json``/``--html`` (``outputs.py``): ``index.json`` carries storeval's ownership header and
+Ownership, as for ``--json``/``--html`` (``outputs.py``): ``index.json`` carries storeval's ownership header (of
+its own kind, ``figures``: ``--json`` never replaces it, nor this command a JSON document) and
 the SHA-256 of every file it lists, so a file in DIR is replaced (or, when a new report no longer has its figure,
 removed) only when the intact index lists it and it is unchanged; any other file there is refused in one line,
 or left alone when the report does not need its name. Everything is drawn in memory before anything is written,
@@ -24,12 +25,12 @@ import io
 import json
 import os
 import re
-import shutil
 import tempfile
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.remove import SKIP, remove_tree
 from ..errors import InputError
 from ..outputs import Mark, OutputError, failure, read_owned, write_owned
 
@@ -111,7 +112,7 @@ def _index(directory: str) -> dict[str, str]:
     if not os.path.isfile(path) or os.path.islink(path):
         raise InputError(f"--figures {directory}: {INDEX} there is not a file storeval wrote (choose another "
                          "directory; storeval replaces only its own figures)")
-    mark, text = read_owned(path, "run")
+    mark, text = read_owned(path, "figures")  # its own kind: never a JSON document or an HTML report
     try:
         doc = json.loads(text) if mark is not None else None
     except ValueError:
@@ -321,8 +322,10 @@ def write_figures(directory: str, figures: list[Figure], runs: list[str]) -> tup
             if os.path.lexists(tmp):
                 os.unlink(tmp)
         temps.clear()
-        if made:
-            shutil.rmtree(directory, ignore_errors=True)
+        if made:  # the directory this command made, with what it put there (anything else keeps it)
+            remove_tree(os.path.dirname(os.path.abspath(directory)), os.path.basename(os.path.abspath(directory)),
+                        judge=lambda rel, name, st, fd: None if "/" not in rel and (
+                            name in names or name.startswith(".storeval-")) else SKIP)
         raise OutputError(failure(e, f"cannot write --figures {directory}")) from None
     finally:
         for tmp in temps.values():
@@ -340,5 +343,5 @@ def write_figures(directory: str, figures: list[Figure], runs: list[str]) -> tup
            "csv_columns": COLUMNS, "png_scale": PNG_SCALE,
            "figures": [f.entry() for f in figures], "files": digests}
     path = os.path.join(directory, INDEX)
-    mark, size = write_owned(path, "--figures", "json", "run", runs, json.dumps(doc, indent=2) + "\n")
+    mark, size = write_owned(path, "--figures", "json", "figures", runs, json.dumps(doc, indent=2) + "\n")
     return (path, mark, size), len(figures)

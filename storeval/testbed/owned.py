@@ -12,15 +12,14 @@ The testbed may only delete what it made. A :class:`Ledger`, kept in the state f
 * a directory handed to a server carries a **rule**: the server's ``claims(rule, parts, stat)`` says which
   of the things inside it the server itself writes (MinIO's ``xl.meta`` files, HDFS's storage directories …).
 
-:meth:`Ledger.remove` walks each anchor through directory descriptors opened with ``O_NOFOLLOW``: it removes
-a recorded entry whose device and inode still match and an entry the rule claims, removes a directory only
-once it is empty, never enters a directory it cannot prove, never follows a symbolic link, and returns what
-it left and why. What is left stays recorded, so a later removal finishes the job once the user moved it.
+:meth:`Ledger.remove` walks each anchor with the shared remover (:mod:`storeval.core.remove`: directory
+descriptors opened with ``O_NOFOLLOW``, no mount crossed, iterative at any depth): it removes a recorded entry
+whose device and inode still match and an entry the rule claims, removes a directory only once it is empty,
+never enters a directory it cannot prove, never follows a symbolic link, and returns what it left and why. What is left stays recorded, so a later removal finishes the job once the user moved it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import secrets
@@ -30,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.remove import AT_FDCWD, Left, SKIP, born, clear_fd, describe, mount_of
 from ..errors import InputError
 
 MARKER = ".storeval-testbed"
 MARKER_HEAD = "storeval testbed directory: storeval created it and records in its state what it made here\n"
-MAX_DEPTH = 200  # deeper trees are left alone (and said so) rather than walked with one descriptor per level
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 #: ``claims(rule, parts, stat)``: whether a server wrote ``parts`` (path below the ruled directory)
@@ -45,28 +44,8 @@ class NotOwned(InputError):
     """A path the testbed would create, reuse or replace is not its own: refused before anything is touched."""
 
 
-@dataclass(frozen=True)
-class Left:
-    """Something a removal left in place: where, and why it was not storeval's to remove."""
-
-    path: str
-    why: str
-
-
 FOREIGN = "not created by storeval or its server"
 REPLACED = "replaced since storeval created it"
-
-
-def describe(left: list[Left], limit: int = 3) -> str:
-    """One line naming what was left: ``A, B and 2 more (why); C (why)`` grouped by reason."""
-    groups: dict[str, list[str]] = {}
-    for item in left:
-        groups.setdefault(item.why, []).append(item.path)
-    parts = []
-    for why, paths in groups.items():
-        shown = ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-        parts.append(f"{shown} ({why})")
-    return "; ".join(parts)
 
 
 def is_marker(path: Path) -> bool:
@@ -79,37 +58,10 @@ def is_marker(path: Path) -> bool:
         return os.fstat(f.fileno()).st_size < 4096 and f.read(4096).decode(errors="replace").startswith(MARKER_HEAD)
 
 
-class _StatxTime(ctypes.Structure):
-    _fields_ = [("sec", ctypes.c_int64), ("nsec", ctypes.c_uint32), ("reserved", ctypes.c_int32)]
-
-
-class _Statx(ctypes.Structure):  # struct statx (linux/stat.h), 256 bytes
-    _fields_ = [("mask", ctypes.c_uint32), ("blksize", ctypes.c_uint32), ("attributes", ctypes.c_uint64),
-                ("nlink", ctypes.c_uint32), ("uid", ctypes.c_uint32), ("gid", ctypes.c_uint32),
-                ("mode", ctypes.c_uint16), ("spare0", ctypes.c_uint16), ("ino", ctypes.c_uint64),
-                ("size", ctypes.c_uint64), ("blocks", ctypes.c_uint64), ("attributes_mask", ctypes.c_uint64),
-                ("atime", _StatxTime), ("btime", _StatxTime), ("ctime", _StatxTime), ("mtime", _StatxTime),
-                ("rest", ctypes.c_uint8 * 144)]
-
-
-_STATX_BTIME, _AT_SYMLINK_NOFOLLOW, _AT_EMPTY_PATH, _AT_FDCWD = 0x800, 0x100, 0x1000, -100
-try:
-    _statx = ctypes.CDLL(None, use_errno=True).statx
-    _statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_Statx)]
-except (AttributeError, OSError):  # glibc before 2.28, or no libc: identities are device + inode only
-    _statx = None
-
-
 def _born(dir_fd: int, name: str) -> int | None:
     """Birth time in ns of ``name`` in ``dir_fd`` (of ``dir_fd`` itself when ``name`` is empty), not following
     a link; None where the file system does not keep one."""
-    if _statx is None:
-        return None
-    buf = _Statx()
-    flags = _AT_SYMLINK_NOFOLLOW | (_AT_EMPTY_PATH if not name else 0)
-    if _statx(dir_fd, os.fsencode(name), flags, _STATX_BTIME, ctypes.byref(buf)) != 0 or not buf.mask & _STATX_BTIME:
-        return None
-    return buf.btime.sec * 1_000_000_000 + buf.btime.nsec
+    return born(dir_fd, name)
 
 
 def _ident(st: os.stat_result, born: int | None) -> dict[str, int]:
@@ -117,7 +69,7 @@ def _ident(st: os.stat_result, born: int | None) -> dict[str, int]:
 
 
 def _id_path(path: str | Path) -> dict[str, int]:
-    return _ident(os.lstat(path), _born(_AT_FDCWD, str(path)))
+    return _ident(os.lstat(path), _born(AT_FDCWD, str(path)))
 
 
 def _id_fd(fd: int) -> dict[str, int]:
@@ -189,7 +141,7 @@ class Ledger:
         except (OSError, NotOwned):
             return False
         rec = self.anchors[i] if rel == "" else self._entry(i, rel)
-        return rec is not None and _same(rec, _ident(st, _born(_AT_FDCWD, str(path))))
+        return rec is not None and _same(rec, _ident(st, _born(AT_FDCWD, str(path))))
 
     # -- creating ---------------------------------------------------------------------------------------
     def anchor(self, path: Path, rule: str | None = None) -> Path:
@@ -307,7 +259,8 @@ class Ledger:
     # -- removing -----------------------------------------------------------------------------------------
     def remove(self, claims: Claims | None = None, *, dry_run: bool = False) -> list[Left]:
         """Remove what this ledger proves is its own (and what ``claims`` says a server wrote in a ruled
-        directory); return what was left and why. With ``dry_run`` nothing is removed: only what would stay."""
+        directory); return what was left and why. With ``dry_run`` nothing is removed: only what would stay.
+        The walk is the shared remover's (``core.remove``): no link followed, no mount crossed, any depth."""
         claims = claims or (lambda rule, parts, st: False)
         left: list[Left] = []
         keep_anchors: list[int] = []
@@ -331,12 +284,13 @@ class Ledger:
                     left.append(Left(where, "its storeval marker is missing or belongs to another testbed"))
                     continue
                 recorded = {e["path"]: (k, e) for k, e in enumerate(self.entries) if e["anchor"] == i}
-                ctx = (anchor["rule"], "") if anchor.get("rule") else None
-                before = len(left)
-                empty = self._clear(fd, "", ctx, recorded, claims, left, kept_entries, dry_run, where, 0, anchor["dev"])
+                judge = _judge(recorded, claims, (anchor["rule"], "") if anchor.get("rule") else None)
+                stays = clear_fd(fd, where, judge=judge, dry_run=dry_run, mount=mount_of(fd)).left
+                left += stays
                 marker = recorded.get(MARKER)
-                if not empty or len(left) > before:
+                if stays:  # nothing but the marker is left only when nothing was named
                     keep_anchors.append(i)
+                    kept_entries.update(_kept(recorded, stays, where))
                     if marker:
                         kept_entries.add(marker[0])
                     continue
@@ -382,89 +336,47 @@ class Ledger:
         finally:
             os.close(pfd)
 
-    def _clear(self, dir_fd: int, rel: str, ctx: tuple[str, str] | None, recorded: dict[str, tuple[int, dict]],
-               claims: Claims, left: list[Left], kept: set[int], dry_run: bool, where: str, depth: int,
-               dev: int) -> bool:
-        """Remove what is ours in one directory; True if nothing but (at the top) the marker remains. Nothing
-        on another device than the anchor's (a mount point) is touched."""
-        empty = True
-        try:
-            names = sorted(os.listdir(dir_fd))
-        except OSError as e:
-            left.append(Left(f"{where}/{rel}" if rel else where, e.strerror or str(e)))
-            return False
-        for name in names:
-            path = f"{rel}/{name}" if rel else name
-            if path == MARKER:
-                continue  # the anchor's proof goes last
-            full = f"{where}/{path}"
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if st.st_dev != dev:
-                left.append(Left(full, "another file system is mounted there"))
-                empty = False
-                continue
-            is_dir = stat.S_ISDIR(st.st_mode)
-            rec = recorded.get(path)
-            if rec is not None and (bool(rec[1]["dir"]) != is_dir or not _same(rec[1], _ident(st, _born(dir_fd, name)))):
-                rec = None  # not the thing recorded: the server may have replaced it, else it is not ours
-                replaced = True
-            else:
-                replaced = False
-            sub_ctx = ctx
-            if rec is not None:
-                if rec[1].get("rule"):
-                    sub_ctx = (rec[1]["rule"], path)
-            elif ctx is None or not claims(ctx[0], tuple(os.path.relpath(path, ctx[1]).split("/")) if ctx[1]
-                                            else tuple(path.split("/")), st):
-                left.append(Left(full, REPLACED if replaced else FOREIGN))
-                empty = False
-                continue
+
+def _judge(recorded: dict[str, tuple[int, dict]], claims: Claims, top: tuple[str, str] | None):
+    """The shared remover's judge for one anchor: remove a recorded entry that is still the thing recorded, and
+    what the rule of the nearest ruled directory above claims; leave (and name) anything else."""
+    ctx_of: dict[str, tuple[str, str] | None] = {"": top}  # a directory being removed → the rule inside it
+
+    def judge(rel: str, name: str, st: os.stat_result, dir_fd: int) -> str | object | None:
+        if rel == MARKER:
+            return SKIP  # the anchor's proof goes last
+        is_dir = stat.S_ISDIR(st.st_mode)
+        ctx = ctx_of.get(rel.rpartition("/")[0], top)
+        rec = recorded.get(rel)
+        replaced = rec is not None and (bool(rec[1]["dir"]) != is_dir
+                                        or not _same(rec[1], _ident(st, _born(dir_fd, name))))
+        if rec is not None and not replaced:
             if is_dir:
-                if depth >= MAX_DEPTH:
-                    left.append(Left(full, f"more than {MAX_DEPTH} directories deep"))
-                    empty = False
-                else:
-                    try:
-                        sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-                    except OSError as e:
-                        left.append(Left(full, e.strerror or str(e)))
-                        empty = False
-                        continue
-                    try:
-                        fst = os.fstat(sub)
-                        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):  # swapped between stat and open
-                            left.append(Left(full, REPLACED))
-                            empty = False
-                            continue
-                        sub_empty = self._clear(sub, path, sub_ctx, recorded, claims, left, kept, dry_run, where,
-                                                depth + 1, dev)
-                    finally:
-                        os.close(sub)
-                    if not sub_empty:
-                        empty = False
-                    elif not dry_run:
-                        try:
-                            os.rmdir(name, dir_fd=dir_fd)
-                        except OSError as e:
-                            left.append(Left(full, "something was put in it meanwhile" if e.errno == errno.ENOTEMPTY
-                                             else e.strerror or str(e)))
-                            sub_empty = False
-                            empty = False
-                    if not sub_empty and rec is not None:
-                        kept.add(rec[0])
-            elif not dry_run:
-                try:
-                    os.unlink(name, dir_fd=dir_fd)
-                except OSError as e:
-                    if e.errno != errno.ENOENT:
-                        left.append(Left(full, e.strerror or str(e)))
-                        empty = False
-                        if rec is not None:
-                            kept.add(rec[0])
-        return empty
+                ctx_of[rel] = (rec[1]["rule"], rel) if rec[1].get("rule") else ctx
+            return None
+        if ctx is not None and claims(ctx[0], tuple(os.path.relpath(rel, ctx[1]).split("/")) if ctx[1]
+                                      else tuple(rel.split("/")), st):
+            if is_dir:
+                ctx_of[rel] = ctx
+            return None
+        return REPLACED if replaced else FOREIGN
+
+    return judge
+
+
+def _kept(recorded: dict[str, tuple[int, dict]], stays: list[Left], where: str) -> set[int]:
+    """The entries to keep recording after a removal that left ``stays``: a directory something was left in,
+    and a thing that could not be removed (not one found replaced: that one is not ours any more)."""
+    inside: set[str] = set()
+    at: set[str] = set()
+    for item in stays:
+        rel = item.path[len(where) + 1:] if item.path.startswith(where + "/") else ""
+        if item.why not in (REPLACED, FOREIGN):
+            at.add(rel)
+        while rel:
+            rel = rel.rpartition("/")[0]
+            inside.add(rel)
+    return {k for path, (k, _) in recorded.items() if path in inside or path in at}
 
 
 __all__ = ["Ledger", "Left", "NotOwned", "MARKER", "describe", "is_marker", "FOREIGN", "REPLACED"]

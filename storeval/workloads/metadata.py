@@ -29,6 +29,7 @@ from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
+from ..core.remove import SKIP, describe, local_root, remove_tree
 from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Report, Scaling, Size, Workload, param
@@ -483,21 +484,41 @@ class Metadata(Workload):
 
 
 def remove_tree_of_patterns(driver: Driver, top: str, prefixes: tuple[str, ...]) -> None:
-    """Depth-first removal of entries whose names start with one of ``prefixes`` (storeval's own names)."""
+    """Removal of the entries under ``top`` whose names start with one of ``prefixes`` (storeval's own names),
+    children first. On a file system through the shared remover (no link followed, not even ``top`` swapped for
+    one; no mount crossed: what stays for such a reason is raised in one line); elsewhere through the driver,
+    over an explicit stack (any depth)."""
+    root = local_root(driver)
+    if root is not None:
+        r = remove_tree(root, top, keep_top=True,
+                        judge=lambda rel, name, st, dir_fd: None if name.startswith(prefixes) else SKIP)
+        if r.left:
+            raise StorevalError(f"left alone: {describe(r.left)}")
+        return
+    stack: list[tuple[str, list[str]]] = []
     try:
-        names = driver.listdir(top)
+        stack.append((top, list(driver.listdir(top))))
     except (FileNotFoundError, NotADirectoryError):
         return
-    for name in names:
+    while stack:
+        here, names = stack[-1]
+        if not names:
+            stack.pop()
+            if stack:
+                driver.rmdir_quietly(here)
+            continue
+        name = names.pop()
         if not name.startswith(prefixes):
             continue
-        path = join(top, name)
+        path = join(here, name)
         try:
             is_dir = driver.stat(path).is_dir
         except FileNotFoundError:
             continue
         if is_dir:
-            remove_tree_of_patterns(driver, path, prefixes)
-            driver.rmdir_quietly(path)
+            try:
+                stack.append((path, list(driver.listdir(path))))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
         else:
             driver.remove_quietly(path)
