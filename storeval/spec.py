@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import stat
 import typing
 import dataclasses
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ from . import safeyaml
 from .core.cell import TargetSpec
 from .core.faultplan import Fault, parse_plan
 from .core.network import LINK_KEYS, Group, NetworkSpec, group_combinations
-from .core.system import SYSTEM_KEYS, combinations, fill
+from .core.shell import fields
+from .core.system import SYSTEM_KEYS, check_command, combinations
 from .drivers import NeedsExtra, driver_class, normalize_url
 from .errors import InputError, one_line
 from .fields import Duration, Rate
@@ -148,6 +150,28 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def refuse_repeats(values: list[Any], keys: list[Any], where: str) -> None:
+    """The one rule of every swept list (workload parameters, client counts, group counts, link and system
+    settings, --target, --workload): a value given twice — compared as normalised (``keys``: 64KiB is 65536) —
+    would only make identical cells, so it is refused in one line naming it."""
+    seen: dict[Any, int] = {}
+    for j, key in enumerate(keys):
+        i = seen.setdefault(key, j)
+        if i != j:
+            a, b = _show(values[i]), _show(values[j])
+            same = f"{a} is given at [{i}] and [{j}]" if a == b else f"{b} at [{j}] is {a} at [{i}] again"
+            raise InputError(f"{where}: {_show(values)} repeats a value: {same} (give each value once)")
+
+
+def _same(value: Any) -> Any:
+    """A setting's value as compared for repeats: numbers by value (1 is 1.0), text without its outer spaces."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("number", float(value))
+    return ("text", str(value).strip())
+
+
 def check_name(name: str, where: str) -> str:
     """A target or workload name is printed in tables, progress bars and reports: only visible characters."""
     if not name.strip():
@@ -252,9 +276,10 @@ def _validate_value(model: type[Params], key: str, value: Any, where: str) -> An
 
 
 def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str,
-                    study_dir: str | None = None) -> WorkloadSpec:
+                    study_dir: str | None = None, origins: dict[str, str] | None = None) -> WorkloadSpec:
     """A workload's fixed and swept parameters and every combination, validated; ``study_dir`` (the study
-    file's directory) is the validation context relative paths in parameters are taken from (a replay's trace)."""
+    file's directory) is the validation context relative paths in parameters are taken from (a replay's trace);
+    ``origins`` names where a parameter came from when not the study (``--set transfer_size``)."""
     model = WORKLOADS[kind].Params
     fixed: dict[str, Any] = {}
     sweeps: dict[str, list[Any]] = {}
@@ -265,6 +290,8 @@ def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str,
             if not value:
                 raise InputError(f"{where}.{key}: is an empty list (give a value, or a list of values to sweep)")
             sweeps[key] = [_validate_value(model, key, v, f"{where}.{key}[{i}]") for i, v in enumerate(value)]
+            refuse_repeats(value, [json.dumps(v, sort_keys=True) for v in sweeps[key]],
+                           (origins or {}).get(key, f"{where}.{key}"))
         else:
             fixed[key] = _validate_value(model, key, value, f"{where}.{key}")
     count = math.prod(len(v) for v in sweeps.values())
@@ -322,19 +349,41 @@ def _like(name: str, entry: Any, targets: dict[Any, Any]) -> Any:
     return {**base, **{k: v for k, v in entry.items() if k != "like"}}
 
 
-def _targets_from(source: Any) -> dict[str, Any]:
-    """The ``targets:`` of another study file (relative to the current directory, as `storeval testbed up`
-    writes its storeval-testbed.yaml there)."""
+TARGETS_FROM_KEYS = ("file", "allow_commands")
+
+
+def _targets_from(raw: Any) -> tuple[str, dict[str, Any]]:
+    """(file, its ``targets:``) of ``targets_from: FILE`` or ``targets_from: {file: FILE, allow_commands: true}``
+    (relative to the current directory, as `storeval testbed up` writes its storeval-testbed.yaml there). A file
+    meant to list targets runs nothing: a target there with ``setup:``/``teardown:`` commands is refused unless
+    the study itself says ``allow_commands: true``."""
+    allow = False
+    source = raw
+    if isinstance(raw, dict):
+        for key in raw:
+            if key not in TARGETS_FROM_KEYS:
+                raise InputError(f"targets_from.{visible(str(key))}: unknown key ({_suggest(str(key), TARGETS_FROM_KEYS)})")
+        source, allow = raw.get("file"), raw.get("allow_commands", False)
+        if not isinstance(allow, bool):
+            raise InputError(f"targets_from.allow_commands: {_show(allow)} is not true or false")
+    where = "targets_from.file" if isinstance(raw, dict) else "targets_from"
     if not isinstance(source, str) or not source.strip():
-        raise InputError(f"targets_from: {_show(source)} is not a file name (e.g. storeval-testbed.yaml)")
-    if not os.path.exists(source):
-        raise InputError(f"targets_from: {source} does not exist (start the servers with `storeval testbed up` in "
+        raise InputError(f"{where}: {_show(source)} is not a file name (e.g. storeval-testbed.yaml)")
+    if not os.path.lexists(source):
+        raise InputError(f"{where}: {visible(source)} does not exist (start the servers with `storeval testbed up` in "
                          "this directory, or give the path of a file with targets:)")
-    other = read_yaml(source)
+    other = read_yaml(source, "targets file")
     found = other.get("targets") if isinstance(other, dict) else None
     if not isinstance(found, dict) or not found:
-        raise InputError(f"targets_from: {source} has no targets: mapping")
-    return found
+        raise InputError(f"{where}: {visible(source)} has no targets: mapping")
+    if not allow:
+        for name, entry in found.items():
+            keys = [k for k in ("setup", "teardown") if isinstance(entry, dict) and entry.get(k)]
+            if keys:
+                raise InputError(f"{where}: target {visible(str(name))} of {visible(source)} has {keys[0]} commands, "
+                                 "which storeval would run on this host; a targets file runs no command unless the "
+                                 f"study allows it (targets_from: {{file: {visible(source)}, allow_commands: true}})")
+    return source, found
 
 
 def _fault_plan(raw: dict[str, Any], raw_workloads: dict[str, Any], specs: dict[str, WorkloadSpec],
@@ -385,6 +434,27 @@ def _commands(value: Any, where: str) -> list[str]:
     return [c.strip() for c in items]
 
 
+def _check_commands(system: dict[str, Any], where: str) -> None:
+    """Every setup/teardown command a template of the target's settings (and url, path, target) whose values
+    can never be read as code (core/shell.py)."""
+    settings = system["settings"]
+    names = [*settings, "url", "path", "target"]
+    for key in ("setup", "teardown"):
+        for command in system[key]:
+            try:
+                fields(command)
+            except ValueError:
+                raise InputError(f"{where}.{key}: {_show(command)} is not a command template (only {{name}} "
+                                 "fields; write {{{{ and }}}} for literal braces)") from None
+            try:
+                check_command(command, names)
+            except KeyError as e:
+                raise InputError(f"{where}.{key}: {{{e.args[0]}}} is not a setting of the target (settings: "
+                                 f"{', '.join(settings) or 'none'}; also url, path, target)") from None
+            except ValueError as e:
+                raise InputError(f"{where}.{key}: {e}") from None
+
+
 def _setting_values(settings: Any, where: str) -> dict[str, Any]:
     if not isinstance(settings, dict):
         raise InputError(f"{where}: {_show(settings)} is not a mapping of setting names to values "
@@ -395,8 +465,8 @@ def _setting_values(settings: Any, where: str) -> dict[str, Any]:
         values = value if isinstance(value, list) else [value]
         if not values or not all(isinstance(v, (str, int, float, bool)) for v in values):
             raise InputError(f"{where}.{key}: {_show(value)} is not a value or a list of values")
-        if isinstance(value, list) and len(set(map(repr, value))) != len(value):
-            raise InputError(f"{where}.{key}: {_show(value)} repeats a value")
+        if isinstance(value, list):
+            refuse_repeats(value, [_same(v) for v in value], f"{where}.{key}")
         out[str(key)] = value
     return out
 
@@ -421,11 +491,16 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
     for key in (*cls.options_help, "host"):  # host: every kind's check says whether it can run on one
         if key in entry:
             settings[key] = _setting_values({key: entry[key]}, where)[key]
+    configured: dict[str, dict[str, Any]] = {}
     for combo in combinations(settings):
         try:
-            cls.check_options(combo)
+            options = cls.check_options(combo)
         except TestbedError as e:
             raise InputError(f"{where}: {one_line(e)}") from None
+        same = configured.setdefault(json.dumps(options, sort_keys=True, default=str), combo)
+        if same is not combo:
+            raise InputError(f"{where}: settings {_show(same)} and {_show(combo)} configure the same {kind} system "
+                             "(give each value once)")
     driver = driver_class(f"{schemes[use]}://")
     raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS and k not in cls.options_help and k != "host"}
     try:
@@ -437,6 +512,7 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
     system = {"testbed": kind, "use": use, "scheme": schemes[use], "settings": settings,
               "setup": _commands(entry.get("setup"), f"{where}.setup"),
               "teardown": _commands(entry.get("teardown"), f"{where}.teardown")}
+    _check_commands(system, where)
     return TargetSpec(name=name, url="", options=options.model_dump(mode="json", exclude_defaults=True),
                       limits=limits.model_dump(exclude_none=True), system=system)
 
@@ -486,18 +562,7 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
         if not system["setup"] and not system["teardown"] and any(isinstance(v, list) for v in settings.values()):
             raise InputError(f"{where}.settings: sweeping a setting needs a setup command that applies it (add "
                              "setup: a command using {" + next(iter(settings)) + "})")
-        for combo in combinations(settings):
-            values = {**combo, "url": url, "path": target_path_of(url), "target": name}
-            for key in ("setup", "teardown"):
-                for command in system[key]:
-                    try:
-                        fill(command, values)
-                    except KeyError as e:
-                        raise InputError(f"{where}.{key}: {{{e.args[0]}}} is not a setting of the target (settings: "
-                                         f"{', '.join(settings) or 'none'}; also url, path, target)") from None
-                    except (ValueError, IndexError, AttributeError, TypeError):
-                        raise InputError(f"{where}.{key}: {_show(command)} is not a command template (only {{name}} "
-                                         "fields; write {{{{ and }}}} for literal braces)") from None
+        _check_commands(system, where)
     return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True),
                       limits=limits.model_dump(exclude_none=True), system=system)
 
@@ -518,19 +583,53 @@ def _target_name(url: str, taken: typing.Container[str]) -> str:
 
 
 # -- the whole study -------------------------------------------------------------------------------
-def read_yaml(path: str) -> dict[str, Any]:
-    if not os.path.exists(path):
-        raise InputError(f"study file {path} does not exist (check the path)")
-    if os.path.isdir(path):
-        raise InputError(f"study file {path} is a directory (give a YAML file)")
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file that is not a regular file is (a FIFO would block a reader forever, /dev/zero never end)."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular(path: str, what: str, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of a regular file ``what`` names (study file, targets file, hostfile): anything
+    else — a directory, a FIFO, a device — is refused in one line, before it is opened for reading (and opened
+    without blocking, checked again once open)."""
+    shown = visible(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(safeyaml.MAX_BYTES + 1)
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{what} {shown} does not exist (check the path)") from None
     except OSError as e:
-        raise InputError(f"study file {path}: cannot read it ({e.strerror})") from None
+        raise InputError(f"{what} {shown}: cannot read it ({e.strerror})") from None
+    kind = _not_regular(st.st_mode)
+    if kind is not None:
+        raise InputError(f"{what} {shown} is {kind}, not a file (give {'a text' if what == 'hostfile' else 'a YAML'} "
+                         "file)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise InputError(f"{what} {shown}: cannot read it ({e.strerror})") from None
+    try:
+        kind = _not_regular(os.fstat(fd).st_mode)  # replaced between the two looks
+        if kind is not None:
+            raise InputError(f"{what} {shown} is {kind}, not a file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    except OSError as e:
+        raise InputError(f"{what} {shown}: cannot read it ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def read_yaml(path: str, what: str = "study file") -> dict[str, Any]:
+    raw = read_regular(path, what, safeyaml.MAX_BYTES)
     if len(raw) > safeyaml.MAX_BYTES:
-        raise InputError(f"study file {path} is larger than {safeyaml.MAX_BYTES >> 20} MiB (a study is a few KiB; "
-                         "check that this is the study file)")
+        raise InputError(f"{what} {visible(path)} is larger than {safeyaml.MAX_BYTES >> 20} MiB (a study is a few "
+                         f"KiB; check that this is the {what})")
     try:
         data = safeyaml.load(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -630,8 +729,7 @@ def _network(raw: Any, where: str = "network") -> NetworkSpec:
                 if not value:
                     raise InputError(f"{at}.{key}: is an empty list (give a value, or a list of values to sweep)")
                 values = [link_value(key, v, f"{at}.{key}[{i}]") for i, v in enumerate(value)]
-                if len(set(values)) != len(values):
-                    raise InputError(f"{at}.{key}: {_show(value)} repeats a value")
+                refuse_repeats(value, values, f"{at}.{key}")
                 out[key] = values if len(values) > 1 else values[0]
             else:
                 out[key] = link_value(key, value, f"{at}.{key}")
@@ -702,11 +800,15 @@ def _hostfile(path: Any, where: str) -> tuple[str, ...]:
     if not isinstance(path, str) or not path.strip():
         raise InputError(f"{where}: {_show(path)} is not a file name (an MPI hostfile: one host per line)")
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read(1 << 20).splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else "not a text file"
-        raise InputError(f"{where}: cannot read {visible(path)}: {why}") from None
+        os.stat(path)
+    except OSError as e:
+        raise InputError(f"{where}: cannot read {visible(path)}: {e.strerror}") from None
+    try:
+        lines = read_regular(path, "hostfile", 1 << 20)[:1 << 20].decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InputError(f"{where}: cannot read {visible(path)}: not a text file") from None
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
     hosts: list[str] = []
     for n, line in enumerate(lines, 1):
         word = line.split("#", 1)[0].split()
@@ -744,8 +846,8 @@ def _groups(raw: dict[str, Any], network: NetworkSpec, where: str = "clients") -
             if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_CLIENTS:
                 raise InputError(f"{at}.count: {_show(c)} is not a number of clients (a whole number, 0 to "
                                  f"{MAX_CLIENTS:,})")
-            if c not in parsed:
-                parsed.append(c)
+            parsed.append(c)
+        refuse_repeats(counts, parsed, f"{at}.count")
         if not parsed:
             raise InputError(f"{at}.count: no client counts given (e.g. [2, 4])")
         host = host_name(entry["host"], f"{at}.host") if entry.get("host") is not None else None
@@ -787,8 +889,9 @@ def parse_int_list(text: Any, where: str) -> list[int]:
             raise InputError(f"{where}: {n} is not a number of clients (at least 1)")
         if n > MAX_CLIENTS:
             raise InputError(f"{where}: {n:,} clients is more than storeval runs ({MAX_CLIENTS:,} at most; lower it)")
-        if n not in out:
-            out.append(n)
+        out.append(n)
+    if len(out) > 1:
+        refuse_repeats(items, out, where)
     if not out:
         raise InputError(f"{where}: no client counts given (e.g. 1,2,4)")
     return out
@@ -839,8 +942,10 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     raw_targets = raw.get("targets") or {}
     if not isinstance(raw_targets, dict):
         raise InputError(f"targets: {_show(raw_targets)} is not a mapping of target names to URLs")
+    origin: dict[str, str] = {}  # imported target -> its file (its commands are printed with it)
     if raw.get("targets_from") is not None:  # e.g. the storeval-testbed.yaml `storeval testbed up` wrote
-        imported = _targets_from(raw["targets_from"])
+        source, imported = _targets_from(raw["targets_from"])
+        origin = {str(n): source for n in imported if n not in raw_targets}
         # the imported targets are the study's targets; when it names its own, they are what those can be like
         own = set(raw_targets)
         raw_targets = {**imported, **raw_targets}
@@ -850,7 +955,13 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     else:
         raw_targets = {n: _like(str(n), e, raw_targets) for n, e in raw_targets.items()}
     study_targets = {str(n): make_target(str(n), e, f"targets.{visible(str(n))}") for n, e in raw_targets.items()}
+    for n, source in origin.items():
+        t = study_targets.get(n)
+        if t is not None and t.system and (t.system.get("setup") or t.system.get("teardown")):
+            study_targets[n] = dataclasses.replace(t, system={**t.system, "from": source})
     chosen_targets: dict[str, TargetSpec] = {}
+    if targets:
+        refuse_repeats(list(targets), [t if t in study_targets else normalize_url(t) for t in targets], "--target")
     for item in targets or []:
         if item in study_targets:
             chosen_targets[item] = study_targets[item]
@@ -875,6 +986,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     where_of = {n: f"workloads.{visible(n)}" for n in entries}
     default_study = False  # the default workloads: repeated, so that even a first look carries a spread
     if workloads:
+        refuse_repeats(list(workloads), list(workloads), "--workload")
         selected = {}
         for item in workloads:
             if item in entries:
@@ -896,6 +1008,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
         where_of = {n: f"default workload {n}" for n in entries}
         default_study = True
 
+    set_origins: dict[str, dict[str, str]] = {}  # workload -> parameter -> the --set that gave it
     for item in sets or []:
         key, text = _split_set(item)
         scope, param = key.split(".", 1) if "." in key else (None, key)
@@ -908,6 +1021,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
             model = WORKLOADS[kind].Params
             if param in model.model_fields:
                 params[param] = _parse_set_value(model, param, text)
+                set_origins.setdefault(name, {})[param] = f"--set {visible(key)}"
                 applied = True
         if not applied:
             known = sorted({k for kind, _ in chosen.values() for k in WORKLOADS[kind].Params.model_fields})
@@ -915,7 +1029,8 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
             raise InputError(f"--set {key}: {what} ({_suggest(param, known)})")
 
     study_dir = os.path.dirname(os.path.abspath(path)) if path else None
-    specs = {n: expand_workload(n, kind, params, where_of[n], study_dir) for n, (kind, params) in entries.items()}
+    specs = {n: expand_workload(n, kind, params, where_of[n], study_dir, set_origins.get(n))
+             for n, (kind, params) in entries.items()}
 
     # factors and engine settings
     network = _network(raw.get("network"))

@@ -6,7 +6,8 @@ KIND`` with ``servers: [1, 2, 4]`` …) is started by storeval's own testbed —
 when it names one (a system already running there with the same settings is used as it is, and left running),
 otherwise in a directory of its own that is removed at the end — and the target's URL and options are the running
 server's. Setup and teardown commands (a real cluster's reconfiguration) run through the shell with the settings
-filled in. Everything done is returned as events (command, exit status, output tail, seconds) for the results.
+filled in (as environment variables the line names: core/system.py's ``command_argv``), each printed before it
+runs. Everything done is returned as events (command, exit status, output tail, seconds) for the results.
 
 A block whose setup fails fails each of its cells with that one line; the other blocks still run.
 """
@@ -26,7 +27,7 @@ from typing import Any, Callable
 
 from .core.cell import Cell, TargetSpec
 from .core.network import describe_link
-from .core.system import fill, identity, label
+from .core.system import command_argv, fill, identity, label
 from . import interrupts
 from .errors import StorevalError, one_line
 from .redact import redact_text
@@ -90,7 +91,7 @@ class Systems:
         if active is not None and active.values:
             for command in active.system.get("teardown", []):
                 text = fill(command, active.values)
-                items.append({"argv": ["/bin/sh", "-c", text], "what": f"ran teardown `{redact_text(text)}`",
+                items.append({"argv": command_argv(command, active.values), "what": f"ran teardown `{redact_text(text)}`",
                               "timeout": COMMAND_TIMEOUT})
         if self._started:
             where = str(self._testbed().dir)
@@ -284,12 +285,13 @@ class Systems:
         return dataclasses.replace(made, system=target.system)
 
     def _command(self, which: str, command: str, active: _Active) -> None:
-        text = fill(command, active.values)
-        shown = redact_text(text)
+        shown = redact_text(fill(command, active.values))
+        origin = active.system.get("from")
+        self.log(f"{which} of target {active.target.name}{f' (from {origin})' if origin else ''}: running `{shown}`")
         began = time.monotonic()
         try:
-            proc = subprocess.run(text, shell=True, capture_output=True, text=True, errors="replace",
-                                  timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(command_argv(command, active.values), capture_output=True, text=True,
+                                  errors="replace", timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise StorevalError(f"{which} command `{shown}` did not end within {COMMAND_TIMEOUT:g} s") from None
         except OSError as e:

@@ -195,6 +195,31 @@ def sig(x: float | None, digits: int = 3) -> str:
     return f"{x:.{decimals}f}"
 
 
+def format_bitrate(bytes_per_s: float, compact: bool = False) -> str:
+    """A link's rate in the bit unit that fits, as networks are quoted: ``125e6`` -> ``1 Gbit/s``, ``1000`` ->
+    ``8 kbit/s`` (never ``8e-06 Gbit/s``); ``compact`` as a study writes it (``1Gbit/s``, read back by
+    :func:`parse_rate`)."""
+    bits = float(bytes_per_s) * 8
+    unit, scale = "bit/s", 1.0
+    for u, sc in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if abs(bits) >= sc:
+            unit, scale = u, sc
+            break
+    value = f"{round(bits / scale, 6):.6g}"
+    return f"{value}{unit}" if compact else f"{value} {unit}"
+
+
+def format_share(fraction: float) -> str:
+    """A share as a percentage with the digits it needs to be itself: ``0.3`` -> ``30%``, ``0.9999`` ->
+    ``99.99%`` (never rounded up to a value it is not, such as 100%)."""
+    pct = float(fraction) * 100
+    for digits in range(0, 13):
+        text = f"{pct:.{digits}f}"
+        if abs(float(text) - pct) <= 1e-9 * max(1.0, abs(pct)):
+            return f"{text}%"
+    return f"{pct!r}%"
+
+
 def format_duration_ns(ns: float) -> str:
     """Latency in the unit that keeps three significant digits readable."""
     if ns < 1e3:

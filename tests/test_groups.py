@@ -99,7 +99,7 @@ MISTAKES = [
                                               "800MiB/s)"),
     ("network: {links: {wan: {delay: 1ms}}}", "network.links.wan.delay: unknown link setting (known: jitter, loss, "
                                               "rate, rtt)"),
-    ("network: {links: {wan: {rtt: [1ms, 1ms]}}}", 'network.links.wan.rtt: ["1ms", "1ms"] repeats a value'),
+    ("network: {links: {wan: {rtt: [1ms, 1ms]}}}", 'network.links.wan.rtt: ["1ms", "1ms"] repeats a value: \'1ms\' is given at [0] and [1] (give each value once)'),
     ("network: {links: {a: {rtt: [1ms, 2ms]}, b: {rtt: [3ms, 4ms]}}}",
      "network.links.b.rtt: links a and b both sweep rtt; sweep it on one link (the factor is named rtt)"),
     ("network: {link: {}}", "network.link: unknown key (did you mean 'links'?)"),

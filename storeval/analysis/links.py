@@ -35,7 +35,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..core.network import factor_text
-from ..units import sig
+from ..units import format_bitrate, sig
 
 MiB = float(1 << 20)
 SATURATED = 0.90
@@ -169,7 +169,7 @@ def saturation_warnings(links: dict[str, dict[str, Any]]) -> list[dict[str, str]
             top = max(f.get("rx_MiBps", 0.0), f.get("tx_MiBps", 0.0))
             out.append({"code": "link-saturated", "message": (
                 f"the link of emulated host {host} carried {sig(top)} MiB/s, {f['utilisation']:.0%} of its rate "
-                f"of {sig(f['rate_Bps'] / MiB)} MiB/s ({sig(f['rate_Bps'] * 8 / 1e9)} Gbit/s): the link, not the "
+                f"of {sig(f['rate_Bps'] / MiB)} MiB/s ({format_bitrate(f['rate_Bps'])}): the link, not the "
                 "storage, set this figure")})
     return out
 

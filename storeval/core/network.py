@@ -21,6 +21,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..units import format_bitrate
+
 LINK_KEYS = ("rate", "rtt", "jitter", "loss")
 LINK_DEFAULTS: dict[str, Any] = {"rate": None, "rtt": 0.0, "jitter": 0.0, "loss": 0.0}
 
@@ -112,7 +114,7 @@ def factor_text(key: str, value: Any) -> str:
     if key in ("rtt", "jitter"):
         return f"{value * 1e3:g}ms"
     if key == "rate":
-        return f"{value * 8 / 1e9:g}Gbit/s" if value >= 125e6 else f"{value * 8 / 1e6:g}Mbit/s"
+        return format_bitrate(value, compact=True)
     if key == "loss":
         return f"{value * 100:g}%"
     return str(value)
@@ -122,7 +124,7 @@ def describe_link(settings: dict[str, Any]) -> str:
     """``rate 1 Gbit/s, rtt 12 ms, loss 0.1 %`` — what a link is set to, for events and progress lines."""
     parts = []
     if settings.get("rate"):
-        parts.append(f"rate {settings['rate'] * 8 / 1e9:g} Gbit/s")
+        parts.append(f"rate {format_bitrate(settings['rate'])}")
     parts.append(f"rtt {settings.get('rtt', 0.0) * 1e3:g} ms")
     if settings.get("jitter"):
         parts.append(f"jitter {settings['jitter'] * 1e3:g} ms")

@@ -7,9 +7,11 @@ Two ways bring a setting about, and both are described here as plain data on :cl
 * ``testbed: KIND`` — storeval's testbed starts that system at each combination of settings (``servers: [1, 2,
   4]``, ``type: distribute``) and stops it after the combination's cells; the target's URL comes from the
   running testbed. ``use:`` picks one of the testbed's targets where it has several (Ceph: ``cephfs``).
-* ``setup:``/``teardown:`` commands (a real cluster: ``lfs setstripe -c {stripe_count} {path}``), run before the
-  first and after the last cell of each combination, with ``{setting}``, ``{url}``, ``{path}`` and ``{target}``
-  filled in.
+* ``setup:``/``teardown:`` commands (a real cluster: ``lfs setstripe -c {stripe_count} {path}``), run by
+  ``/bin/sh`` before the first and after the last cell of each combination, with ``{setting}``, ``{url}``,
+  ``{path}`` and ``{target}`` filled in the way core/shell.py fills a shell line: the line holds
+  ``"$STOREVAL_PATH"``, the value travels in that environment variable (never read as code), and a placeholder
+  inside the command's own quotes, or inside code another program runs (``sh -c "…{path}"``), is refused.
 
 The settings become factors of every cell (so the report draws figures against them), and what was done — the
 commands, their exit status, how long bringing a system up took — is recorded with the run.
@@ -18,8 +20,9 @@ commands, their exit status, how long bringing a system up took — is recorded 
 from __future__ import annotations
 
 import itertools
-import shlex
 from typing import Any
+
+from .shell import check_shell_line, env_name, env_of, fields, shell_line, shown
 
 SYSTEM_KEYS = ("testbed", "use", "settings", "setup", "teardown")
 
@@ -47,15 +50,36 @@ def identity(system: dict[str, Any] | None) -> tuple:
     return (*where, settings, *commands)
 
 
+def check_command(command: str, names: list[str]) -> None:
+    """KeyError (the name) for a placeholder that is not one of ``names``; ValueError (why) for a template that
+    is not one, or whose values could be read as code (core/shell.py)."""
+    used = [name for _, name in fields(command) if name is not None]
+    for name in used:
+        if name not in names:
+            raise KeyError(name)
+    taken: dict[str, str] = {}
+    for name in dict.fromkeys(used):
+        other = taken.setdefault(env_name(name), name)
+        if other != name:
+            raise ValueError(f"{{{other}}} and {{{name}}} would both travel as ${env_name(name)}; rename a setting")
+    check_shell_line(command)
+
+
 def fill(command: str, values: dict[str, Any]) -> str:
-    """``command`` with ``{name}`` replaced by the setting's value, quoted for the shell (a path with a space
-    stays one word); ``{{``/``}}`` are braces."""
-    return command.format_map(_Strict({k: shlex.quote(str(v)) for k, v in values.items()}))
+    """``command`` as a person reads it, each value shell-quoted in place (for events and messages; what runs
+    is :func:`command_argv`); KeyError for a placeholder that is not a value."""
+    for _, name in fields(command):
+        if name is not None and name not in values:
+            raise KeyError(name)
+    return shown(command, values)
 
 
-class _Strict(dict):
-    def __missing__(self, key: str) -> str:
-        raise KeyError(key)
+def command_argv(command: str, values: dict[str, Any]) -> list[str]:
+    """What runs ``command``: ``env STOREVAL_NAME=VALUE … /bin/sh -c LINE``, the line naming each value by its
+    variable, so that no value is ever read as shell code (the watchdog runs the same list)."""
+    used = {name for _, name in fields(command) if name is not None}
+    env = env_of({k: v for k, v in values.items() if k in used})
+    return ["env", *(f"{k}={v}" for k, v in env.items()), "/bin/sh", "-c", shell_line(command)]
 
 
 def label(settings: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..analysis.figures import CellFigures, ConfigSummary
 from ..errors import InputError
+from ..redact import visible
 from ..store import RunData
 
 # environment keys that differ between any two runs by design (the runs' own records say them)
@@ -54,6 +55,7 @@ def parse_runs(text: str, known: list[str], resolve) -> list[str]:
     unique prefixes (``resolve`` turns one into its id or raises the store's one-line error). An empty list or
     a run named twice is refused in one line."""
     names = [n.strip() for n in text.split(",")]
+    shown = _echo(text)
     if text.strip() == "all":
         if not known:
             raise InputError("--runs all: the results directory holds no runs yet (run storeval run first)")
@@ -61,14 +63,26 @@ def parse_runs(text: str, known: list[str], resolve) -> list[str]:
     if not any(names):
         raise InputError("--runs: name the runs to show side by side (--runs all, or --runs ID,ID)")
     if "" in names:
-        raise InputError(f"--runs {text}: an empty run id in the list (give ids separated by single commas)")
+        raise InputError(f"--runs {shown}: an empty run id in the list (give ids separated by single commas)")
     ids = []
     for name in names:
+        if len(name) > MAX_RUN_ID or not name.isprintable():
+            raise InputError(f"--runs {shown}: {_echo(name, 40)} is not a run id (ids look like 20261126-121314-ab12)")
         run_id = resolve(name)
         if run_id in ids:
-            raise InputError(f"--runs {text}: run {run_id} is named twice (name each run once)")
+            raise InputError(f"--runs {shown}: run {run_id} is named twice (name each run once)")
         ids.append(run_id)
     return ids
+
+
+MAX_RUN_ID = 64  # a run id is ~21 characters; anything much longer is not one, and is not echoed whole
+
+
+def _echo(text: str, limit: int = 80) -> str:
+    """User text as an error line quotes it: invisible characters escaped, at most ``limit`` characters (a
+    pasted 100 KB must not come back whole)."""
+    text = visible(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def run_labels(run_ids: list[str]) -> dict[str, str]:

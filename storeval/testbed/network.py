@@ -46,6 +46,7 @@ from typing import Any, Callable
 import psutil
 
 from ..core import process
+from ..units import format_bitrate
 from .base import Proc, TestbedError, spawn, terminate, wait_until
 from .netns import (GONE_WAIT, Taken, _ip, add_netns, free_subnet, link_exists, netns_exists, run_tool,
                     netns_pids, release_run_netns, used_networks)
@@ -93,7 +94,7 @@ class LinkSettings:
         return self
 
     def describe(self) -> str:
-        rate = f"{self.rate * 8 / 1e9:g} Gbit/s" if self.rate else "unlimited"
+        rate = format_bitrate(self.rate) if self.rate else "unlimited"
         out = f"rate {rate}, rtt {self.rtt * 1e3:g} ms"
         if self.jitter:
             out += f" ±{self.jitter * 1e3:g} ms"

@@ -6,7 +6,13 @@ Every client runs a command template over its own files, inside the cell's barri
 
 The template is split like a shell line (``shlex``) *before* the placeholders are filled in, so a value is always
 exactly one argument and never read by a shell: a file called ``a; rm -rf x`` stays one argument. With ``shell:
-true`` the line runs through ``/bin/sh -c`` and every value is ``shlex.quote``'d. Placeholders: ``{url}`` (the
+true`` the line runs through ``/bin/sh -c``, and no value ever enters its text (core/shell.py): each placeholder
+becomes ``"$STOREVAL_PATH"`` (``STOREVAL_`` and its name in capitals) and the value travels in that environment
+variable; a placeholder inside the template's own quotes, backquotes or arithmetic is refused (write it bare). In
+both forms a placeholder inside code another program runs (``sh -c "cat {path}"``, ``python -c``, ``eval``,
+``ssh host …``) is refused: give it as an argument of its own (``sh -c 'cat "$1"' sh {path}``). The numbers
+storeval makes — ``{rank}``, ``{index}``, ``{size}``, ``{port}`` — are only digits and go anywhere, written in as
+they are. Every command also finds each value in its ``STOREVAL_*`` variable. Placeholders: ``{url}`` (the
 file's address for outside tools, ``Driver.tool_address``: a local path, ``root://host:port//path``,
 ``s3://bucket/key``, ``hdfs://…``), ``{path}`` (the path part of that address; for S3 the key), ``{host}`` and
 ``{port}`` (the server the target talks to; S3: the endpoint's), ``{local}`` (a local file: the source of a
@@ -75,7 +81,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
+from ..core import remove as _remove
 from ..core.oplog import PhaseRecorder
+from ..core.remove import remove_tree
+from ..core.shell import check_argv, check_shell_line, env_of, shell_line, shown
 from ..core.stop import STOP, ClientStopped
 from ..errors import StorevalError
 from ..fields import Duration, Size
@@ -86,6 +95,7 @@ from .payload import Payload
 
 PHASES = ("write", "read")
 PLACEHOLDERS = ("url", "path", "host", "port", "local", "rank", "index", "size")
+NUMBERS = ("port", "rank", "index", "size")  # values storeval makes of digits only (or empty): never code
 STDERR_TAIL = 4096  # bytes of each command's stderr kept (its end: where programs say why they failed)
 KEPT_FAILURES = 3  # stderr tails of failed commands kept in a client's record
 BLOCK = 1 << 20  # payload block used to lay out and to make the local files
@@ -168,7 +178,9 @@ class CommandParams(Params):
                                         "scheme)", "command line")
     write: Template | None = param(None, "the command line of the write phase, instead of run; it runs before read "
                                          "when both are given", "command line")
-    shell: bool = param(False, "run the line through /bin/sh -c, every placeholder's value shlex-quoted")
+    shell: bool = param(False, "run the line through /bin/sh -c; each placeholder becomes \"$STOREVAL_NAME\", its "
+                               "value in that environment variable (a placeholder inside quotes is refused: write it "
+                               "bare)")
     files_per_client: Annotated[int, Field(ge=1, le=100_000)] = param(4, "files each client's commands read or "
                                                                          "write, one command each", "count")
     file_size: Size = param(64 << 20, "bytes of each file")
@@ -203,7 +215,11 @@ class CommandParams(Params):
                 at = f"{where}.{scheme}" if scheme else where
                 try:
                     names = template_fields(template)
-                    split_template(template)
+                    argv = split_template(template)
+                    if self.shell:  # no value is ever read as code (core/shell.py)
+                        check_shell_line(template, NUMBERS)
+                    else:
+                        check_argv(argv, NUMBERS)
                 except ValueError as e:
                     raise ValueError(f"{at}: {e}") from None
                 unknown = [n for n in names if n not in PLACEHOLDERS]
@@ -398,10 +414,10 @@ def _guard_main(mark: str, local: str) -> None:
         except OSError:
             break
     kill_marked(mark)
-    shutil.rmtree(local, ignore_errors=True)
+    remove_tree(os.path.dirname(local), os.path.basename(local))  # no link followed, no mount crossed, any depth
 
 
-GUARD_SOURCE = "\n".join([f"MARK = {MARK!r}", "import os, shutil, signal, time",
+GUARD_SOURCE = "\n".join([inspect.getsource(_remove), f"MARK = {MARK!r}", "import os, shutil, signal, time",
                           *(inspect.getsource(f) for f in (marked, kill_marked, _guard_main)),
                           "import sys", "_guard_main(sys.argv[1], sys.argv[2])"])
 
@@ -454,8 +470,9 @@ class Commands:
     """Runs one client's commands of a phase, ``parallel`` at once, and tallies what each did."""
 
     def __init__(self, argvs: list[list[str]], sizes: list[int], env: dict[str, str], parallel: int,
-                 timeout: float, log: Any, program: str) -> None:
+                 timeout: float, log: Any, program: str, values: list[dict[str, str]] | None = None) -> None:
         self.argvs, self.sizes, self.env = argvs, sizes, env
+        self.values = values  # per command: the placeholders' values as STOREVAL_* variables
         self.parallel, self.timeout, self.log, self.program = parallel, timeout, log, program
         self.running: dict[int, Running] = {}  # pidfd -> command
         self.by_err: dict[int, Running] = {}  # stderr fd -> command
@@ -467,8 +484,9 @@ class Commands:
         r, w = os.pipe()
         try:
             t0 = time.perf_counter_ns()
+            env = self.env if self.values is None else {**self.env, **self.values[index]}
             proc = subprocess.Popen(self.argvs[index], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=w,
-                                    env=self.env, start_new_session=True, close_fds=True,
+                                    env=env, start_new_session=True, close_fds=True,
                                     preexec_fn=die_with(os.getpid()))
         except OSError as e:
             os.close(r)
@@ -748,25 +766,29 @@ class Command(Workload):
                 finally:
                     c.driver.close(h)
 
-    def _argvs(self, c: ClientContext, phase: str) -> list[list[str]]:
-        """Every command line of the phase, filled in before the timed region."""
+    def _argvs(self, c: ClientContext, phase: str) -> tuple[list[list[str]], list[dict[str, str]], str]:
+        """Every command line of the phase and its values as ``STOREVAL_*`` variables, filled in before the timed
+        region, and the first line as a person reads it."""
         p, st = self.p, c.state
         template = p.template(phase, c.driver.scheme)
         server = c.driver.address()  # host:port it talks to (the URL itself, or words, where there is none)
         server = "" if server == c.driver.url or " " in server else server
         host, _, port = server.rpartition(":") if server.rpartition(":")[2].isdigit() else (server, "", "")
-        out = []
+        out, envs, first = [], [], ""
         for i, (address, local) in enumerate(zip(st["addresses"], st["locals"])):
             values = {"url": address, "path": address_parts(address)[1], "host": host, "port": port, "local": local,
                       "rank": str(c.rank), "index": str(i), "size": str(p.file_size)}
-            if p.shell:
-                out.append(["/bin/sh", "-c", template.format(**{k: shlex.quote(v) for k, v in values.items()})])
+            if p.shell:  # the values in STOREVAL_* variables, the numbers storeval made written in
+                out.append(["/bin/sh", "-c", shell_line(template, {k: values[k] for k in NUMBERS})])
             else:
                 out.append([token.format(**values) for token in split_template(template)])
-        return out
+            envs.append(env_of(values))
+            if i == 0:
+                first = shlex.join(["/bin/sh", "-c", shown(template, values)]) if p.shell else shlex.join(out[0])
+        return out, envs, first
 
     def before_phase(self, c: ClientContext, phase: str) -> None:
-        c.state["argvs"] = self._argvs(c, phase)
+        c.state["argvs"], c.state["values"], c.state["shown"] = self._argvs(c, phase)
         if phase == "read":  # the command reads the storage, not what laying out or writing left in memory
             c.state["cache"] = c.clear_cache(c.state["paths"])
 
@@ -775,7 +797,8 @@ class Command(Workload):
         argvs = st["argvs"]
         program = os.path.basename(argvs[0][0] if not p.shell else split_template(p.template(phase, c.driver.scheme))[0])
         log = rec.oplog(max(16, min(4096, p.files_per_client)))
-        runner = Commands(argvs, [p.file_size] * len(argvs), st["env"], p.parallel, self._timeout(c), log, program)
+        runner = Commands(argvs, [p.file_size] * len(argvs), st["env"], p.parallel, self._timeout(c), log, program,
+                          st["values"])
         if phase == "read":
             rec.extra["cache"] = st["cache"]
         try:
@@ -790,7 +813,7 @@ class Command(Workload):
                 "commands": t.commands, "failures": t.failures, "timeouts": t.timeouts, "file_bytes": t.file_bytes,
                 "cmd_user_s": t.user_s, "cmd_sys_s": t.sys_s, "max_rss_kib": t.maxrss_kib, "io": t.io,
                 "io_missing": t.io_missing, "first_failure": t.first_failure, "failed": t.failed,
-                "command": redact_text(shlex.join(argvs[0])), "program": program, "parallel": p.parallel,
+                "command": redact_text(st["shown"]), "program": program, "parallel": p.parallel,
                 "timeout_s": runner.timeout,
                 "client_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 # CPU this client's children used: storeval's, not foreign load (analysis/guards.py's busy-host)
@@ -836,7 +859,7 @@ class Command(Workload):
             kill_marked(guard.mark)  # nothing of the commands may outlive the cell
         local = c.state.get("local_dir")
         if local:
-            shutil.rmtree(local, ignore_errors=True)
+            remove_tree(os.path.dirname(local), os.path.basename(local))  # the shared remover: links, mounts, depth
         if guard is not None:
             guard.close()
             c.state["guard"] = None
