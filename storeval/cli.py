@@ -232,11 +232,17 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
                   highlight=False)
         if engine is not None:
             engine.abort_job(EXIT_FAILED)
+    # a fault the study asked for that never struck (or was never undone): the experiment did not happen
+    from .analysis.timeline import FAILING_FLAGS
+
+    faulty = [f for cf in cell_figs for ph in cf.phases for f in ph.flags if f["code"] in FAILING_FLAGS]
+    for flag in faulty:
+        err.print(f"[red]{flag['code']}:[/] {_safe(flag['message'])}", highlight=False)
     code = EXIT_OK
     if result.status == "interrupted":
         err.print("[yellow]interrupted: the running cell was stopped, its files removed and it is stored as interrupted[/]")
         code = EXIT_INTERRUPTED
-    elif result.status == "failed" or unwritten:
+    elif result.status == "failed" or unwritten or faulty:
         code = EXIT_FAILED
     return code
 

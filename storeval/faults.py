@@ -6,16 +6,25 @@ when a phase's timed region begins (client 0's clock, this host's ``perf_counter
 and when the phase ends. A thread acts at the planned moment, so a slow action (an HDFS datanode shutting
 down, a user's command) never holds up the watch loop. Each fault acts once per cell, in the first iteration
 of its phase. Whatever is still to be undone when the cell ends is undone then (a stopped server is never
-left stopped), and a fault whose moment never came says so.
+left stopped), and a fault whose moment never came says so (``fault-missed``: the study did not get what it
+asked for). One fault at a time per server: a fault whose server (or a node of it, or the whole server of its
+node) another fault holds at its moment — acting on it, or in force until its undo — does not act and is
+``fault-missed`` too (overlaps known in advance are refused before anything runs).
+
+An ``exec`` command runs in a process group of its own (``core.process.run_bounded``), judged by the shell's
+exit status; at its timeout the whole group is killed, and what it left running in its group when it ended
+(``sleep 20 &``) is killed then and named in the event (``left_running``): a fault's effect is the state its
+command leaves (a daemon stopped, a parameter set), not a process that would run on into later cells.
 
 :func:`check_plan` is the check before anything runs: every server a plan names must be a fault handle of
-the testbed (``storeval testbed faults``) that supports the action and its undo.
+the testbed (``storeval testbed faults``) that supports the action and its undo, and no two faults timed in
+seconds hold one server at once.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
+import signal
 import sys
 import threading
 import time
@@ -23,9 +32,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .core.faultplan import UNDO, Fault, format_duration
+from .core.faultplan import UNDO, Fault, check_overlaps, format_duration, handles_overlap
+from .core.process import run_bounded
 from .errors import InputError, StorevalError, one_line
 from .redact import redact_text
+from .units import format_share
 
 DEFAULT_TESTBED = "storeval-testbed"  # as `storeval testbed up` names it
 OUTPUT_CHARS = 300  # of an exec command's output kept in its event
@@ -38,13 +49,15 @@ def testbed_dir(study_testbed: str | None) -> str:
 def check_plan(faults: list[Fault], study_testbed: str | None, *, progress_counted: bool = True,
                handles: bool = True) -> None:
     """Refuse (one line) a plan whose servers are not fault handles of the testbed, or whose actions they do
-    not support; ``progress_counted`` False (MPI) refuses ``at`` given as a share of the work; ``handles``
-    False checks only that (a testbed the run has not brought up yet has no handles to check)."""
+    not support, or two faults that would hold one server at once (``check_overlaps``); ``progress_counted``
+    False (MPI) refuses ``at`` given as a share of the work; ``handles`` False checks only that and the
+    overlaps (a testbed the run has not brought up yet has no handles to check)."""
     servers = [f for f in faults if f.action != "exec"]
     for f in faults:
         if f.at_share is not None and not progress_counted:
-            raise InputError(f"{f.where}.at: {f.at_share:.0%} of the work cannot be timed under mpiexec (the "
+            raise InputError(f"{f.where}.at: {format_share(f.at_share)} of the work cannot be timed under mpiexec (the "
                              "coordinator sees no byte counts from other ranks; give a time such as 10s)")
+    check_overlaps(faults)
     if not servers or not handles:
         return
     from .testbed.faults import fault_handles
@@ -109,6 +122,7 @@ class FaultRunner:
         self.lock = threading.Condition()
         self.closing = False
         self.workers: list[threading.Thread] = []
+        self.acted = threading.local()  # each action's thread: what its exec command left running
         self.thread = threading.Thread(target=self._run, name="storeval-faults", daemon=True)
         self.thread.start()
 
@@ -189,17 +203,38 @@ class FaultRunner:
                     best = (p, True, wait)
         return best
 
+    def _holder(self, p: _Planned) -> _Planned | None:
+        """The fault that holds ``p``'s server (or a node of it, or the server of its node) now: acting on it,
+        or in force until its undo. (Under the lock.)"""
+        if p.fault.action == "exec":
+            return None
+        for q in self.planned:
+            if q is p or q.fault.action == "exec" or not handles_overlap(p.fault.server, q.fault.server):
+                continue
+            if q.acting or (q.fired_ns is not None and q.undo_due_ns is not None):
+                return q
+        return None
+
     def _run(self) -> None:
         while True:
+            refused: tuple[_Planned, _Planned, int] | None = None
             with self.lock:
                 while True:
                     if self.closing:
                         return
                     p, is_undo, wait = self._next()
                     if p is not None and wait <= 0:
-                        p.acting = True
+                        holder = None if is_undo else self._holder(p)
+                        if holder is not None:  # one fault at a time per server: this one does not act
+                            p.done = True
+                            refused = (p, holder, time.perf_counter_ns())
+                        else:
+                            p.acting = True
                         break
                     self.lock.wait(timeout=min(max(wait, 0.001), 1.0))
+            if refused is not None:
+                self._missed(refused[0], refused[2], holder=refused[1])
+                continue
             # each action in its own thread: one fault's slow action never delays another's moment
             worker = threading.Thread(target=self._do, args=(p, is_undo), name="storeval-fault", daemon=True)
             self.workers.append(worker)
@@ -213,7 +248,8 @@ class FaultRunner:
                 self._fire(p)
         except Exception as e:  # noqa: BLE001 - a fault that cannot act is recorded, the cell goes on
             p.done = True
-            self._event(p, "fault-failed", f"{p.fault.label}: {one_line(e)}", {"error": one_line(e)})
+            self._event(p, "fault-failed", f"{p.fault.label}: {one_line(e)}",
+                        {"error": one_line(e), "stage": "undo" if is_undo else "act"})
         finally:
             with self.lock:
                 p.acting = False
@@ -221,27 +257,35 @@ class FaultRunner:
 
     # -- acting --------------------------------------------------------------------------------------------
     def _act(self, fault: Fault, action: str) -> str:
+        """Do ``action`` now; what was done, in a few words (what an exec command left running, and storeval
+        killed, goes to this thread's ``self.acted.left``)."""
         if fault.action == "exec":
             command = fault.run if action == "exec" else fault.undo
-            return _exec(command or "", fault.timeout_s)
+            said, self.acted.left = _exec(command or "", fault.timeout_s)
+            return said
         from .testbed.faults import act
 
         return act(self.testbed, fault.server or "", action)
+
+    def _acted(self, fault: Fault, action: str) -> tuple[str, list[str]]:
+        self.acted.left = []
+        said = self._act(fault, action)
+        return said, self.acted.left
 
     def _fire(self, p: _Planned) -> None:
         f = p.fault
         t_ns, wall = time.perf_counter_ns(), time.time()
         try:
-            said = self._act(f, f.action)
+            said, left = self._acted(f, f.action)
         except Exception as e:  # noqa: BLE001
             p.done = True
             self._event(p, "fault-failed", f"{f.label}: {one_line(e)}",
-                        {"error": one_line(e), "start_ns": t_ns, "wall_start": _wall(wall)})
+                        {"error": one_line(e), "stage": "act", "start_ns": t_ns, "wall_start": _wall(wall)})
             return
         p.fired_ns = t_ns
         p.event = self._event(p, "fault", f"{f.label}: {said}",
                               {"start_ns": t_ns, "wall_start": _wall(wall), "done": said, "end_ns": None,
-                               "wall_end": None})
+                               "wall_end": None, **({"left_running": left} if left else {})})
         if self.redundancy is not None and f.action in ("kill", "stop"):
             watcher = threading.Thread(target=self._watch_redundancy, args=(p,), name="storeval-redundancy",
                                        daemon=True)
@@ -261,14 +305,16 @@ class FaultRunner:
         p.undo_due_ns = None
         p.done = True
         try:
-            said = self._act(f, action)
+            said, left = self._acted(f, action)
             self._pending(p, False)
         except Exception as e:  # noqa: BLE001 - said in the event: the server may still be down
-            said, error = "", one_line(e)
+            said, error, left = "", one_line(e), []
         else:
             error = None
         detail = p.event["detail"] if p.event else {}
         detail.update(end_ns=t_ns, wall_end=_wall(wall), undone=said, t_end_s=self._rel(p, t_ns))
+        if left:
+            detail["undo_left_running"] = left
         if early_ns > 0:
             detail["undone_early_s"] = early_ns / 1e9
         if p.event is not None:
@@ -277,7 +323,8 @@ class FaultRunner:
                 + (f": {said}" if said else "")
         if error is not None:
             self._event(p, "fault-failed", f"{action} after {f.label} failed: {error} (the server may still be "
-                                           f"{'stopped' if f.action == 'stop' else 'down'})", {"error": error})
+                                           f"{'stopped' if f.action == 'stop' else 'down'})",
+                        {"error": error, "stage": "undo"})
 
     def _watch_redundancy(self, p: _Planned) -> None:
         """Once a second after the fault: what the target says of its redundancy (HDFS: blocks short of
@@ -337,13 +384,18 @@ class FaultRunner:
             except Exception:  # noqa: BLE001 - the watchdog's copy is a safety net, not the fault itself
                 pass
 
-    def _missed(self, p: _Planned, t_ns: int) -> None:
+    def _missed(self, p: _Planned, t_ns: int, holder: _Planned | None = None) -> None:
         f = p.fault
-        if p.phase_t0 is None:
+        detail: dict[str, Any] = {}
+        if holder is not None:
+            why = (f"{holder.fault.where} ({holder.fault.label}) held {holder.fault.server} at its moment, "
+                   f"{self._rel(p, t_ns) or 0.0:.2f} s into {f.phase} (one fault at a time per server)")
+            detail = {"held_by": holder.fault.where, "t_start_s": self._rel(p, t_ns)}
+        elif p.phase_t0 is None:
             why = f"the phase {f.phase} did not start"
         else:
             why = f"the phase {f.phase} ended after {(t_ns - p.phase_t0) / 1e9:.2f} s, before the fault's moment"
-        self._event(p, "fault-missed", f"{f.label} did not happen: {why}", {})
+        self._event(p, "fault-missed", f"{f.label} did not happen: {why}", detail)
 
     def _rel(self, p: _Planned, t_ns: int) -> float | None:
         return None if p.phase_t0 is None else (t_ns - p.phase_t0) / 1e9
@@ -363,15 +415,42 @@ class FaultRunner:
         return event
 
 
-def _exec(command: str, timeout: float) -> str:
-    """Run a user's fault command (``/bin/sh -c``); its last output line, or raise with why it failed."""
+def _exec(command: str, timeout: float) -> tuple[str, list[str]]:
+    """Run a user's fault command (``/bin/sh -c``, in a process group of its own, bounded by ``timeout``); what
+    it did in a few words, or raise with why it failed. It is judged by the shell's exit status; what it left
+    running in its group (``sleep 20 &``) is killed as it ends and named: a fault's effect is the state a
+    command leaves (a daemon stopped, a parameter set), never a process that would run on into other cells."""
     try:
-        done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise StorevalError(f"the command did not end within {format_duration(timeout)}") from None
-    out = (done.stdout.strip() or done.stderr.strip()).splitlines()
-    last = redact_text(out[-1][:OUTPUT_CHARS]) if out else ""
-    if done.returncode:
-        raise StorevalError(f"the command exited with {done.returncode}" + (f": {last}" if last else ""))
-    return f"ran {redact_text(command)!r}" + (f" ({last})" if last else "")
+        done = run_bounded(["/bin/sh", "-c", command], timeout)
+    except OSError as e:
+        raise StorevalError(f"the command could not be started: {e.strerror or e}") from None
+    last = redact_text(done.last_line(OUTPUT_CHARS))
+    killed = _left(done.left)
+    if done.timed_out:
+        stuck = "" if done.code is not None else " (it did not end even then: it may be in uninterruptible sleep)"
+        raise StorevalError(f"the command did not end within {format_duration(timeout)}: storeval killed it"
+                            + (f" and {killed}" if killed else "") + stuck
+                            + (f"; its last output: {last}" if last else ""))
+    if done.code:
+        why = f"was killed by {_signal_name(-done.code)}" if done.code < 0 else f"exited with {done.code}"
+        raise StorevalError(f"the command {why}" + (f": {last}" if last else "")
+                            + (f" (storeval killed {killed})" if killed else ""))
+    said = f"ran {redact_text(command)!r}" + (f" ({last})" if last else "") \
+        + (f"; storeval killed {killed} it left running" if killed else "")
+    return said, [f"{redact_text(name)} (pid {pid})" for pid, name in done.left]
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _left(left: list[tuple[int, str]]) -> str:
+    """``2 processes of its group (sleep pid 12, dd pid 13)``; empty when none."""
+    if not left:
+        return ""
+    shown = ", ".join(f"{redact_text(name)} pid {pid}" for pid, name in left[:5])
+    more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+    return f"{len(left)} process{'es' if len(left) > 1 else ''} of its group ({shown}{more})"

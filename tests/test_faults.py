@@ -118,7 +118,9 @@ def test_an_exec_fault_acts_at_its_moment_and_is_undone_after_for(tmp_path):
                                     "fired'; undo after ")
     assert d["t_start_s"] >= 0.5 and d["t_end_s"] - d["t_start_s"] >= 0.7
     fired, undone = float((tmp_path / "fired").read_text()), float((tmp_path / "undone").read_text())
-    assert undone - fired >= 0.7 - 0.01  # the undo ran no sooner than planned (date's resolution aside)
+    # the plan's timing is asserted above on the coordinator's own clock; each `date` stamps after its own fork
+    # and exec, which a busy machine delays by different amounts, so the stamps only show the order and the gap
+    assert undone - fired > 0.35
     (phase,) = doc["cells"][0]["phases"]
     timeline = phase["timeline"]
     assert sum(timeline["bytes"]) == phase["bytes"] == 32 * MiB and sum(timeline["ops"]) == 32
@@ -142,7 +144,8 @@ def test_a_share_of_the_work_fires_when_that_much_is_done(tmp_path):
 
 def test_a_moment_after_the_phase_ended_is_reported_as_missed(tmp_path):
     r = run(tmp_path, study(tmp_path, "[{at: 30s, action: exec, run: 'touch ran'}]", size="4MiB"))
-    assert r.rc == 0, r.err
+    assert r.rc == 1, r.err  # a study that asked for a fault and did not get it is a failed experiment
+    assert any(line.startswith("fault-missed: exec touch ran at 30s into write did not happen") for line in r.err_lines), r.err
     (ev,) = events_of(load_json(tmp_path / "out.json"))
     assert ev["kind"] == "fault-missed"
     assert ev["message"].startswith("exec touch ran at 30s into write did not happen: the phase write ended after ")
@@ -161,7 +164,7 @@ def test_what_is_still_in_force_at_the_cells_end_is_undone_then(tmp_path):
 def test_a_failing_command_is_recorded_and_the_cell_goes_on(tmp_path):
     r = run(tmp_path, study(tmp_path, "[{at: 0.2s, action: exec, run: 'echo no such switch port >&2; exit 3'}]",
                             size="8MiB"))
-    assert r.rc == 0, r.err
+    assert r.rc == 1, r.err  # the fault did not happen: the cell's measurements stand, the experiment failed
     doc = load_json(tmp_path / "out.json")
     (ev,) = events_of(doc)
     assert ev["kind"] == "fault-failed"

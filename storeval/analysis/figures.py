@@ -25,7 +25,7 @@ from .fairness import fairness
 from .links import (link_limits, loss_warnings, link_series, link_traffic, network_event, rtt_rows, rtt_warnings, saturation_warnings,
                     summarize_links, summarize_rtt)
 from .sanity import check, moved
-from .timeline import phase_timeline
+from .timeline import fault_flags, phase_timeline
 from ..stats import Summary, mean_stderr, summarize
 
 MiB = float(1 << 20)
@@ -256,6 +256,7 @@ def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dic
         struck = [e for e in events or () if e.get("phase") == fig.phase
                   and (e.get("detail") or {}).get("iteration", 0) == fig.iteration]
         fig.timeline = phase_timeline(by_step.get((fig.phase, fig.iteration), []), struck)
+        fig.flags += [f for f in fault_flags(struck) if f not in fig.flags]
     network = network_event(events)
     rtt = rtt_rows(network)
     series = link_series(samples or [])

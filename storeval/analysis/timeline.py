@@ -15,6 +15,11 @@ The figures of a fault, from that timeline (1-second resolution — say so besid
 * ``recovered_after_s``: seconds from the fault's undo (or its moment, when nothing undoes it) until the start
   of the first whole second at ≥ 90 % of the baseline; ``recovered: false`` when no whole second after it
   reached that, ``null`` when there was no whole second after it (or no baseline) to judge by.
+
+A fault the study asked for and did not get makes the phase a failed experiment: :func:`fault_flags` flags it
+``fault-missed`` (its moment did not come within the phase, another fault held its server, or its action
+failed) or ``fault-not-undone`` (its undo failed: the server may still be down), and such a flag makes
+``storeval run`` exit 1 (:data:`FAILING_FLAGS`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,27 @@ from ..core.records import NS, PhaseRecord
 MiB = 1 << 20
 RECOVERED_SHARE = 0.9  # back to this share of the baseline counts as recovered
 FAULT_KINDS = ("fault", "fault-failed", "fault-missed")
+FAILING_FLAGS = ("fault-missed", "fault-not-undone")  # a run with one of these did not do what its study asked
+
+
+def fault_flags(events: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The flags of a phase's fault events (``events``: the cell's, of this phase and iteration)."""
+    flags = []
+    missed = "the phase ran without the fault the study asked for"
+    for e in events:
+        d, message = e.get("detail") or {}, str(e.get("message") or "")
+        if e.get("kind") == "fault-missed":
+            flag = {"code": "fault-missed", "message": f"{message}: {missed}"}
+        elif e.get("kind") == "fault-failed":
+            undo = d.get("stage") == "undo" or (d.get("stage") is None and message.startswith(
+                ("cont after ", "start after ", "undo after ")))
+            flag = {"code": "fault-not-undone", "message": message} if undo else \
+                {"code": "fault-missed", "message": f"{message}: {missed}"}
+        else:
+            continue
+        if flag not in flags:
+            flags.append(flag)
+    return flags
 
 
 def phase_timeline(records: list[PhaseRecord], events: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -87,6 +113,8 @@ def fault_figures(event: dict[str, Any], nbytes: list[int], seconds: float,
     out.update(start_s=start, end_s=end)
     if d.get("redundancy"):
         out["redundancy"] = d["redundancy"]
+    if d.get("left_running"):  # what an exec command left in its process group, killed as it ended
+        out["left_running"] = d["left_running"]
     if event["kind"] != "fault" or start is None:
         return out
     # the coordinator hears of a phase's end after its closing barriers: a fault due then strikes a phase whose

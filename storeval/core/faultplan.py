@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..units import UnitError, parse_duration
+from ..units import UnitError, format_share, parse_duration
 
 ACTIONS = ("stop", "cont", "kill", "start", "restart", "exec")
 UNDO = {"stop": "cont", "kill": "start"}  # what ``for`` undoes a server action with
@@ -47,7 +47,7 @@ class Fault:
 
     @property
     def when(self) -> str:
-        return f"{self.at_share:.0%} of" if self.at_share is not None else f"{format_duration(self.at_s or 0.0)} into"
+        return f"{format_share(self.at_share)} of" if self.at_share is not None else f"{format_duration(self.at_s or 0.0)} into"
 
     @property
     def subject(self) -> str:
@@ -209,3 +209,53 @@ def parse_plan(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds:
         raise InputError(f"{where}: {_show(raw)} is not a list of faults (write {where}: [{{at: 10s, action: "
                          "stop, server: NAME, for: 10s}}])")
     return [parse_fault(item, f"{where}[{i}]", phases, bounds, workload) for i, item in enumerate(raw)]
+
+
+def handles_overlap(a: str | None, b: str | None) -> bool:
+    """Whether two fault handles reach a common process: the same handle, or a whole server and one of its
+    nodes (``minio-ec`` and ``minio-ec.node2``)."""
+    if not a or not b:
+        return False
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _may_share_a_cell(a: Fault, b: Fault) -> bool:
+    return a.phase == b.phase and (a.target is None or b.target is None or a.target == b.target) and \
+        (a.workload is None or b.workload is None or a.workload == b.workload)
+
+
+def _window(f: Fault) -> tuple[float, float]:
+    """[moment, moment + for] in seconds of the phase: what it does, until it is undone (a fault without
+    ``for`` is an instant; the next fault on its server acts on the state it left)."""
+    at = f.at_s or 0.0
+    return at, at + (f.for_s or 0.0)
+
+
+def check_overlaps(faults: list[Fault]) -> None:
+    """Refuse (one line naming both faults) two server faults of one phase whose times in seconds overlap on
+    one server or node: the second would act on a server the first holds, and the timeline would show one
+    fault's effect as the other's. Faults placed at a share of the work, or in different phases, cannot be
+    placed in advance: :class:`storeval.faults.FaultRunner` refuses them as they come (``fault-missed``)."""
+    timed = [f for f in faults if f.action != "exec" and f.at_s is not None]
+    seen: dict[str, Fault] = {}
+    for f in timed:
+        seen.setdefault(f.where, f)
+    timed = sorted(seen.values(), key=lambda f: (_window(f), f.where))
+    for i, a in enumerate(timed):
+        a0, a1 = _window(a)
+        for b in timed[i + 1:]:
+            b0, b1 = _window(b)
+            if b0 > a1:
+                break
+            if not (_may_share_a_cell(a, b) and handles_overlap(a.server, b.server)):
+                continue
+            where = "the same server" if a.server == b.server else " and its part ".join(
+                sorted((a.server or "", b.server or ""), key=len))
+            if a.for_s:
+                end = f"{format_duration(round(a1, 3))} into {a.phase}"
+                how = f"{a.where} holds it until {end}; one fault at a time per server (move {b.where}.at past " \
+                      f"{end}, or shorten {a.where}.for)"
+            else:
+                how = f"both act at {format_duration(a0)} into {a.phase}; one fault at a time per server (give " \
+                      f"{b.where}.at another moment)"
+            raise InputError(f"{b.where}: {b.label} overlaps {a.where} ({a.label}) on {where}: {how}")

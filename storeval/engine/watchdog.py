@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 
 from ..core.cell import Cell
-from ..core.process import alive
+from ..core.process import alive, run_bounded
 from ..redact import redact_text, visible
 from ..units import plural
 
@@ -333,11 +333,10 @@ def _undo(state: dict[str, Any], key: str) -> str:
     undone (storeval/systems.py). What it said, in a few words."""
     done, failed = [], []
     for item in state.get(key) or []:
-        try:
-            r = subprocess.run(item["argv"], capture_output=True, timeout=float(item.get("timeout") or 60),
-                               stdin=subprocess.DEVNULL)
-            (done if r.returncode == 0 else failed).append(item.get("what", "undo"))
-        except (OSError, subprocess.SubprocessError, KeyError, TypeError, ValueError):
+        try:  # in a process group of its own, killed whole at its timeout and when it ends (core/process.py)
+            r = run_bounded(list(item["argv"]), float(item.get("timeout") or 60))
+            (done if r.code == 0 and not r.timed_out else failed).append(item.get("what", "undo"))
+        except (OSError, KeyError, TypeError, ValueError):
             failed.append(item.get("what", "undo") if isinstance(item, dict) else "undo")
     words = []
     if done:

@@ -158,6 +158,69 @@ def wait_until(check, timeout: float, what: str, *, log: Path | None = None, int
     raise TestbedError(f"{what} did not become ready within {timeout:g} s{hint}")
 
 
+READY_QUIET = 120.0  # seconds a starting server may make no progress (beyond the time it waited for a CPU)
+READY_CAP = 900.0  # seconds a start may take in all, however it progresses
+
+
+def cpu_waits(procs: list[Proc]) -> dict[str, int]:
+    """Each thread of ``procs``: the nanoseconds it has spent runnable but waiting for a CPU (schedstat)."""
+    out = {}
+    for proc in procs:
+        try:
+            tasks = os.listdir(f"/proc/{proc.pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{proc.pid}/task/{tid}/schedstat", "rb") as f:
+                    out[tid] = int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def held_back_s(before: dict[str, int], procs: list[Proc]) -> float:
+    """How long a busy machine has held the server back since ``before`` (``cpu_waits``): the longest any one
+    of its threads has waited for a CPU since."""
+    now = cpu_waits(procs)
+    return max((ns - before.get(tid, 0) for tid, ns in now.items()), default=0) / 1e9
+
+
+def _log_bytes(procs: list[Proc]) -> int:
+    total = 0
+    for proc in procs:
+        try:
+            total += os.stat(proc.log).st_size
+        except (OSError, TypeError, ValueError):
+            pass
+    return total
+
+
+def wait_progressing(check, what: str, procs: list[Proc], *, stage=lambda: None, quiet: float = READY_QUIET,
+                     cap: float = READY_CAP, log: Path | None = None, interval: float = 0.2, why=lambda: "") -> None:
+    """Poll ``check()`` until it is true. A busy machine slows a starting server without stopping it, so the
+    deadline follows progress instead of a guess about wall time: it gives up only after ``quiet`` seconds
+    without progress — a step of the start reached (``stage()`` changed) or a log of ``procs`` grown — plus
+    the time the server waited for a CPU meanwhile, or after ``cap`` seconds in all. TestbedError in one line
+    naming ``what``, what it still waits for (``why()``) and the log."""
+    start = time.monotonic()
+    mark, since, waits = (stage(), _log_bytes(procs)), start, cpu_waits(procs)
+    while True:
+        if check():
+            return
+        now = time.monotonic()
+        token = (stage(), _log_bytes(procs))
+        if token != mark:
+            mark, since, waits = token, now, cpu_waits(procs)
+        if now - start >= cap or now - since >= quiet + held_back_s(waits, procs):
+            break
+        time.sleep(interval)
+    still = why()
+    hint = f"; see {log}" if log else ""
+    after = f"within {cap:g} s" if now - start >= cap else f"(no progress for {now - since:.0f} s)"
+    raise TestbedError(f"{what} did not become ready {after}" + (f": {still}" if still else "") + hint)
+
+
 @dataclass
 class Proc:
     """A process the testbed started: enough to find it again, and only it."""
@@ -539,10 +602,15 @@ class Server(ABC):
         if "stopped" in conditions:
             pids = " ".join(str(p.pid) for p, c in zip(self.state.procs, conditions) if c == "stopped")
             return "FROZEN", f"`kill -CONT {pids}` resumes it"
-        closed = [f"{k} {v}" for k, v in self.state.ports.items() if not port_open(v, self.address)]
+        closed = self.closed_ports()
         if closed:
             return "NOT ANSWERING", f"port {', '.join(closed)} accepts no connection"
         return "running", ""
+
+    def closed_ports(self) -> list[str]:
+        """``NAME PORT`` of each port the server was given that accepts no connection now (readiness waits until
+        there is none, so `status` right after `up` finds it answering)."""
+        return [f"{k} {v}" for k, v in self.state.ports.items() if not port_open(v, self.address)]
 
     def fault_nodes(self) -> list[FaultNode]:
         """The parts of this server a fault plan can act on alone (:mod:`.faults` adds ``<kind>.<name>``

@@ -35,12 +35,14 @@ from ..drivers.sigv4 import authorization, signing_key
 from .base import (
     HOST_HELP,
     LOCALHOST,
+    READY_QUIET,
     Proc,
     Server,
     TestbedError,
     TestbedOptionError,
     in_netns,
     port_open,
+    wait_progressing,
     wait_until,
 )
 from .gobuild import MINIO_VERSION, WARP_VERSION, install_minio, install_warp
@@ -312,26 +314,51 @@ class MinioServer(Server):
     def ready(self) -> bool:
         return _http_status(self.state.ports["api"], "/minio/health/live", host=self.address) == 200
 
-    def wait_ready(self, timeout: float = 120) -> None:
-        start = time.monotonic()
-        super().wait_ready(timeout)
+    def wait_ready(self, timeout: float = READY_QUIET) -> None:
+        """Wait until it is ready as `status` judges it: every process answers, the bucket exists, every
+        port it was given accepts connections (the console opens after the API, later still on a busy
+        machine), and (erasure-coded) every node takes writes. Progress-based (``wait_progressing``):
+        ``timeout`` is how long it may make no progress beyond the time it waited for a CPU; a process that
+        exits fails it at once. One TestbedError line saying what it still waited for."""
         access, secret = self.credentials()
-        last: list[TestbedError] = []
+        steps = ("answers", "bucket", "ports", "writes")
+        reached = [0]
+        why = [""]
 
-        def bucket() -> bool:
-            try:
-                create_bucket(self.endpoint, access, secret, BUCKET)
-                return True
-            except TestbedError as e:  # e.g. XMinioServerNotInitialized while a cluster is forming
-                last[:] = [e]
+        def check() -> bool:
+            for p in self.state.procs:
+                if not p.alive():
+                    raise TestbedError(f"{self.kind}: {p.name} exited while starting; see {p.log}")
+            if reached[0] == 0:
+                if not self.ready():
+                    why[0] = "it does not answer its health check"
+                    return False
+                reached[0] = 1
+            if reached[0] == 1:
+                try:
+                    create_bucket(self.endpoint, access, secret, BUCKET)
+                except TestbedError as e:  # e.g. XMinioServerNotInitialized while a cluster is forming
+                    why[0] = f"bucket {BUCKET}: {e}"
+                    return False
+                self.state.info["bucket"] = BUCKET
+                reached[0] = 2
+            if reached[0] == 2:
+                closed = self.closed_ports()
+                if closed:
+                    why[0] = f"port {', '.join(closed)} accepts no connection"
+                    return False
+                reached[0] = 3
+            if not self._takes_writes():
+                why[0] = "not every node takes writes yet"
                 return False
+            return True
 
-        try:
-            wait_until(bucket, max(10.0, timeout - (time.monotonic() - start)), f"{self.kind}: bucket {BUCKET}",
-                       log=self._logs()[0], interval=0.5)
-        except TestbedError as e:
-            raise TestbedError(f"{e} ({last[0]})" if last else str(e)) from None
-        self.state.info["bucket"] = BUCKET
+        wait_progressing(check, self.kind, self.state.procs, stage=lambda: steps[reached[0]], quiet=timeout,
+                         log=self._logs()[0], interval=0.3, why=lambda: why[0])
+
+    def _takes_writes(self) -> bool:
+        """Hook: whether every node takes writes (the erasure-coded cluster; one server does once it answers)."""
+        return True
 
     def targets(self) -> dict[str, dict[str, Any]]:
         return {self.target_name: {"url": f"s3://{BUCKET}/testbed", "endpoint": self.endpoint, "region": REGION,
@@ -538,10 +565,8 @@ class MinioECServer(MinioServer):
         wait_until(check, timeout, f"{self.kind}: writes through nodes {', '.join(map(str, ids))}",
                    log=Path(self._node(ids[0])["log"]), interval=0.5)
 
-    def wait_ready(self, timeout: float = 120) -> None:
-        start = time.monotonic()
-        super().wait_ready(timeout)
-        self.wait_writable(max(10.0, timeout - (time.monotonic() - start)))
+    def _takes_writes(self) -> bool:
+        return all(self.writable(i) for i in self._node_ids())
 
     def _node(self, i: int) -> dict[str, Any]:
         nodes = self.state.info.get("nodes", [])
@@ -569,7 +594,8 @@ class MinioECServer(MinioServer):
         def up() -> bool:
             if not proc.alive():
                 raise TestbedError(f"{self.kind}: node {i} exited while restarting; see {log}")
-            return _http_status(node["port"], "/minio/health/live", host=self.address) == 200
+            return _http_status(node["port"], "/minio/health/live", host=self.address) == 200 \
+                and port_open(node["console_port"], self.address)
 
         start = time.monotonic()
         wait_until(up, timeout, f"{self.kind} node {i}", log=log)
