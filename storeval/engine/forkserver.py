@@ -12,7 +12,9 @@ from .. import interrupts
 
 def client_context() -> Any:
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["storeval.engine.clients"])
+    # uproot and awkward too: the workloads import them on first use (storeval.lazy), and a client must not pay
+    # that import where it could fall inside a timed region
+    ctx.set_forkserver_preload(["storeval.engine.clients", "awkward", "uproot"])
     return ctx
 
 

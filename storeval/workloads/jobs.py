@@ -42,7 +42,6 @@ import time
 from typing import Annotated, Any
 
 import numpy as np
-import uproot
 from pydantic import Field, model_validator
 
 from ..core.oplog import OpLog, PhaseRecorder
@@ -52,7 +51,7 @@ from ..probes.cache import fits_in_ram
 from ..units import format_size, plural
 from .bandwidth import make_durable, warn_write_back
 from .base import Best, Chart, ClientContext, Figure, Need, Needs, Report, Scaling, Workload, param, summary_text
-from .rootfiles import COMPRESSIONS, TREE, ensure_dataset, read_manifest
+from .rootfiles import COMPRESSIONS, TREE, ensure_dataset, read_manifest, uproot
 from .skim import (SKIM_PROCESS_BYTES, EventParams, SkimIO, baskets, burn_cpu, cluster_arrays, open_tree,
                    select_branches, tree_clusters)
 

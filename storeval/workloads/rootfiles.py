@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import awkward as ak
 import numpy as np
-import uproot
 
 from ..drivers.base import Driver, join
+from ..lazy import lazy
 from ..units import format_size, plural
+
+ak = lazy("awkward")
+uproot = lazy("uproot")
 
 SCHEMA_VERSION = 2  # 2: the directory's hash leaves out the file count and covers the layout
 TREE = "Events"

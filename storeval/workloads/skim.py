@@ -26,7 +26,6 @@ import time
 from typing import Annotated, Any, Literal
 
 import numpy as np
-import uproot
 from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
@@ -35,7 +34,7 @@ from ..fields import Duration, Size
 from ..probes.cache import fits_in_ram, process_read_bytes
 from ..units import format_size, plural, sig
 from .base import Best, Chart, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param, summary_text
-from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest
+from .rootfiles import TREE, GenParams, ensure_dataset, read_manifest, uproot
 
 MiB = float(1 << 20)
 SKIM_PROCESS_BYTES = 64 << 20  # a client that imported uproot and awkward and skims (measured: 55 MiB USS, 66 MiB PSS)
