@@ -126,6 +126,22 @@ def pytest_sessionstart(session):
         reporter.write_line(f"test environment ({time.monotonic() - t0:.0f} s): " + "; ".join(lines))
 
 
+# ------------------------------------------------------------------------------------------------ time limits
+# Every test is bounded (pyproject: timeout = 900 s, pytest-timeout), so a hang names itself. These files run whole
+# studies or bring servers up inside one test, whose own subprocess bounds add up past that on a busy machine; they
+# get a longer limit (a test's own @pytest.mark.timeout wins).
+LONG_TESTS_S = {"test_readme.py": 2400, "test_seed_studies.py": 2400, "test_network_studies.py": 2400,
+                "test_fault_studies.py": 2400, "test_replay_real.py": 2400, "test_testbed_cli.py": 2400,
+                "test_testbed_ceph.py": 2400, "test_command.py": 2400, "test_native_crate.py": 1800}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        limit = LONG_TESTS_S.get(item.path.name)
+        if limit and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(limit))
+
+
 # ------------------------------------------------------------------------------------------------ skip policy
 # A skipped test is not a passed one. In a strict run (CI=true, STOREVAL_STRICT_SKIPS=1, or --strict-skips) a skip
 # is an error unless its reason matches a line of tests/skips-allowed.txt: a missing required part (the native
