@@ -31,6 +31,22 @@ def storeval(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def kernel_offers_io_uring() -> bool:
+    """Whether the kernel offers io_uring, asked of the kernel, not of storeval: the sysctl absent (kernels before
+    6.6: on) or 0 (1 limits it to a group, 2 disables it)."""
+    try:
+        return Path("/proc/sys/kernel/io_uring_disabled").read_text().strip() == "0"
+    except FileNotFoundError:
+        return True
+
+
+def io_uring_expected() -> bool:
+    """io_uring is a required part of the suite: its engine must run wherever a test asks for it, and a host that
+    refuses it (kernel.io_uring_disabled, a seccomp filter) turns the run red. Only a person who knows the host
+    lacks it says so: STOREVAL_TEST_WITHOUT_IO_URING=1 (the tests then expect the threads engine instead)."""
+    return os.environ.get("STOREVAL_TEST_WITHOUT_IO_URING", "").strip() not in ("1", "true", "yes")
+
+
 def load_json(path: str | os.PathLike) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from storeval.drivers import make_driver
@@ -13,7 +15,7 @@ from storeval.errors import StorevalError
 from storeval.workloads.bandwidth import Bandwidth, BandwidthParams
 from storeval.workloads.base import ClientContext
 
-from .helpers import InProcessComm, leftovers, load_json, storeval
+from .helpers import InProcessComm, io_uring_expected, leftovers, load_json, storeval
 
 MiB = 1 << 20
 
@@ -25,9 +27,23 @@ def run_json(tmp_path: Path, *args: str) -> dict:
     return load_json(out)
 
 
+def stored_times(tmp_path: Path) -> dict[tuple[int, str], list[tuple[int, int, int]]]:
+    """(cell, phase) → each client's (rank, start_ns, end_ns) as the store holds them: the raw clock readings the
+    figures are computed from."""
+    out: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+    with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
+        for cell, phase, rank, start, end in con.execute(
+                "SELECT cell_id, phase, rank, start_ns, end_ns FROM records ORDER BY cell_id, phase, rank").fetchall():
+            out.setdefault((cell, phase), []).append((rank, start, end))
+    return out
+
+
 def test_issue_check_bytes_bandwidth_percentiles_and_cleanup(tmp_path, target):
+    t0 = time.perf_counter_ns()  # CLOCK_MONOTONIC, the clock of storeval's records too
     doc = run_json(tmp_path, "--target", f"file://{target}", "--workload", "bandwidth", "--clients", "1,2",
                    "--set", "file_size=32MiB", "--set", "transfer_size=1MiB")
+    t1 = time.perf_counter_ns()
+    times = stored_times(tmp_path)
     assert [c["clients"] for c in doc["cells"]] == [1, 2]
     for cell in doc["cells"]:
         assert cell["status"] == "ok"
@@ -37,16 +53,39 @@ def test_issue_check_bytes_bandwidth_percentiles_and_cleanup(tmp_path, target):
             assert ph["bytes"] == n * 32 * MiB
             assert ph["ops"] == n * 32
             assert ph["bandwidth_MiBps"] > 0 and ph["stonewall_MiBps"] > 0 and ph["ops_per_s"] > 0
+            assert ph["io_engines"] == ["psync"]  # a local file at iodepth 1: native pread/pwrite
             lat = ph["latency_us"]
             assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
             assert [c["rank"] for c in ph["client_stats"]] == list(range(n))
             assert all(c["bytes"] == 32 * MiB and c["ops"] == 32 and c["MiBps"] > 0 and c["cpu_seconds"] >= 0
                        for c in ph["client_stats"])
-            # the aggregate is IOR's: all bytes over the span from first start to last end
-            span = ph["bytes"] / MiB / ph["bandwidth_MiBps"]
-            assert span == pytest.approx(ph["seconds"], rel=1e-9)
-            assert span >= max(c["seconds"] for c in ph["client_stats"]) * 0.999
+            # the aggregate is IOR's: the bytes asked for (n × 32 MiB) over the span from the first client's start
+            # to the last one's end, as the clients' clocks read them — readings that lie inside this test's
+            # own bracket around the run
+            clients = times[cell["cell"], ph["phase"]]
+            first, last = min(t[1] for t in clients), max(t[2] for t in clients)
+            assert t0 < first < last < t1
+            assert ph["seconds"] == pytest.approx((last - first) / 1e9, rel=1e-9)
+            assert ph["bandwidth_MiBps"] == pytest.approx(n * 32 / ((last - first) / 1e9), rel=1e-9)
+            for c, (rank, start, end) in zip(ph["client_stats"], clients):
+                assert c["rank"] == rank and c["MiBps"] == pytest.approx(32 / ((end - start) / 1e9), rel=1e-9)
     assert os.listdir(target) == []
+
+
+def test_a_target_of_known_speed_measures_that_speed(tmp_path):
+    """The null target paced to 16 MiB/s per client (sleeps: a busy host does not slow it, a fast one cannot
+    beat it): 8 MiB take each client 0.5 s, so two clients move 32 MiB/s — never more; on a busy host the
+    last wake-up and the barriers may add a little to the span, never a fifth of it."""
+    study = tmp_path / "s.yaml"
+    study.write_text("targets:\n  t: {url: 'null://t', rate: 16MiB/s}\n"
+                     "workloads:\n  bw: {bandwidth: {file_size: 8MiB, transfer_size: 256KiB}}\n")
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study), "--clients", "2", "--json", str(out), "--quiet", "--no-html", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    for ph in load_json(out)["cells"][0]["phases"]:
+        assert ph["bytes"] == 16 * MiB and ph["ops"] == 64
+        assert 0.8 * 32 <= ph["bandwidth_MiBps"] <= 32 and 0.5 <= ph["seconds"] <= 0.625
+        assert all(0.8 * 16 <= c["MiBps"] <= 16 for c in ph["client_stats"])
 
 
 def test_every_phase_and_random_orders_touch_each_block_once(tmp_path, target):
@@ -59,6 +98,7 @@ def test_every_phase_and_random_orders_touch_each_block_once(tmp_path, target):
     for ph in cell["phases"]:
         assert ph["status"] == "ok"
         assert ph["bytes"] == 2 * 4 * MiB and ph["ops"] == 2 * 64
+        assert ph["io_engines"] == ["io_uring" if io_uring_expected() else "threads"]  # iodepth 3, native
     assert leftovers(target) == []
 
 
@@ -130,11 +170,25 @@ def test_payload_is_incompressible_and_never_repeats(target):
     assert len(blocks) == len(data) // 4096  # no two 4 KiB blocks alike: deduplication finds nothing
 
 
+def stored_extras(tmp_path: Path) -> dict[tuple[str, int], dict]:
+    """(phase, rank) → the record's extra (what the client's kernel counters and the workload said of it)."""
+    import json
+
+    with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
+        return {(phase, rank): json.loads(extra)
+                for phase, rank, extra in con.execute("SELECT phase, rank, extra FROM records").fetchall()}
+
+
 def test_reads_first_lay_out_the_data_untimed(tmp_path, target):
     doc = run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--set", "file_size=1MiB",
                    "--set", "transfer_size=4KiB", "--set", "phases=randread", "--set", "verify=true", "--clients", "2")
     (ph,) = doc["cells"][0]["phases"]
     assert ph["phase"] == "randread" and ph["bytes"] == 2 * MiB and ph["ops"] == 2 * 256
+    # the data was laid out (verify read back what was written) but not inside the timed window: each client's
+    # kernel counters (/proc/self/io) over its timed phase saw its MiB read and none of the MiB it wrote
+    for rank in (0, 1):
+        io = stored_extras(tmp_path)["randread", rank]["proc_io"]
+        assert io["rchar"] >= MiB and io["wchar"] < 64 * 1024, io
 
 
 @pytest.fixture
@@ -161,11 +215,61 @@ def test_direct_io_falls_back_with_a_warning_where_refused(tmp_path, ramfs):
     assert os.listdir(ramfs) == []
 
 
+O_ACCMODE = 0o3
+
+
+def open_flags_while_running(target: Path, args: list[str], cwd: Path) -> tuple[int, dict[str, set[int]]]:
+    """Run storeval and, while it runs, read the open flags of every descriptor its processes hold on a file
+    in ``target`` (/proc/PID/fdinfo, the kernel's own record of how the file was opened): (rc, path → flags)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    seen: dict[str, set[int]] = {}
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", *args], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None:
+            try:
+                pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for pid in pids:
+                try:
+                    for fd in os.listdir(f"/proc/{pid}/fd"):
+                        path = os.readlink(f"/proc/{pid}/fd/{fd}")
+                        if path.startswith(f"{target}/"):
+                            with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
+                                flags = next(int(line.split()[1], 8) for line in f if line.startswith("flags:"))
+                            seen.setdefault(os.path.basename(path), set()).add(flags)
+                except (FileNotFoundError, ProcessLookupError, StopIteration):
+                    pass  # the process or descriptor ended while being read
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return proc.returncode, seen
+
+
 def test_direct_io_works_where_supported(tmp_path, target):
-    doc = run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--set", "file_size=2MiB",
-                   "--set", "transfer_size=4KiB", "--set", "direct=true", "--set", "phases=write,randread")
+    """direct=true: no warning, and every descriptor a client held on its data file had O_DIRECT set, as the
+    kernel reports it while the phases run (each phase stonewalled at 0.5 s, so the files stay open to be seen)."""
+    out = tmp_path / "out.json"
+    rc, flags = open_flags_while_running(target, [
+        "--target", str(target), "--workload", "bandwidth", "--set", "file_size=64MiB", "--set", "transfer_size=4KiB",
+        "--set", "direct=true", "--set", "phases=write,randread", "--set", "deadline=0.5s", "--clients", "1",
+        "--json", str(out), "--quiet", "--no-html"], tmp_path)
+    assert rc == 0
+    doc = load_json(out)
     for ph in doc["cells"][0]["phases"]:
-        assert ph["warnings"] == [] and ph["bytes"] == 2 * MiB
+        assert ph["status"] == "ok" and ph["bytes"] > 0
+        assert ph["warnings"] == []
+    assert set(flags) == {"bw.0"}, flags  # the client's file was seen open, and only it
+    assert all(f & os.O_DIRECT for f in flags["bw.0"]), [oct(f) for f in flags["bw.0"]]  # 0o40000 on x86-64
+    assert {f & O_ACCMODE for f in flags["bw.0"]} == {os.O_WRONLY, os.O_RDONLY}  # written, then read
+    assert stored_extras(tmp_path)["randread", 0]["cache"]["client"] == "direct"  # and the record says so
 
 
 def test_storeval_never_touches_files_it_did_not_create(tmp_path, target):

@@ -96,15 +96,21 @@ def test_a_target_20_percent_slower_is_called_worse_with_an_interval_that_holds_
 
 
 def test_confidence_and_min_effect_are_checked_in_one_line(runs):
-    r = storeval("compare", "A", "B", "--confidence", "0.99", "--json", "c99.json", cwd=runs)
-    assert r.rc == 0, r.err
-    c99 = load_json(runs / "c99.json")
-    c95 = load_json(runs / "slower.json") if (runs / "slower.json").exists() else None
+    # both confidences compared here, each into its own file: nothing read from another test's output
+    for level, name in (("0.95", "c95.json"), ("0.99", "c99.json")):
+        r = storeval("compare", "A", "B", "--confidence", level, "--json", name, cwd=runs)
+        assert r.rc == 0, r.err
+    c95, c99 = load_json(runs / "c95.json"), load_json(runs / "c99.json")
+    assert c95["confidence"] == 0.95 and "95% confidence interval" in c95["rule"]
     assert c99["confidence"] == 0.99 and "99% confidence interval" in c99["rule"]
-    if c95 is not None:  # a higher confidence, a wider interval
-        for x, y in zip(c95["changes"], c99["changes"]):
-            if x["interval_percent"] and x["interval_percent"][0] != x["interval_percent"][1]:
-                assert y["interval_percent"][0] < x["interval_percent"][0]
+    # a higher confidence, a wider interval: the same figures in the same order, every spread one wider below
+    assert [(x["phase"], x["figure"]) for x in c95["changes"]] == [(y["phase"], y["figure"]) for y in c99["changes"]]
+    spread = [(x, y) for x, y in zip(c95["changes"], c99["changes"])
+              if x["interval_percent"] and x["interval_percent"][0] != x["interval_percent"][1]]
+    assert spread  # five repetitions of a paced target: the rate figures have an interval
+    for x, y in spread:
+        (low95, high95), (low99, high99) = x["interval_percent"], y["interval_percent"]
+        assert low99 < low95 and high99 > high95
     for option, value, message in (
             ("--confidence", "150%", "error: --confidence '150%' is not a percentage from 50 to 99.99 % (e.g. "
                                      "--confidence 95%)"),

@@ -177,10 +177,64 @@ def test_outlier_repetitions_are_flagged_and_can_be_excluded():
     assert summarize_run(same)[0].outliers == []
 
 
-def test_terminal_states_when_outliers_are_excluded(tmp_path, target):
-    run(tmp_path, "--target", str(target), "--workload", "bandwidth", "--set", "file_size=1MiB", "--repetitions", "3",
-        "--clients", "1")
-    r = storeval("report", "--exclude-outliers", cwd=tmp_path)
-    assert r.rc == 0
+STOP_ONE_REPETITION = """\
+import os, pathlib, signal, sys
+
+import psutil
+
+here = pathlib.Path(sys.argv[1])
+stopped = here / "stopped"
+if sys.argv[2] == "cont":  # the fault's undo: continue what was stopped (nothing in other repetitions)
+    for pid in stopped.read_text().split() if stopped.exists() else []:
+        os.kill(int(pid), signal.SIGCONT)
+    stopped.unlink(missing_ok=True)
+    sys.exit(0)
+count = here / "count"
+n = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(n))
+if n == 2:  # the second repetition: stop its clients, the processes this run's coordinator started
+    study = str(here / "s.yaml")
+    (coordinator,) = [p for p in psutil.Process().parents() if study in p.cmdline()]  # this run's, no other
+    clients = [p for p in coordinator.children(recursive=True) if p.name() == "storeval-client"]
+    assert clients, "no client of this run to stop"
+    stopped.write_text(" ".join(str(p.pid) for p in clients))
+    for p in clients:
+        os.kill(p.pid, signal.SIGSTOP)
+"""
+
+
+def test_terminal_states_when_outliers_are_excluded(tmp_path):
+    """Three repetitions on a target of known speed (null, paced to 8 MiB/s); in the second, a fault stops the
+    client 0.1 s into its 1 s write for 2 s. That repetition is the outlier: flagged and kept by default, left
+    out with --exclude-outliers, and the report says which it did — in the table's caption and in the JSON."""
+    import sys
+
+    script = tmp_path / "stop.py"
+    script.write_text(STOP_ONE_REPETITION)
+    cmd = f"{sys.executable} {script} {tmp_path}"
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({
+        "targets": {"t": {"url": "null://t", "rate": "8MiB/s"}},
+        "workloads": {"bw": {"bandwidth": {"file_size": "8MiB", "transfer_size": "256KiB", "phases": ["write"]},
+                             "faults": [{"at": "100ms", "phase": "write", "action": "exec", "run": f"{cmd} stop",
+                                         "undo": f"{cmd} cont", "for": "2s"}]}}}))
+    doc = run(tmp_path, str(study), "--repetitions", "3", "--clients", "1", "--no-html")
+    rates = [c["phases"][0]["bandwidth_MiBps"] for c in doc["cells"]]
+    assert [c["repetition"] for c in doc["cells"]] == [0, 1, 2]
+    assert rates[1] < 8 / 2 and all(0.8 * 8 <= rates[i] <= 8 for i in (0, 2)), rates  # paced: 8 MiB/s at most
+    (kept,) = [x for x in doc["summary"] if x["phase"] == "write"]
+    assert [o["cell"] for o in kept["outliers"]] == [doc["cells"][1]["cell"]] and not kept["outliers_excluded"]
+    assert kept["bandwidth_MiBps"]["n"] == 3 and kept["bandwidth_MiBps"]["min"] == rates[1]
+    r = storeval("report", "--exclude-outliers", "--json", "excluded.json", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    (excluded,) = [x for x in load_json(tmp_path / "excluded.json")["summary"] if x["phase"] == "write"]
+    assert excluded["outliers_excluded"] and excluded["bandwidth_MiBps"]["n"] == 2
+    assert excluded["bandwidth_MiBps"]["mean"] == pytest.approx((rates[0] + rates[2]) / 2)
+    text = " ".join(r.out.split())
+    assert ("Outlier repetitions are EXCLUDED from these figures (--exclude-outliers); a repetition is an "
+            "outlier") in text
     r = storeval("report", cwd=tmp_path)
-    assert r.rc == 0 and "mean ± stderr over 3 repetitions" in r.out
+    assert r.rc == 0, r.err
+    text = " ".join(r.out.split())
+    assert "mean ± stderr over 3 repetitions" in text and "EXCLUDED" not in text
+    assert "Outlier repetitions are flagged and still included; a repetition is an outlier" in text

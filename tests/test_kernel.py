@@ -22,8 +22,18 @@ from storeval.workloads.bandwidth import Bandwidth, BandwidthParams
 from storeval.workloads.base import ClientContext
 from storeval.workloads.metadata import Metadata, MetadataParams
 
+from .helpers import io_uring_expected
+
 native = pytest.mark.skipif(kernel._native is None, reason="storeval._native not built (no Rust toolchain)")
 KiB = 1024
+
+
+URING = "io_uring" if io_uring_expected() else "threads"
+
+
+def ran(engine: str, depth: int) -> str:
+    """The engine that must run the timed loop when ``engine`` is asked for at ``depth``."""
+    return {"python": "python", "psync": "psync" if depth == 1 else "threads", "io_uring": URING}[engine]
 
 
 class Comm:
@@ -106,10 +116,7 @@ def test_native_does_what_python_does(tmp_path, case, engine, depth):
     assert _strip_engine(got) == _strip_engine(ref)
     assert got_files == ref_files  # byte for byte: the stamps are the Python payload's
     assert {e for *_, e, _ in ref.values()} == {"python"}
-    want = {"psync": "psync" if depth == 1 else "threads", "io_uring": "io_uring"}[engine]
-    if engine == "io_uring" and not kernel.io_uring_available():
-        want = "threads"
-    assert {e for *_, e, _ in got.values()} == {want}
+    assert {e for *_, e, _ in got.values()} == {ran(engine, depth)}
 
 
 @native
@@ -118,7 +125,7 @@ def test_auto_picks_native_for_local_files_and_python_elsewhere(tmp_path):
     assert seen[0, "write"][2] == "psync"
     seen, _ = _bandwidth(tmp_path / "b", "auto", file_size=64 * KiB, transfer_size=4 * KiB, phases=["write"],
                          iodepth=8)
-    assert seen[0, "write"][2] == ("io_uring" if kernel.io_uring_available() else "threads")
+    assert seen[0, "write"][2] == URING
     assert kernel.choose_engine("auto", None, 4) == ("python", None)
     engine, why = kernel.choose_engine("io_uring", None, 4)
     assert engine == "python" and "not available" in why
@@ -137,7 +144,7 @@ def test_verify_mismatch_is_caught_by_every_engine(tmp_path, engine, depth):
                         iodepth=depth)
     wl, c = Bandwidth(p), _client(f"file://{d}")
     wl.prepare(c)
-    _phase(wl, c, "write")
+    assert _phase(wl, c, "write").record(0).extra["io_engine"] == ran(engine, depth)
     bad = 5 * ts + 700  # inside a sector's data, past its tag
     for where in (bad, 9 * ts + 512 + 3):  # then inside a tag
         data = bytearray((d / "bw.0").read_bytes())
@@ -150,7 +157,7 @@ def test_verify_mismatch_is_caught_by_every_engine(tmp_path, engine, depth):
                 wl.run_phase(c, "read", rec)
         finally:
             STOP.clear()  # a failing thread stops its siblings (the engine ends the client after it)
-        assert rec.errors == {"VerifyError": 1}
+        assert rec.errors == {"VerifyError": 1} and rec.extra["io_engine"] == ran(engine, depth)
         data[where] ^= 0xFF
         (d / "bw.0").write_bytes(bytes(data))
 
@@ -163,8 +170,9 @@ def test_stonewall_deadline_then_wear_out(tmp_path, engine):
     depth = 1 if engine != "io_uring" else 4
     seen, files = _bandwidth(tmp_path / engine, engine, file_size=64 * KiB, transfer_size=4 * KiB,
                              phases=["write", "read"], deadline=1e-9, iodepth=depth, verify=True)
-    written, ops, _, stonewalled = seen[0, "write"]
+    written, ops, used, stonewalled = seen[0, "write"]
     assert stonewalled == ops == depth and written == depth * 4 * KiB
+    assert used == seen[0, "read"][2] == ran(engine, depth)
     assert seen[0, "read"][:2] == (written, ops)
     assert len(files["bw.0"]) == written
 
@@ -220,6 +228,8 @@ def test_native_errors_are_the_python_errors(tmp_path):
 
 @native
 def test_null_engine_counts_like_the_null_driver():
+    """The native null loop counts what the Python loop does through the null driver, and times every
+    operation: one latency per operation, each within the phase, the percentiles in order inside [min, max]."""
     seen = {}
     for engine in ("python", "auto"):
         p = BandwidthParams(file_size=1 << 20, transfer_size=4 * KiB, phases=["write", "randread"], engine=engine,
@@ -229,9 +239,17 @@ def test_null_engine_counts_like_the_null_driver():
         for phase in p.phases:
             rec = _phase(wl, c, phase).record(0)
             seen[engine, phase] = (rec.bytes, rec.ops, rec.extra["io_engine"])
+            h, span = rec.hist, rec.end_ns - rec.start_ns
+            assert h.total == rec.ops == 256, (engine, phase)  # every operation timed, once
+            assert 0 <= h.min <= h.max <= span  # no operation outlasts the phase it ran in
+            # two streams: the operations' times add up to at most twice the phase, and their mean lies inside
+            assert h.sum <= 2 * span and h.min <= h.mean <= h.max
+            p50, p90, p99, p100 = h.percentiles([50, 90, 99, 100])
+            assert h.min <= p50 <= p90 <= p99 <= p100 <= h.max and p100 >= 0.996 * h.max  # buckets: ≤ 0.4 % off
     assert seen["python", "write"][:2] == seen["auto", "write"][:2] == (1 << 20, 256)
     assert seen["python", "randread"][:2] == seen["auto", "randread"][:2]
-    assert seen["auto", "write"][2] == "null" and seen["python", "write"][2] == "python"
+    assert {seen["auto", ph][2] for ph in p.phases} == {"null"}
+    assert {seen["python", ph][2] for ph in p.phases} == {"python"}
 
 
 def _metadata(directory: Path, engine: str, url: str | None = None, **params) -> dict:
@@ -277,7 +295,7 @@ def test_metadata_stonewall_and_errors_match(tmp_path):
         wl.prepare(c)
         _phase(wl, c, "tree-create")
         rec = _phase(wl, c, "file-create").record(0)
-        assert rec.ops == rec.extra["stonewall"]["ops"] == 1
+        assert rec.ops == rec.extra["stonewall"]["ops"] == 1 and rec.extra["io_engine"] == engine
         assert _phase(wl, c, "file-read").record(0).ops == 1  # later phases use the stonewalled count
         victim = next(d.rglob("f.*"))
         victim.write_bytes(b"x" * 10)  # too short now
@@ -328,23 +346,23 @@ def test_without_the_native_module_everything_runs_python(monkeypatch, tmp_path)
 
 @native
 def test_the_output_says_which_engine_ran_the_timed_loop(tmp_path):
-    """The phase JSON carries the engine each phase ran on, and the table's caption says it in words."""
+    """The phase JSON carries the engine each phase ran on, and the table's caption says it in words (one run
+    sweeping the engine: a cell per engine, both named in the caption)."""
     import json
     import subprocess
     import sys
 
     (tmp_path / "t").mkdir()
-    out = {}
-    for engine in ("python", "auto"):
-        r = subprocess.run([sys.executable, "-m", "storeval", "run", "--target", f"file://{tmp_path / 't'}",
-                            "--workload", "bandwidth", "--clients", "1", "--repetitions", "1", "--set",
-                            "file_size=1MiB", "--set", "transfer_size=64KiB", "--set", f"engine={engine}",
-                            "--json", f"{engine}.json", "--no-html", "--results", engine], cwd=tmp_path,
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        doc = json.loads((tmp_path / f"{engine}.json").read_text())
-        out[engine] = ([p["io_engines"] for c in doc["cells"] for p in c["phases"]], " ".join(r.stdout.split()))
-    assert out["python"][0] == [["python"], ["python"]]
-    assert out["auto"][0] == [["psync"], ["psync"]]
-    assert "timed loop run by: " in out["python"][1] and " — the Python loop (one operation at a time" in out["python"][1]
-    assert " — native pread/pwrite, one operation at a time." in out["auto"][1]
+    r = subprocess.run([sys.executable, "-m", "storeval", "run", "--target", f"file://{tmp_path / 't'}",
+                        "--workload", "bandwidth", "--clients", "1", "--repetitions", "1", "--set",
+                        "file_size=1MiB", "--set", "transfer_size=64KiB", "--set", "engine=python,auto",
+                        "--json", "out.json", "--no-html"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "out.json").read_text())
+    engines = {c["factors"]["engine"]: [p["io_engines"] for p in c["phases"]] for c in doc["cells"]}
+    assert engines == {"python": [["python"], ["python"]], "auto": [["psync"], ["psync"]]}
+    text = " ".join(r.stdout.split())
+    target = str(tmp_path / "t")
+    assert (f"timed loop run by: {target} — the Python loop (one operation at a time per thread); "
+            f"{target} — native pread/pwrite, one operation at a time.") in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import duckdb
@@ -34,8 +35,13 @@ def expected_ops(phase: str, clients: int, items: int, tree_dirs: int, mode: str
 
 @pytest.mark.parametrize("mode", ["unique", "single", "shared"])
 def test_issue_check_op_counts_in_every_mode(tmp_path, target, mode):
+    t0 = time.perf_counter_ns()  # CLOCK_MONOTONIC, the clock of storeval's records too
     doc = run_json(tmp_path, "--target", f"file://{target}", "--workload", "metadata", "--clients", "2",
                    "--set", "items=200", "--set", f"mode={mode}")
+    t1 = time.perf_counter_ns()
+    with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
+        spans = dict(((phase, (first, last)) for phase, first, last in con.execute(
+            "SELECT phase, min(start_ns), max(barrier_ns) FROM records GROUP BY phase").fetchall()))
     (cell,) = doc["cells"]
     assert cell["status"] == "ok", cell["error"]
     phases = [p["phase"] for p in cell["phases"]]
@@ -43,11 +49,16 @@ def test_issue_check_op_counts_in_every_mode(tmp_path, target, mode):
                       "file-remove", "tree-remove"]
     for ph in cell["phases"]:
         assert ph["ops"] == expected_ops(ph["phase"], 2, 200, 1, mode), ph["phase"]
-        assert ph["ops_per_s"] > 0
+        assert ph["ops_per_s"] > 0 and ph["io_engines"] == ["psync"]  # a local file system: native system calls
         lat = ph["latency_us"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
-        # mdtest's rate: ops over the span from the first start to the exit of the closing barrier
-        assert ph["ops"] / ph["ops_per_s"] == pytest.approx(ph["seconds"])
+        # mdtest's rate: the operations counted by hand over the span from the first client's start to the
+        # last exit from the closing barrier, as the clients' clocks read them — inside this test's own bracket
+        first, last = spans[ph["phase"]]
+        assert t0 < first < last < t1
+        assert ph["seconds"] == pytest.approx((last - first) / 1e9, rel=1e-9)
+        assert ph["ops_per_s"] == pytest.approx(expected_ops(ph["phase"], 2, 200, 1, mode) / ((last - first) / 1e9),
+                                                rel=1e-9)
     creates = {p["phase"]: p for p in cell["phases"]}["file-create"]["client_stats"]
     if mode == "shared":  # client 0 creates every client's items
         assert [c["ops"] for c in creates] == [400, 0]

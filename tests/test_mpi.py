@@ -266,28 +266,45 @@ def test_saturation_is_the_fewest_clients_reaching_90_percent_of_the_best():
 # -- the stonewall deadline (IOR -D with wear-out, mdtest -W) ---------------------------------------------------
 
 def test_bandwidth_deadline_stonewalls_and_every_client_finishes_to_the_most_done(tmp_path):
+    """A deadline already past when each client's first transfer ends (1 ns): on any machine, however fast, each
+    client stops after exactly one 4 KiB transfer of its 64 MiB, and the read stonewalls within what was written."""
     r = storeval("run", "--target", f"file://{tmp_path}", "--workload", "bandwidth", "--clients", "2",
-                 "--set", "file_size=64MiB", "--set", "transfer_size=4KiB", "--set", "deadline=0.05s",
+                 "--set", "file_size=64MiB", "--set", "transfer_size=4KiB", "--set", "deadline=1ns",
                  "--set", "phases=write,read", "--quiet", "--json", "o.json", cwd=tmp_path)
     assert r.rc == 0, r.err
     write, read = load_json(tmp_path / "o.json")["cells"][0]["phases"]
-    per_client = [s["bytes"] for s in write["client_stats"]]
-    assert per_client[0] == per_client[1] and 0 < per_client[0] < 64 << 20  # wore out to the same amount
-    assert write["bytes"] == sum(per_client) and write["bytes"] % 4096 == 0
+    assert [s["bytes"] for s in write["client_stats"]] == [4096, 4096] and write["bytes"] == 8192
     assert write["stonewall_rule"] == "deadline" and write["stonewall_MiBps"] > 0 and write["bandwidth_MiBps"] > 0
-    got = [s["bytes"] for s in read["client_stats"]]  # the read stonewalls too, within what was written
-    assert got[0] == got[1] and 0 < got[0] <= per_client[0] and read["stonewall_rule"] == "deadline"
+    assert [s["bytes"] for s in read["client_stats"]] == [4096, 4096] and read["stonewall_rule"] == "deadline"
     assert leftovers(tmp_path) == []
+
+
+def test_a_client_late_at_the_deadline_wears_out_to_the_most_any_client_did(tmp_path):
+    """Client 1 pauses 0.5 s in its first transfer, past the 0.1 s deadline; client 0 works until it. Both then
+    finish to client 0's count: the same bytes each, whatever the machine's speed (64 TiB is never done)."""
+    study = tmp_path / "s.yaml"
+    study.write_text("targets:\n  t: {url: 'null://t', misbehave: {client: 1, after_ops: 0, action: pause, "
+                     "seconds: 0.5}}\nworkloads:\n  bw: {bandwidth: {file_size: 64TiB, transfer_size: 4KiB, "
+                     "deadline: 0.1s, phases: [write], engine: python}}\n")
+    r = storeval("run", str(study), "--clients", "2", "--quiet", "--no-html", "--json", "o.json", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    (write,) = load_json(tmp_path / "o.json")["cells"][0]["phases"]
+    with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
+        extra = dict(con.execute("SELECT rank, extra FROM records").fetchall())
+    done = {rank: json.loads(e)["stonewall"]["ops"] for rank, e in extra.items()}
+    assert done[1] == 1 and done[0] > 1  # at the deadline: client 1 had done its one transfer, client 0 more
+    assert [s["bytes"] for s in write["client_stats"]] == [done[0] * 4096] * 2  # then both finished to client 0's
+    assert write["stonewall_rule"] == "deadline"
 
 
 def test_metadata_deadline_creates_as_many_as_the_busiest_client_and_removes_them_all(tmp_path):
     r = storeval("run", "--target", f"file://{tmp_path}", "--workload", "metadata", "--clients", "2",
-                 "--set", "items=20000", "--set", "deadline=0.05s", "--set", "files_only=true",
+                 "--set", "items=20000", "--set", "deadline=1ns", "--set", "files_only=true",
                  "--quiet", "--json", "o.json", cwd=tmp_path)
     assert r.rc == 0, r.err
     phases = {p["phase"]: p for p in load_json(tmp_path / "o.json")["cells"][0]["phases"]}
     made = [s["ops"] for s in phases["file-create"]["client_stats"]]
-    assert made[0] == made[1] and 0 < made[0] < 20000
+    assert made == [1, 1]  # past the deadline when the first create ends, on any machine
     assert phases["file-create"]["stonewall_rule"] == "deadline" and phases["file-create"]["stonewall_ops_per_s"] > 0
     assert [s["ops"] for s in phases["file-stat"]["client_stats"]] == made
     assert [s["ops"] for s in phases["file-remove"]["client_stats"]] == made

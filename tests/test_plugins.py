@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from storeval.plugins import PluginError
@@ -251,10 +252,38 @@ def test_the_mpi_engine_without_mpi4py_fails_in_one_line(tmp_path):
 
 
 def test_the_default_study_needs_no_extra(tmp_path):
-    """``pip install storeval`` (no extras) runs the default study: no client library of an extra is imported."""
+    """``pip install storeval`` (no extras) runs the default study: no client library of an extra is imported
+    (each is made unimportable), and every cell of the default study ran and was stored with its figures."""
     code = ("import sys\n"
             "for m in ('obstore', 'hdfs_native', 'XRootD', 'mpi4py'): sys.modules[m] = None\n"
             "from storeval.cli import main\n"
-            "main(['run', '--target', 'null://', '--workload', 'bandwidth', '--workload', 'metadata', '--quiet', '--no-html'])\n")
+            "main(['run', '--target', 'null://', '--workload', 'bandwidth', '--workload', 'metadata', '--quiet', "
+            "'--no-html', '--json', 'out.json'])\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    doc = load_json(tmp_path / "out.json")
+    assert doc["status"] == "ok"
+    # the default study: each workload at 1 and 2 clients, with its default parameters
+    assert [(c["workload"], c["clients"], c["status"]) for c in doc["cells"]] == [
+        ("bandwidth", 1, "ok"), ("bandwidth", 2, "ok"), ("metadata", 1, "ok"), ("metadata", 2, "ok")]
+    meta = ["tree-create", "dir-create", "dir-stat", "dir-remove", "file-create", "file-stat", "file-read",
+            "file-remove", "tree-remove"]
+    for c in doc["cells"]:
+        n = c["clients"]
+        got = [(p["phase"], p["status"], p["bytes"], p["ops"]) for p in c["phases"]]
+        if c["workload"] == "bandwidth":  # 256 MiB per client in 1 MiB transfers, written then read
+            assert got == [(ph, "ok", n * 256 << 20, n * 256) for ph in ("write", "read")]
+            assert all(p["bandwidth_MiBps"] > 0 and len(p["client_stats"]) == n for p in c["phases"])
+        else:  # 100 items per client, one tree directory each
+            assert got == [(ph, "ok", 0, n * (1 if ph.startswith("tree-") else 100)) for ph in meta]
+            assert all(p["ops_per_s"] > 0 for p in c["phases"])
+    # Table 1 has a row per workload, from figures of both client counts
+    assert [(row["workload"], row["clients"]) for row in doc["table"]] == [("bandwidth", [1, 2]), ("metadata", [1, 2])]
+    assert doc["table"][0]["read"]["mean"] > 0 and doc["table"][0]["write"]["mean"] > 0
+    assert doc["table"][1]["rates"]["file-create"]["mean"] > 0
+    # and the store holds the run: its four cells and a record per client and phase (3 × 2 + 3 × 9)
+    with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT status FROM studies WHERE run_id = ?", [doc["run_id"]]).fetchall() == [("ok",)]
+        assert con.execute("SELECT count(*) FROM cells WHERE run_id = ? AND status = 'ok'",
+                           [doc["run_id"]]).fetchone() == (4,)
+        assert con.execute("SELECT count(*) FROM records WHERE run_id = ?", [doc["run_id"]]).fetchone() == (33,)

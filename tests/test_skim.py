@@ -137,11 +137,54 @@ def test_cpu_per_event_spends_that_cpu_on_every_event(tmp_path, target):
     assert 0 < busy["cpu_efficiency"] <= 1.05
 
 
-@pytest.mark.parametrize("compression", ["lz4", "zstd", "none"])
-def test_compressions(tmp_path, target, compression):
-    doc, _ = run_skim(tmp_path, str(target), "--set", "files=1", "--set", "file_size=1MiB", "--set",
-                      f"compression={compression}", clients="1")
-    assert skim_phase(doc)["events"] > 0
+# ROOT's compression block header: two magic bytes per algorithm; fCompress = algorithm × 100 + level
+MAGIC = {"zlib": b"ZL", "lz4": b"L4", "zstd": b"ZS"}
+ALGORITHM = {"zlib": 1, "lz4": 4, "zstd": 5}
+
+
+def baskets(path: Path) -> list[tuple[int, int, bytes]]:
+    """(bytes stored, bytes uncompressed, first two stored bytes) of every basket of every branch of the file's
+    Events tree, read from the file's own TKey headers, not from what uproot says the file was written with."""
+    import struct
+
+    raw = path.read_bytes()
+    out = []
+    for branch in uproot.open(path)["Events"].itervalues(recursive=True):
+        for seek in branch.member("fBasketSeek")[: branch.num_baskets]:
+            nbytes, _, objlen, _, keylen = struct.unpack(">ihiiH", raw[seek:seek + 16])
+            out.append((nbytes - keylen, objlen, raw[seek + keylen:seek + keylen + 2]))
+    return out
+
+
+def test_compressions(tmp_path, target):
+    """The files are written with the compression named (one run sweeping it, a cell each): the file's header
+    declares it, and every basket stored smaller than its data carries that algorithm's block header (none:
+    level 0, every basket stored as it is)."""
+    out = tmp_path / "out.json"
+    r = storeval("run", "--target", str(target), "--workload", "skim", "--clients", "1", "--set", "files=1",
+                 "--set", "file_size=1MiB", "--set", "compression=lz4,zstd,none", "--json", str(out), "--quiet",
+                 "--no-html", cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    cells = load_json(out)["cells"]
+    assert sorted(c["params"]["compression"] for c in cells) == ["lz4", "none", "zstd"]
+    for cell in cells:
+        params = cell["params"]
+        compression = params["compression"]
+        assert skim_phase({"cells": [cell]})["events"] > 0
+        g = GenParams(files=1, file_size=1 << 20, cluster_size=params["cluster_size"], compression=compression,
+                      compression_level=params["compression_level"], seed=params["random_seed"])
+        (path,) = (target / g.directory()).glob("*.root")
+        declared = uproot.open(path).file.fCompress
+        found = baskets(path)
+        assert len(found) > 10  # every branch has baskets
+        stored, whole = sum(b[0] for b in found), sum(b[1] for b in found)
+        if compression == "none":
+            assert declared % 100 == 0  # level 0: ROOT stores the data as it is, whatever the algorithm
+            assert all(n == objlen for n, objlen, _ in found)
+        else:
+            assert declared == ALGORITHM[compression] * 100 + params["compression_level"]
+            assert all(magic == MAGIC[compression] for n, objlen, magic in found if n < objlen)
+            assert stored < 0.9 * whole  # and the algorithm made the data smaller
 
 
 def test_same_skim_on_every_testbed_server(tmp_path, testbed_targets):

@@ -189,10 +189,21 @@ def test_state_round_trips(minio: MinioServer) -> None:
     assert "minio pid" in again.status() and "up" in again.status()
 
 
-def test_stop_leaves_nothing(minio: MinioServer) -> None:
-    # last test of the single-node server: the fixture's teardown then has nothing left to do
-    _assert_stopped(minio)
-    minio.stop()  # idempotent
+def test_stop_leaves_nothing(tmp_path: Path) -> None:
+    """A server of its own (about a second to start), so that stopping it leaves the module's server to the
+    tests that use it, in whatever order they run."""
+    install_minio()
+    server = MinioServer(tmp_path / "minio")
+    server.install()
+    try:
+        server.start()
+        server.wait_ready(timeout=60)
+        assert server.alive() and server.state.procs
+        _assert_stopped(server)
+        server.stop()  # idempotent
+        assert server.state.procs == [] and not server.root.exists()
+    finally:
+        server.stop()
 
 
 def test_start_retries_on_a_taken_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -296,8 +307,19 @@ def test_ec_state_round_trips(minio_ec: MinioECServer) -> None:
     assert obstore.get(_store(minio_ec), "testbed/after-restart.bin").bytes().to_bytes() == b"ok"
 
 
-def test_ec_stop_leaves_nothing(minio_ec: MinioECServer) -> None:
-    _assert_stopped(minio_ec)
+def test_ec_stop_leaves_nothing(tmp_path: Path) -> None:
+    """A cluster of its own: stopping it leaves the module's cluster to the other tests, in any order."""
+    install_minio()
+    server = MinioECServer(tmp_path / "minio-ec")
+    server.install()
+    try:
+        server.start()
+        server.wait_ready(timeout=120)
+        assert len(server.state.procs) == 4 and server.alive()
+        _assert_stopped(server)
+        server.stop()  # idempotent
+    finally:
+        server.stop()
 
 
 def test_node_numbers_are_checked(tmp_path: Path) -> None:
