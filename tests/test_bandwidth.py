@@ -216,11 +216,12 @@ def test_direct_io_falls_back_with_a_warning_where_refused(tmp_path, ramfs):
 
 
 O_ACCMODE = 0o3
+O_DIRECTORY = 0o200000  # x86-64, as the kernel writes it in fdinfo
 
 
 def open_flags_while_running(target: Path, args: list[str], cwd: Path) -> tuple[int, dict[str, set[int]]]:
-    """Run storeval and, while it runs, read the open flags of every descriptor its processes hold on a file
-    in ``target`` (/proc/PID/fdinfo, the kernel's own record of how the file was opened): (rc, path → flags)."""
+    """Run storeval and, while it runs, read the open flags of every descriptor its processes hold on a file (not a
+    directory) in ``target`` (/proc/PID/fdinfo, the kernel's own record of how the file was opened): (rc, path → flags)."""
     import subprocess
     import sys
 
@@ -242,7 +243,8 @@ def open_flags_while_running(target: Path, args: list[str], cwd: Path) -> tuple[
                         if path.startswith(f"{target}/"):
                             with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
                                 flags = next(int(line.split()[1], 8) for line in f if line.startswith("flags:"))
-                            seen.setdefault(os.path.basename(path), set()).add(flags)
+                            if not flags & O_DIRECTORY:  # the cleanup's directory descriptors are not data files
+                                seen.setdefault(os.path.basename(path), set()).add(flags)
                 except (FileNotFoundError, ProcessLookupError, StopIteration):
                     pass  # the process or descriptor ended while being read
             time.sleep(0.002)

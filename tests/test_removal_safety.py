@@ -309,3 +309,32 @@ def test_an_index_written_before_it_had_a_kind_of_its_own_is_still_a_figure_inde
     assert (figs / "index.json").read_bytes() == before
     write_figures(str(figs), [], [run_id])
     assert outputs.read_mark(str(figs / "index.json"))[0].kind == "figures"
+
+
+def test_the_posix_drivers_removals_never_follow_a_link_or_cross_a_mount(tmp_path):
+    """The cleanups of bandwidth, copy, jobs, replay and command remove by name through the driver: a cell directory
+    swapped for a link to a user's directory must not lead them there."""
+    from storeval.drivers import make_driver
+
+    target = tmp_path / "target"
+    (target / "storeval-run" / "real").mkdir(parents=True)
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "bw.0").write_bytes(b"a user's file")
+    (users / "sub").mkdir()
+    os.symlink(users, target / "storeval-run" / "cell-0000")
+    d = make_driver(f"file://{target}", {})
+    with pytest.raises(OSError):
+        d.remove("storeval-run/cell-0000/bw.0")
+    with pytest.raises(OSError):
+        d.rmdir("storeval-run/cell-0000/sub")
+    with pytest.raises(OSError, match="symbolic link, not followed"):  # a cleanup records it as left behind
+        d.remove_quietly("storeval-run/cell-0000/bw.0")
+    assert (users / "bw.0").read_bytes() == b"a user's file" and (users / "sub").is_dir()
+    # what storeval made is still removed
+    (target / "storeval-run" / "real" / "f").write_bytes(b"x")
+    d.remove("storeval-run/real/f")
+    d.rmdir("storeval-run/real")
+    assert not (target / "storeval-run" / "real").exists()
+    with pytest.raises(FileNotFoundError):
+        d.remove("storeval-run/real/f")

@@ -12,6 +12,7 @@ import functools
 import os
 import stat as stat_mod
 
+from ..core.remove import unlink_beneath
 from ..errors import DirectIOUnsupported, InputError
 from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, NativeIO, StatResult
 
@@ -193,10 +194,19 @@ class PosixDriver(Driver):
         os.mkdir(self._p(path))
 
     def rmdir(self, path: str) -> None:
-        os.rmdir(self._p(path))
+        self._unlink(path, directory=True)
 
     def remove(self, path: str) -> None:
-        os.unlink(self._p(path))
+        self._unlink(path, directory=False)
+
+    def _unlink(self, path: str, directory: bool) -> None:
+        """Remove one file or empty directory below the target without following a link in any part of its path
+        nor crossing a mount: a cell directory swapped for a link to the user's data never leads a cleanup
+        there (core/remove.py). The timed metadata loops use fast_ops, not this."""
+        if os.path.isabs(path) or not path:
+            (os.rmdir if directory else os.unlink)(self._p(path))
+            return
+        unlink_beneath(self.root, path, directory=directory)
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(self._p(path))
