@@ -200,7 +200,9 @@ def _run_and_report(spec, cells, store, ui, command_line, regenerate, engine, js
     store.log = lambda message: err.print(f"warning: {_safe(message)}", highlight=False)
     result = Runner(spec, cells, store, command_line=command_line, ui=ui, regenerate=regenerate,
                     engine=engine).run()
-    data = store.load_run(result.run_id)
+    # a stopped run reports what ran (a large plan's not-run cells are counted, not loaded and analysed: a stop
+    # answers in seconds at any plan size); `storeval report` still shows every cell
+    data = store.load_run(result.run_id, ran_only=result.status == "interrupted")
     cell_figs, summary = analyze(data, exclude_outliers, store.load_samples(result.run_id))
     unwritten = False
     outputs = [("--json", json_out, lambda path: _write_json(store, path, run_document(data, cell_figs, summary),
@@ -631,8 +633,11 @@ def clean(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
     force: bool = typer.Option(False, "--force", help="Also remove directories whose run cannot be proven dead from "
                                                       "here (another host, no owner record); never a live run's."),
+    results: str = typer.Option("storeval-results", "--results", help="Results directory whose runs' testbeds to "
+                                                                      "look for (a dead run's servers are stopped)."),
 ) -> None:
-    """Remove the scratch directories (storeval-RUN/) that dead storeval runs left on targets."""
+    """Remove the scratch directories (storeval-RUN/) that dead storeval runs left on targets, and stop the
+    testbeds dead runs brought up (recorded in the results store)."""
     from .clean import measure, remove_run_dir, scan
     from .drivers import make_driver
     from .errors import one_line
@@ -641,8 +646,8 @@ def clean(
     chosen, failed = [], False
     for t in _clean_targets(targets or [], study):
         if not t.url:
-            print(f"{t.name}: a testbed system the run brings up and removes with its data: nothing to clean "
-                  "(`storeval testbed down --dir DIR` stops one a killed run left)")
+            print(f"{t.name}: a testbed system the run brings up and removes with its data: no scratch directory "
+                  f"to clean (the testbeds dead runs left are listed from {_safe(results)})")
             continue
         driver = make_driver(t.url, t.options)
         try:
@@ -662,6 +667,7 @@ def clean(
             else:
                 hint = " (--force removes it)" if d.state == "unknown" else ""
                 print(f"{t.url}: {d.name}  kept, {d.state}: {d.why}{hint}")
+    left_testbeds = _dead_runs_testbeds(results)
     total = sum(d.bytes or 0 for _, _, d in chosen)
     what = f"{len(chosen)} director{'y' if len(chosen) == 1 else 'ies'} ({format_size(total)})"
     if not chosen:
@@ -693,7 +699,36 @@ def clean(
             driver.shutdown()
         except Exception:  # noqa: BLE001
             pass
+    for run_id, status, directory, kinds in left_testbeds:
+        print(f"run {run_id} ({status}) left its {', '.join(kinds)} testbed in {_safe(directory)}"
+              + ("" if yes and not dry_run else f": `storeval testbed down --dir {_safe(directory)}` stops it"
+                 + (" (or clean --yes)" if not dry_run else "")))
+        if yes and not dry_run:
+            from .testbed import Testbed, TestbedError
+
+            try:
+                Testbed(directory).down(log=lambda message: print(f"  {_safe(message)}"))
+                print(f"stopped the testbed in {_safe(directory)}")
+            except (TestbedError, StorevalError) as e:
+                print(f"error: testbed {_safe(directory)}: {_safe(e)}", file=sys.stderr)
+                failed = True
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _dead_runs_testbeds(results: str) -> list[tuple[str, str, str, list[str]]]:
+    """(run, status, directory, kinds) of every testbed directory an ended run brought systems up in and that is
+    still there (its servers may still run): the results store records each before its systems start."""
+    from .store import Store
+
+    if not os.path.isfile(os.path.join(results, "storeval.duckdb")):
+        return []
+    try:
+        runs = Store(results, create=False).testbeds()
+    except StorevalError as e:
+        print(f"warning: {_safe(results)}: {_safe(e)} (the testbeds of dead runs are not looked for)", file=sys.stderr)
+        return []
+    return [(t.run_id, t.status, d, kinds) for t in runs if t.ended for d, kinds, _owned in t.dirs
+            if os.path.isdir(d)]
 
 
 def _clean_targets(items: list[str], study: str | None) -> list:

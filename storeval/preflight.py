@@ -214,6 +214,7 @@ class Preflight:
         self.space = space
         self.problems: list[Problem] = []
         self.open_files = 0  # what the coordinator will need (the soft limit is raised to it)
+        self._tasks_judged: set[tuple[int, int]] = set()  # (clients, threads) whose processes were counted
 
     # -- per cell ----------------------------------------------------------------------------------------
     def check(self) -> list[Problem]:
@@ -224,17 +225,37 @@ class Preflight:
         results_disk = self._disk(disks, self.results)
         worst: dict[tuple[str, bool], Problem] = {}
         records = 0
+        # A plan shares one parameter dict between the cells of a combination (repetitions, client counts,
+        # targets): each is validated once, and cells whose needs are the same as an earlier one's (same
+        # parameters, clients and target) add only their records — the first such cell is the one a problem
+        # names anyway. So a 100,000-cell plan is checked in a moment.
+        made: dict[tuple[str, int], tuple[Any, int]] = {}
+        caps: dict[str, Any] = {}
+        roots: dict[str, str | None] = {}
+        judged: set[tuple[str, int, int, str, str]] = set()
         for cell in self.cells:
-            wl = make_workload(cell.kind, cell.params)
+            key = (cell.kind, id(cell.params))
+            if key not in made:
+                wl = make_workload(cell.kind, cell.params)
+                made[key] = (wl, len(wl.steps()))
+            wl, steps = made[key]
+            records += cell.clients * steps
             # a testbed system's target has its URL once it runs: its driver is known by the scheme it will have
             url = cell.target.url or f"{(cell.target.system or {}).get('scheme', 'file')}://"
-            needs = _recorded(wl.needs(cell.clients, driver_class(url).caps), wl.p)
-            records += cell.clients * len(wl.steps())
+            shape = (*key, cell.clients, url, cell.target.url)
+            if shape in judged:
+                continue
+            judged.add(shape)
+            if url not in caps:
+                caps[url] = driver_class(url).caps
+            needs = _recorded(wl.needs(cell.clients, caps[url]), wl.p)
             for p in self._cell_problems(cell, needs):
-                key = (p.kind, p.hard)
-                if key not in worst or p.size > worst[key].size:
-                    worst[key] = p
-            root = _local_path(cell.target.url) if cell.target.url else None
+                key2 = (p.kind, p.hard)
+                if key2 not in worst or p.size > worst[key2].size:
+                    worst[key2] = p
+            if cell.target.url and cell.target.url not in roots:
+                roots[cell.target.url] = _local_path(cell.target.url)
+            root = roots[cell.target.url] if cell.target.url else None
             if root is not None:
                 self._on_disk(self._disk(disks, root), cell, needs, root)
         if results_disk is not None:
@@ -267,39 +288,48 @@ class Preflight:
                 disk.kept[where] = (max(0, needs.kept.bytes - _present(where)), needs.kept.what, needs.kept.fix)
 
     def _cell_problems(self, cell: Any, needs: Any) -> list[Problem]:
+        """What does not fit of one cell; the numbers are compared first and the words made only for a problem
+        (this runs for every distinct cell of a plan of up to 100,000)."""
         h, out = self.host, []
-        n, here, what = cell.clients, self.share(cell.clients), _cell(cell)
+        n, here = cell.clients, self.share(cell.clients)
         # memory: a process per local client and its buffers; under MPI the ranks' processes exist already
         per = needs.client_bytes if self.spawns else needs.client_bytes - needs.process_bytes
         total = here * per + needs.leader_bytes
-        shares = [(here * needs.process_bytes if self.spawns else 0, "", needs.clients_fix or CLIENTS_FIX)]
-        shares += [(here * m.bytes, m.what, m.fix) for m in needs.memory]
-        shares += [(m.bytes, f"{m.what} in client 0", m.fix) for m in needs.leader]
-        _, mostly, fix = max(shares, key=lambda s: s[0])
-        how = f"{here:,} × {format_size(per)}" + (f", mostly {mostly}" if mostly else "")
-        if self.spawns:
-            head = f"{what} needs {_plural(n, 'client process')}, about {format_size(total)} of memory ({how})"
-        else:
-            head = (f"{what} puts {here:,} of its {n:,} clients on one host, about {format_size(total)} of memory "
-                    f"there ({how})")
-        buffer_fix = _biggest(needs.memory).fix if needs.memory else fix
+
+        def head() -> tuple[str, str]:
+            what = _cell(cell)
+            shares = [(here * needs.process_bytes if self.spawns else 0, "", needs.clients_fix or CLIENTS_FIX)]
+            shares += [(here * m.bytes, m.what, m.fix) for m in needs.memory]
+            shares += [(m.bytes, f"{m.what} in client 0", m.fix) for m in needs.leader]
+            _, mostly, fix = max(shares, key=lambda s: s[0])
+            how = f"{here:,} × {format_size(per)}" + (f", mostly {mostly}" if mostly else "")
+            if self.spawns:
+                return f"{what} needs {_plural(n, 'client process')}, about {format_size(total)} of memory ({how})", fix
+            return (f"{what} puts {here:,} of its {n:,} clients on one host, about {format_size(total)} of memory "
+                    f"there ({how})"), fix
+
         if needs.largest_buffer > h.mem_total:
+            _, fix = head()
+            buffer_fix = _biggest(needs.memory).fix if needs.memory else fix
             out.append(Problem("buffer", True, needs.largest_buffer / h.mem_total,
-                               f"{what} needs single buffers of {format_size(needs.largest_buffer)}, more than this "
-                               f"host's {format_size(h.mem_total)} of memory", buffer_fix))
+                               f"{_cell(cell)} needs single buffers of {format_size(needs.largest_buffer)}, more "
+                               f"than this host's {format_size(h.mem_total)} of memory", buffer_fix))
         elif total > h.mem_total + h.swap_total:
+            text, fix = head()
             out.append(Problem("memory", True, total / (h.mem_total + h.swap_total),
-                               f"{head}; this host has {format_size(h.mem_total + h.swap_total)} of memory in all",
+                               f"{text}; this host has {format_size(h.mem_total + h.swap_total)} of memory in all",
                                fix))
         elif total > h.mem_available:
+            text, fix = head()
             out.append(Problem("memory", False, total / max(1, h.mem_available),
-                               f"{head}; this host has {format_size(h.mem_available)} available", fix))
+                               f"{text}; this host has {format_size(h.mem_available)} available", fix))
         if needs.extent > MAX_OFFSET:
             out.append(Problem("offsets", True, needs.extent / MAX_OFFSET,
-                               f"{what} needs offsets up to {format_size(needs.extent)}, beyond the 8 EiB of the "
-                               "64-bit offsets every file system and storage API takes",
+                               f"{_cell(cell)} needs offsets up to {format_size(needs.extent)}, beyond the 8 EiB of "
+                               "the 64-bit offsets every file system and storage API takes",
                                _biggest(needs.scratch).fix if needs.scratch else "lower file_size"))
-        if self.spawns:
+        if self.spawns and (n, needs.threads) not in self._tasks_judged:  # the same count: the same verdict
+            self._tasks_judged.add((n, needs.threads))
             out += self._process_problems(cell, needs)
         return out
 
@@ -309,15 +339,18 @@ class Preflight:
         n = cell.clients
         engine = ENGINE_TASKS + (1 if self.study.probe_interval > 0 else 0)
         tasks = n * (TASKS_PER_CLIENT + (needs.threads if needs.threads > 1 else 0)) + engine
-        head = f"{_cell(cell)} needs {_plural(n, 'client process')} ({tasks:,} tasks with their threads)"
+
+        def head() -> str:
+            return f"{_cell(cell)} needs {_plural(n, 'client process')} ({tasks:,} tasks with their threads)"
+
         for limit, name in ((h.pid_max, "kernel.pid_max"), (h.threads_max, "kernel.threads-max")):
             if limit is not None and h.tasks + tasks > limit:
                 out.append(Problem(name, True, (h.tasks + tasks) / limit,
-                                   f"{head}; this system runs at most {limit:,} tasks at once ({name}) and "
+                                   f"{head()}; this system runs at most {limit:,} tasks at once ({name}) and "
                                    f"{h.tasks:,} are running", fix))
         if h.nproc_limit is not None and h.user_tasks + tasks > h.nproc_limit:
             out.append(Problem("nproc", True, (h.user_tasks + tasks) / h.nproc_limit,
-                               f"{head}; your limit is {h.nproc_limit:,} processes and threads (ulimit -u) and "
+                               f"{head()}; your limit is {h.nproc_limit:,} processes and threads (ulimit -u) and "
                                f"{h.user_tasks:,} are running", fix + ", or raise ulimit -u"))
         files = FILES_PER_CLIENT * n + FILES_BASE
         self.open_files = max(self.open_files, files)

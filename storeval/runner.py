@@ -16,15 +16,17 @@ and stored, whatever arrives meanwhile.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from . import __version__, interrupts
-from .clean import claim_scratch, owner_record, release_scratch, scan
+from .clean import OWNER, claim_scratch, owner_record, release_scratch, scan
 from .analysis.clocks import worst_skew
 from .analysis.guards import host_shares
 from .drivers import Driver, join, make_driver
@@ -420,6 +422,7 @@ class Runner:
                             interrupts.take()
                             status = "interrupted"
                             break
+                        self.guard.check()  # a watchdog killed from outside is replaced before the next cell
                         outcome = self.run_cell(cell)
                         done += 1
                         if outcome.status == "failed":
@@ -456,15 +459,23 @@ class Runner:
                          not_run=len(self.cells) - done)
 
     def _store_not_run(self, cells: list[Cell], why: str) -> None:
-        """Cells the run never reached are stored as not-run, so no report pretends the study was smaller."""
-        for cell in cells:
-            try:
-                steps = make_workload(cell.kind, cell.params).steps()
-                self.store.write_cell(self.run_id, cell, status="not-run", error=f"{why} before this cell",
-                                      started=now(), phases=[(ph, it, "not-run", None) for ph, it in steps],
-                                      records=[], events=[])
-            except Exception:  # noqa: BLE001 - the run's own outcome matters more than this bookkeeping
-                break
+        """Cells the run never reached are stored as not-run, so no report pretends the study was smaller: all
+        of them in one write (a stop must not wait for one transaction per planned cell). The plan shares one
+        parameter dict between the cells of a combination, so each combination's steps are worked out once."""
+        steps: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        try:
+            batch = []
+            for cell in cells:
+                key = (cell.kind, id(cell.params))
+                if key not in steps:
+                    steps[key] = make_workload(cell.kind, cell.params).steps()
+                batch.append((cell, steps[key]))
+            self.store.write_not_run(self.run_id, batch, f"{why} before this cell")
+        except Exception:  # noqa: BLE001 - the run's own outcome matters more than this bookkeeping
+            pass
+
+
+CHECK_EVERY = 0.5  # seconds between two looks at the watchdog during a cell
 
 
 class _Guard:
@@ -482,6 +493,9 @@ class _Guard:
                                       "done": False}
         self.proc: Any = None
         self._owner: dict[str, Any] | None = None
+        self.restarts = 0
+        self._checked = 0.0
+        self._testbeds: set[tuple[str, str]] = set()  # (dir, kind) noted in the store
 
     def _save(self) -> None:
         if self.proc is not None:
@@ -489,7 +503,7 @@ class _Guard:
                 try:
                     watchdog.save_state(self.path, self.state)
                     os.write(self.proc.stdin.fileno(), b".")  # wake it: it follows at once, not at its next poll
-                except (OSError, ValueError):  # a full pipe (it is busy) or a gone watchdog
+                except (OSError, ValueError):  # a full pipe (it is busy) or a gone watchdog (check() sees to it)
                     pass
 
     def start(self) -> None:
@@ -499,13 +513,69 @@ class _Guard:
             watchdog.save_state(self.path, self.state)
         except OSError:
             return  # no watchdog; the run itself is unaffected
-        self.proc = watchdog.start(self.path)
+        self.proc = self._spawn()
         if self.proc is None:
             self._unlink()
+
+    def _spawn(self) -> Any:
+        proc = watchdog.start(self.path)
+        if proc is None:
+            return None
+        os.set_blocking(proc.stdin.fileno(), False)  # a busy watchdog never blocks the run
+        watchdog.wait_ready(proc, stop=interrupts.requested)  # a run about to stop needs no wait
+        proc.stdout.close()
+        try:  # the store names every process that keeps the run live (a report judges a run nobody finished)
+            self.runner.store.add_process(self.runner.run_id, "watchdog", proc.pid)
+        except Exception:  # noqa: BLE001 - a nicety: the run goes on
+            pass
+        return proc
+
+    MAX_RESTARTS = 3  # a watchdog that dies again at once is not started for ever
+
+    def check(self) -> None:
+        """Between cells, and a few times a second during one (from the engine's progress calls): a watchdog
+        that ended — killed from outside; it never leaves on its own while the run goes on — is replaced by a
+        new one that follows the same state file, and the run says so. The run itself goes on: stopping it
+        would lose the rest of the study for the sake of its insurance. Past ``MAX_RESTARTS`` it says that
+        the run now goes on without one."""
+        if self.proc is None or self.proc.poll() is None:
             return
-        os.set_blocking(self.proc.stdin.fileno(), False)  # a busy watchdog never blocks the run
-        watchdog.wait_ready(self.proc, stop=interrupts.requested)  # a run about to stop needs no wait
-        self.proc.stdout.close()
+        dead = self.proc
+        with interrupts.deferred():
+            try:
+                dead.stdin.close()
+            except OSError:
+                pass
+            cell = self.state.get("cell")
+            where = f"during cell {cell['index']}" if cell else "between cells"
+            how = f"signal {-dead.returncode}" if dead.returncode < 0 else f"exit {dead.returncode}"
+            if self.restarts >= self.MAX_RESTARTS:
+                self.proc = None
+                message = (f"the run's watchdog (pid {dead.pid}) ended ({how}) {where}, for the "
+                           f"{self.restarts + 1}th time: the run goes on without one (if this process is killed "
+                           "now, `storeval clean` removes what it leaves)")
+            else:
+                self.restarts += 1
+                self.proc = self._spawn()
+                self._owner = None
+                if self.proc is not None:
+                    self._reclaim()
+                    self._save()
+                    message = (f"the run's watchdog (pid {dead.pid}) ended ({how}) {where}; a new one "
+                               f"(pid {self.proc.pid}) follows the run")
+                else:
+                    message = (f"the run's watchdog (pid {dead.pid}) ended ({how}) {where} and no new one could be "
+                               "started: the run goes on without one")
+            self.runner.events.append({"kind": "warning", "message": message})
+            self.runner.ui.log(f"warning: {message}")
+
+    def _reclaim(self) -> None:
+        """Rewrite the owner record in each scratch directory: the new watchdog is what proves the run live."""
+        for driver in self.runner.drivers.values():
+            try:
+                driver.put(join(self.runner.scratch, OWNER), json.dumps(self.owner()).encode())
+            except Exception:  # noqa: BLE001 - the coordinator's own PID still proves the run live
+                pass
 
     def owner(self) -> dict[str, Any]:
         """The owner record of this run's scratch directories (see clean.py)."""
@@ -515,9 +585,31 @@ class _Guard:
 
     def teardown(self, pending: list[dict[str, Any]]) -> None:
         """The testbed systems this run started and has not stopped yet, as commands that stop them: the
-        watchdog runs them if this process dies."""
+        watchdog runs them if this process dies. Each testbed directory is noted in the store too, before its
+        systems start (systems.py tells this before ``up``), so a later ``storeval clean`` can name it should
+        this process and its watchdog both die."""
         self.state["teardown"] = pending
         self._save()
+        self._note_testbeds(pending)
+
+    def _note_testbeds(self, pending: list[dict[str, Any]]) -> None:
+        systems = getattr(self.runner, "systems", None)
+        owned = getattr(systems, "given_dir", None) is None
+        for item in pending:
+            argv = [str(a) for a in item.get("argv", [])]
+            if "testbed" not in argv or "--dir" not in argv or argv.index("--dir") + 1 >= len(argv):
+                continue
+            directory = argv[argv.index("--dir") + 1]
+            kind = argv[argv.index("down") + 1] if "down" in argv and argv.index("down") + 1 < len(argv) \
+                and not argv[argv.index("down") + 1].startswith("-") else None
+            key = (directory, kind or "")
+            if key in self._testbeds:
+                continue
+            self._testbeds.add(key)
+            try:
+                self.runner.store.add_testbed(self.runner.run_id, directory, [kind] if kind else [], owned)
+            except Exception:  # noqa: BLE001 - the watchdog still knows it; the run goes on
+                pass
 
     def forget(self, name: str) -> None:
         """A target whose scratch was released (its configured system is undone): nothing left to clean there."""
@@ -550,6 +642,9 @@ class _Guard:
             if label != self.state["phase"]:
                 self.state["phase"] = label
                 self._save()
+            if time.monotonic() - self._checked >= CHECK_EVERY:  # a watchdog killed during a long cell, too
+                self._checked = time.monotonic()
+                self.check()
             update(label, done, total)
         return on_progress
 

@@ -44,12 +44,12 @@ from typing import Any
 import duckdb
 
 from . import outputs
-from .core.process import alive
+from .core.process import HOST, alive
 from .core.records import PhaseRecord
 from .errors import InputError, StorevalError
 from .histogram import Histogram
 from .units import UnitError, parse_duration
-from .redact import redact, redact_text
+from .redact import redact, redact_text, visible
 
 DB_NAME = "storeval.duckdb"
 
@@ -78,6 +78,14 @@ TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
                  ("device", "VARCHAR"), ("metric", "VARCHAR"), ("value", "DOUBLE")], ""),
     "outputs": ([("path", "VARCHAR"), ("format", "VARCHAR"), ("kind", "VARCHAR"), ("run_id", "VARCHAR"),
                  ("token", "VARCHAR"), ("sha256", "VARCHAR"), ("size", "BIGINT"), ("written", "TIMESTAMP")], ""),
+    # the processes that prove a run live (its coordinator, each watchdog it started): a run whose every one has
+    # ended and that never said how it ended is shown as interrupted, not as running forever
+    "processes": ([("run_id", "VARCHAR"), ("role", "VARCHAR"), ("host", "VARCHAR"), ("pid", "INTEGER"),
+                   ("started", "DOUBLE"), ("t", "TIMESTAMP")], ""),
+    # the testbed directories a run started systems in (its own temporary one, or the study's `testbed:`), noted
+    # before anything runs there: `storeval clean` names them when the run died without stopping them
+    "testbeds": ([("run_id", "VARCHAR"), ("dir", "VARCHAR"), ("kinds", "JSON"), ("owned", "BOOLEAN"),
+                  ("t", "TIMESTAMP")], ""),
 }
 
 OPEN_WAIT = 30.0  # seconds a command waits for a store another process is writing (transactions are short)
@@ -197,7 +205,51 @@ def _redact_unit(unit: dict[str, Any]) -> dict[str, Any]:
     """Redact a unit's rows when it is made, so a held file never holds a credential either."""
     for table, rows in unit.get("rows", {}).items():
         rows[:] = [{name: _redacted(table, name, value) for name, value in row.items()} for row in rows]
+    for table, columns in unit.get("columns", {}).items():
+        for name, values in columns.items():
+            if (table, name) not in REDACTED:
+                continue
+            if isinstance(values, list):  # a column repeats few values: each distinct one is redacted once
+                seen: dict[Any, Any] = {}
+                columns[name] = [seen[v] if v in seen else seen.setdefault(v, _redacted(table, name, v))
+                                 for v in values]
+            else:
+                columns[name] = _redacted(table, name, values)
     return unit
+
+
+def _column(values: list[Any]) -> Any:
+    """A column of a columnar unit: its one value when every row has the same (a constant), else the list."""
+    first = values[0]
+    return first if all(v == first for v in values) and type(first) in (str, int, float, type(None), datetime) \
+        else values
+
+
+def _insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any]) -> None:
+    """INSERT many rows at once: list columns are scanned from numpy arrays, constants bound once — a
+    100,000-cell plan takes a fraction of a second, where one INSERT per row takes minutes."""
+    import numpy as np
+
+    kinds = dict(TABLES[table][0])
+    lists = {n: v for n, v in columns.items() if isinstance(v, list)}
+    if not lists or not next(iter(lists.values())):
+        return
+    source = {n: np.array(v, dtype=np.int64 if kinds[n] in ("INTEGER", "BIGINT") else object)
+              for n, v in lists.items()}
+    name = f"storeval_src_{table}"
+    con.register(name, source)
+    try:
+        picks, params = [], []
+        for n, v in columns.items():
+            if n in lists:
+                picks.append(f"CAST(src.{n} AS {kinds[n]})")
+            else:
+                picks.append(f"CAST(? AS {kinds[n]})")
+                params.append(v)
+        con.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(picks)} FROM {name} src",
+                    params).fetchall()
+    finally:
+        con.unregister(name)
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
@@ -211,7 +263,7 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
 
 def _exists(con: duckdb.DuckDBPyConnection, table: str, where: dict[str, Any]) -> bool:
     cond = " AND ".join(f"{k} IS NOT DISTINCT FROM ?" for k in where)
-    return con.execute(f"SELECT count(*) FROM {table} WHERE {cond}", list(where.values())).fetchone()[0] > 0
+    return con.execute(f"SELECT count(*) FROM {table} WHERE {cond}", list(where.values())).fetchall()[0][0] > 0
 
 
 def _apply(con: duckdb.DuckDBPyConnection, unit: dict[str, Any]) -> None:
@@ -220,7 +272,11 @@ def _apply(con: duckdb.DuckDBPyConnection, unit: dict[str, Any]) -> None:
     kind = unit["unit"]
     if kind == "begin" and _exists(con, "studies", {"run_id": run_id}):
         return
-    if kind == "cell" and _exists(con, "cells", {"run_id": run_id, "cell_id": unit["cell_id"]}):
+    if kind in ("cell", "not-run") and _exists(con, "cells", {"run_id": run_id, "cell_id": unit["cell_id"]}):
+        return
+    if kind == "not-run":  # one unit, one transaction: all its cells are stored or none
+        for table, columns in unit["columns"].items():
+            _insert_columns(con, table, columns)
         return
     if kind == "end":
         con.execute("UPDATE studies SET finished = ?, status = ? WHERE run_id = ?",
@@ -232,6 +288,12 @@ def _apply(con: duckdb.DuckDBPyConnection, unit: dict[str, Any]) -> None:
     if kind == "events":
         rows = {"events": [r for r in rows["events"] if not _exists(con, "events", {
             k: r[k] for k in ("run_id", "cell_id", "t", "kind", "message")})]}
+    if kind == "process":
+        rows = {"processes": [r for r in rows["processes"] if not _exists(con, "processes", {
+            k: r[k] for k in ("run_id", "role", "pid", "started")})]}
+    if kind == "testbed":
+        rows = {"testbeds": [r for r in rows["testbeds"] if not _exists(con, "testbeds", {
+            k: r[k] for k in ("run_id", "dir", "kinds")})]}
     for table, table_rows in rows.items():
         _insert(con, table, table_rows)
 
@@ -257,6 +319,36 @@ def _process_start(pid: int) -> float | None:
 def _alive(pid: Any, created: Any) -> bool:
     """Is the process that wrote a held file still running (same PID and start time)?"""
     return isinstance(pid, int) and isinstance(created, (int, float)) and alive(pid, created)
+
+
+def _process_row(run_id: str, role: str, pid: int) -> dict[str, Any]:
+    return {"run_id": run_id, "role": role, "host": HOST, "pid": pid, "started": _process_start(pid), "t": now()}
+
+
+@dataclass
+class Testbeds:
+    """The testbed directories one run started systems in, and whether that run is over (it can no longer stop
+    them itself)."""
+
+    run_id: str
+    dirs: list[tuple[str, list[str], bool]]  # (dir, kinds, owned: the run made it)
+    status: str  # the run's status as load_run shows it
+    ended: bool  # finished, or its processes are proven gone
+
+
+def judge_processes(rows: list[tuple[str, str, int, float | None]]) -> tuple[bool | None, str]:
+    """(live?, why) of a run from its recorded processes (role, host, pid, start time): True while one still runs
+    here, False once every one is proven gone (same host, PID not running or running since another time), None
+    when it cannot be told (nothing recorded: an older storeval; or processes on another host)."""
+    if not rows:
+        return None, "no process of the run is recorded (an older storeval)"
+    if any(host != HOST for _, host, _, _ in rows):
+        return None, f"its processes ran on another host ({next(h for _, h, _, _ in rows if h != HOST)})"
+    for role, _, pid, started in rows:
+        if alive(pid, started):
+            return True, f"its {role} (pid {pid}) is running"
+    named = ", ".join(f"{role} pid {pid}" for role, _, pid, _ in rows)
+    return False, f"its processes on {HOST} ({named}) have all ended"
 
 
 def settle_budget() -> float:
@@ -314,6 +406,7 @@ class RunData:
     cells: list[CellRow]
     environment: dict[str, Any]
     events: list[dict[str, Any]]
+    not_run: int = 0  # cells never reached that load_run(ran_only=True) left out
 
 
 class Store:
@@ -543,9 +636,10 @@ class Store:
             self._hold(err)
 
     def _what_held(self) -> str:
-        cells = sum(1 for u in self.held if u["unit"] == "cell")
+        cells = sum(1 if u["unit"] == "cell" else len(u["columns"]["cells"]["cell_id"]) if u["unit"] == "not-run"
+                    else 0 for u in self.held)
         parts = [f"{cells} cell{'s' if cells != 1 else ''}"] if cells else []
-        if len(self.held) > cells:
+        if any(u["unit"] not in ("cell", "not-run") for u in self.held):
             parts.append("the run's own rows")
         return " and ".join(parts)
 
@@ -669,7 +763,8 @@ class Store:
                          "command_line": command_line, "study": json.dumps(study), "study_hash": study_hash,
                          "source": source, "engine": engine}],
             "environment": [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
-                            for k, v in environment.items()]}}
+                            for k, v in environment.items()],
+            "processes": [_process_row(run_id, "coordinator", os.getpid())]}}
         self.held.append(_redact_unit(unit))
         err = self._store_units(self.held, WRITE_WAIT)
         if err is None:
@@ -686,6 +781,15 @@ class Store:
     def add_environment(self, run_id: str, key: str, value: Any) -> None:
         self._write({"unit": "environment", "run_id": run_id, "rows": {
             "environment": [{"run_id": run_id, "key": key, "value": json.dumps(value, default=str)}]}})
+
+    def add_process(self, run_id: str, role: str, pid: int) -> None:
+        """Note a process that keeps the run live (a watchdog, each time one is started)."""
+        self._write({"unit": "process", "run_id": run_id, "rows": {"processes": [_process_row(run_id, role, pid)]}})
+
+    def add_testbed(self, run_id: str, directory: str, kinds: list[str], owned: bool) -> None:
+        """Note a testbed directory the run starts systems in (``owned``: the run made it), before they start."""
+        self._write({"unit": "testbed", "run_id": run_id, "rows": {"testbeds": [
+            {"run_id": run_id, "dir": directory, "kinds": json.dumps(sorted(kinds)), "owned": owned, "t": now()}]}})
 
     def end_run(self, run_id: str, status: str) -> None:
         self._write({"unit": "end", "run_id": run_id, "finished": now(), "status": status})
@@ -716,6 +820,41 @@ class Store:
             "events": [self._event(run_id, cell.index, ev) for ev in events],
             "samples": [{"run_id": run_id, "cell_id": cell.index, "t_ns": t, "probe": probe, "device": device,
                          "metric": metric, "value": value} for t, probe, device, metric, value in samples or []]}})
+
+    def write_not_run(self, run_id: str, cells: list[tuple[Any, list[tuple[str, int]]]], error: str) -> None:
+        """Cells the run never reached, each with its planned steps, as ``not-run`` — in one unit (one
+        transaction), so stopping a 100,000-cell plan takes a moment, not an INSERT per cell."""
+        if not cells:
+            return
+        when = now()
+        params: dict[int, str] = {}  # the plan shares one dict between the cells of a combination: dumped once
+        factors: dict[int, str] = {}
+
+        def dumped(memo: dict[int, str], value: Any) -> str:
+            key = id(value)
+            if key not in memo:
+                memo[key] = json.dumps(value)
+            return memo[key]
+
+        plain = [c for c, _ in cells]
+        cols: dict[str, list[Any]] = {
+            "cell_id": [c.index for c in plain], "config": [c.config for c in plain],
+            "target": [c.target.name for c in plain], "target_url": [c.target.url for c in plain],
+            "workload": [c.workload for c in plain], "kind": [c.kind for c in plain],
+            "params": [dumped(params, c.params) for c in plain], "factors": [dumped(factors, c.factors) for c in plain],
+            "clients": [c.clients for c in plain], "repetition": [c.repetition for c in plain]}
+        ph: dict[str, list[Any]] = {
+            "cell_id": [c.index for c, steps in cells for _ in steps],
+            "seq": [seq for _, steps in cells for seq in range(len(steps))],
+            "phase": [phase for _, steps in cells for phase, _ in steps],
+            "iteration": [iteration for _, steps in cells for _, iteration in steps]}
+        # cell_id stays a column (it gives the rows their number); a column of one repeated value is bound once
+        columns = {"cells": {"run_id": run_id, **{k: v if k == "cell_id" else _column(v) for k, v in cols.items()},
+                             "status": "not-run", "error": error, "started": when, "finished": when}}
+        if ph["cell_id"]:
+            columns["phases"] = {"run_id": run_id, **{k: v if k == "cell_id" else _column(v) for k, v in ph.items()},
+                                 "status": "not-run", "reason": None}
+        self._write({"unit": "not-run", "run_id": run_id, "cell_id": cells[0][0].index, "columns": columns})
 
     @staticmethod
     def _event(run_id: str, cell_id: int | None, ev: dict[str, Any]) -> dict[str, Any]:
@@ -754,7 +893,8 @@ class Store:
             return ids[-1]
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
         if len(matches) != 1:
-            raise InputError(f"run '{run_id}' is not in {self.dir} ({'ambiguous' if matches else 'known: ' + ', '.join(ids[-5:])})")
+            shown = visible(run_id) if len(run_id) <= 80 else visible(run_id[:79]) + "…"  # never a pasted 100 KB back
+            raise InputError(f"run '{shown}' is not in {self.dir} ({'ambiguous' if matches else 'known: ' + ', '.join(ids[-5:])})")
         return matches[0]
 
     def left_behind(self, target: str, url: str) -> list[tuple[str, int, str, dict[str, Any], int]]:
@@ -776,23 +916,35 @@ class Store:
             return con.execute("SELECT cell_id, t_ns, probe, device, metric, value FROM samples WHERE run_id = ? "
                                "ORDER BY cell_id, t_ns", [run_id]).fetchall()
 
-    def load_run(self, run_id: str) -> RunData:
+    def load_run(self, run_id: str, *, ran_only: bool = False) -> RunData:
+        """A run as stored. ``ran_only``: without the cells the run never reached (``not-run``; counted in
+        ``RunData.not_run``) — what a stopped run reports at once, however large its plan. A run still marked
+        running whose processes have all ended (coordinator and watchdogs, by PID and start time) is shown as
+        ``interrupted``, with a ``died`` event saying so."""
         with self.connect(read_only=True) as con:
             row = con.execute("SELECT run_id, started, finished, status, storeval_version, command_line, study, "
-                              "study_hash, engine FROM studies WHERE run_id = ?", [run_id]).fetchone()
-            if row is None:
+                              "study_hash, engine FROM studies WHERE run_id = ?", [run_id]).fetchall()
+            if not row:
                 raise InputError(f"run '{run_id}' is not in {self.dir}")
+            row = row[0]
+            shown = _Memo()  # a plan repeats its URLs, errors and parameters: each distinct text is read once
+            skip = "AND status <> 'not-run' " if ran_only else ""
+            not_run = con.execute("SELECT count(*) FROM cells WHERE run_id = ? AND status = 'not-run'",
+                                  [run_id]).fetchall()[0][0] if ran_only else 0
             cells = {}
             for c in con.execute("SELECT cell_id, config, target, target_url, workload, kind, params, factors, clients, "
-                                 "repetition, status, error FROM cells WHERE run_id = ? ORDER BY cell_id", [run_id]).fetchall():
-                cells[c[0]] = CellRow(cell_id=c[0], config=c[1], target=c[2], target_url=redact(c[3]), workload=c[4],
-                                      kind=c[5], params=json.loads(c[6]), factors=json.loads(c[7]), clients=c[8],
-                                      repetition=c[9], status=c[10], error=redact(c[11]), phases=[], records=[])
+                                 f"repetition, status, error FROM cells WHERE run_id = ? {skip}ORDER BY cell_id",
+                                 [run_id]).fetchall():
+                cells[c[0]] = CellRow(cell_id=c[0], config=c[1], target=c[2], target_url=shown.redact(c[3]),
+                                      workload=c[4], kind=c[5], params=shown.json(c[6]), factors=shown.json(c[7]),
+                                      clients=c[8], repetition=c[9], status=c[10], error=shown.redact(c[11]),
+                                      phases=[], records=[])
             for cell_id, phase, iteration, status, reason in con.execute(
                     "SELECT cell_id, phase, coalesce(iteration, 0), status, reason FROM phases WHERE run_id = ? "
                     "ORDER BY cell_id, seq",
                     [run_id]).fetchall():
-                cells[cell_id].phases.append((phase, iteration, status, redact(reason)))
+                if cell_id in cells:
+                    cells[cell_id].phases.append((phase, iteration, status, shown.redact(reason)))
             for r in con.execute(
                     "SELECT cell_id, phase, coalesce(iteration, 0), rank, host, bytes, ops, errors, start_ns, end_ns, barrier_ns, "
                     "cpu_user, cpu_sys, lat_index, lat_count, lat_sum, lat_min, lat_max, tl_bytes, tl_ops, extra "
@@ -808,6 +960,65 @@ class Store:
                        **({"detail": redact(json.loads(e[6]))} if e[6] is not None else {})}
                       for e in con.execute("SELECT cell_id, t, kind, rank, phase, message, detail FROM events "
                                            "WHERE run_id = ? ORDER BY t", [run_id]).fetchall()]
-        return RunData(run_id=row[0], started=row[1], finished=row[2], status=row[3], storeval_version=row[4],
+            status = row[3]
+            if status == "running":
+                live, why = judge_processes(self._processes(con, run_id))
+                if live is False:
+                    status = "interrupted"
+                    events.append({"cell": None, "t": now(), "kind": "died", "rank": None, "phase": None,
+                                   "message": f"the run never finished: {why}, and nothing recorded how it ended "
+                                              "(shown as interrupted)"})
+        return RunData(run_id=row[0], started=row[1], finished=row[2], status=status, storeval_version=row[4],
                        command_line=redact(row[5]), study=redact(json.loads(row[6])), study_hash=row[7], engine=row[8],
-                       cells=list(cells.values()), environment=env, events=events)
+                       cells=list(cells.values()), environment=env, events=events, not_run=not_run)
+
+    @staticmethod
+    def _processes(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, int, float | None]]:
+        if "processes" not in table_names(con):  # a store no run of this storeval has written yet
+            return []
+        return [tuple(r) for r in con.execute("SELECT role, host, pid, started FROM processes WHERE run_id = ? "
+                                              "ORDER BY t", [run_id]).fetchall()]
+
+    def testbeds(self, run_id: str | None = None) -> list[Testbeds]:
+        """The testbed directories runs started systems in (``run_id``: that run's only), oldest run first, each
+        with whether its run is over: a dead run's directories may still hold running servers, which
+        ``storeval testbed down --dir DIR`` stops (and removes, the run's own directory with its data)."""
+        with self.connect(read_only=True) as con:
+            if "testbeds" not in table_names(con):
+                return []
+            rows = con.execute("SELECT t.run_id, t.dir, t.kinds, t.owned, s.status FROM testbeds t JOIN studies s "
+                               "ON s.run_id = t.run_id WHERE ? IS NULL OR t.run_id = ? ORDER BY s.started, t.t",
+                               [run_id, run_id]).fetchall()
+            out: dict[str, Testbeds] = {}
+            for run, directory, kinds, owned, status in rows:
+                if run not in out:
+                    ended = status != "running"
+                    if not ended and judge_processes(self._processes(con, run))[0] is False:
+                        status, ended = "interrupted", True
+                    out[run] = Testbeds(run_id=run, dirs=[], status=status, ended=ended)
+                seen = next((d for d in out[run].dirs if d[0] == directory), None)
+                if seen is None:
+                    out[run].dirs.append((directory, sorted(json.loads(kinds)), bool(owned)))
+                else:  # another system started there later in the run: one directory, every kind
+                    out[run].dirs[out[run].dirs.index(seen)] = (directory, sorted({*seen[1], *json.loads(kinds)}),
+                                                                seen[2])
+        return list(out.values())
+
+
+class _Memo:
+    """Redacted text and parsed JSON of repeated values, each distinct value worked out once (the values are
+    only read by the reports)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[Any, Any] = {}
+        self.docs: dict[str, Any] = {}
+
+    def redact(self, value: Any) -> Any:
+        if value not in self.texts:
+            self.texts[value] = redact(value)
+        return self.texts[value]
+
+    def json(self, text: str) -> Any:
+        if text not in self.docs:
+            self.docs[text] = json.loads(text)
+        return self.docs[text]

@@ -297,3 +297,19 @@ def test_runs_error_bounds_what_it_echoes(tmp_path):
     r = storeval("report", str(tmp_path / "res"), "--runs", "x" * 100_000)
     assert r.rc == 2 and len(r.err_lines) == 1 and len(r.err_lines[0]) < 250, r.err[:300]
     assert r.err_lines[0] == f"error: --runs {'x' * 79}…: {'x' * 39}… is not a run id (ids look like 20261126-121314-ab12)"
+
+
+def test_a_long_run_id_is_echoed_cut_and_quiet_still_says_which_command_runs(tmp_path):
+    r = storeval("run", "--target", "null://", "--workload", "bandwidth", "--set", "file_size=1MiB", "--quiet",
+                 "--results", str(tmp_path / "res"), cwd=tmp_path)
+    assert r.rc == 0, r.err
+    r = storeval("report", str(tmp_path / "res"), "--run", "x" * 100_000, cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1 and len(r.err) < 400 and "x" * 79 + "…" in r.err, r.err[:500]
+    study = tmp_path / "s.yaml"
+    study.write_text("targets:\n  t:\n    url: null://\n    setup: 'touch set-up'\n    teardown: 'touch torn-down'\n"
+                     "workloads: {bw: {bandwidth: {file_size: 1MiB}}}\n")
+    r = storeval("run", str(study), "--quiet", "--results", str(tmp_path / "res"), cwd=tmp_path)
+    assert r.rc == 0, r.err
+    assert [ln for ln in r.err_lines if "of target t" in ln] == [
+        "setup of target t: running `touch set-up`", "teardown of target t: running `touch torn-down`"], r.err
+    assert (tmp_path / "set-up").exists() and (tmp_path / "torn-down").exists()

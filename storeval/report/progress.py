@@ -6,6 +6,7 @@ bidi characters made visible); only the status mark after it is storeval's own m
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -13,6 +14,9 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from ..redact import redact_text, visible
 from .console import safe
+
+# messages --quiet still prints: what storeval is about to run as a command (systems.py says it first)
+ANNOUNCED = ("setup of target ", "teardown of target ")
 
 MARKS = {"ok": "[green]✓[/]", "failed": "[red]✗ failed[/]", "interrupted": "[yellow]interrupted[/]"}
 
@@ -24,6 +28,8 @@ class CellBar:
         self.ui, self.label, self.expected = ui, visible(redact_text(label)), expected
         self.task = ui.progress.add_task(self.label, total=None, mark="") if ui else None
         self.phase: str | None = None
+        self.total: int | None = None
+        self.completed = 0
 
     def update(self, phase: str, nbytes: int, ops: int) -> None:
         if self.ui is None:
@@ -33,21 +39,41 @@ class CellBar:
         if phase != self.phase:
             self.phase = phase
             self.ui.progress.reset(self.task, total=total, description=f"{self.label} · {visible(phase)}")
-        self.ui.progress.update(self.task, completed=min(done, total) if total else done)
+        self.total, self.completed = total, min(done, total) if total else done
+        self.ui.progress.update(self.task, completed=self.completed)
 
     def done(self, status: str) -> None:
         if self.ui is None:
             return
-        task = self.ui.progress.tasks[[t.id for t in self.ui.progress.tasks].index(self.task)]
         self.ui.progress.update(self.task, description=self.label, mark=MARKS.get(status, safe(status)),
-                                completed=task.total or task.completed)
+                                completed=self.total or self.completed)
+        self.ui.retire()
 
 
 class ProgressUI:
+    """The live bars of the last ``LIVE`` cells; an older finished cell's line is printed once above them and its
+    bar dropped, so each refresh draws a few lines however many cells the run has done (a 100,000-cell plan
+    would otherwise redraw every finished cell ten times a second)."""
+
+    LIVE = 8
+
     def __init__(self, console: Console) -> None:
         self.progress = Progress(TextColumn("{task.description}", markup=False), TextColumn("{task.fields[mark]}"),
                                  BarColumn(), TaskProgressColumn(), TimeElapsedColumn(), console=console,
                                  transient=False)
+
+    def retire(self) -> None:
+        """Once ``LIVE`` finished bars have piled up beyond the ``LIVE`` newest, print them as plain lines (in
+        order, in one go: printing costs more than drawing) and drop them."""
+        tasks = self.progress.tasks
+        if len(tasks) < 2 * self.LIVE:
+            return
+        old = [t for t in tasks[:len(tasks) - self.LIVE] if t.fields.get("mark")]
+        if not old:
+            return
+        self.progress.console.print(self.progress.make_tasks_table(old))
+        for t in old:
+            self.progress.remove_task(t.id)
 
     def __enter__(self) -> ProgressUI:
         self.progress.start()
@@ -74,4 +100,7 @@ class QuietUI:
         return CellBar(None, label, expected)
 
     def log(self, message: str) -> None:
-        """--quiet: messages are not shown (the ones that matter are stored as events)."""
+        """--quiet: messages are not shown (the ones that matter are stored as events) — except a command about to
+        run on the user's behalf (a target's setup or teardown), which is always said first, on stderr."""
+        if message.startswith(ANNOUNCED):
+            print(visible(redact_text(message)), file=sys.stderr, flush=True)
