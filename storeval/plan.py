@@ -28,7 +28,7 @@ from .core.system import combinations, identity, swept
 from .spec import Study
 from .errors import InputError
 from .redact import visible
-from .workloads import WORKLOADS, make_workload
+from .workloads import WORKLOADS, Workload, make_workload, workload_class
 
 
 def _variants(target: TargetSpec) -> list[tuple[TargetSpec, dict]]:
@@ -44,6 +44,17 @@ def _variants(target: TargetSpec) -> list[tuple[TargetSpec, dict]]:
     return out
 
 
+def _fixed_clients(wl, k: int, combo: dict, memo: dict[tuple[str, int], int | None]) -> int | None:
+    """The client count workload ``wl``'s combination ``k`` fixes, worked out once per combination (not once per
+    target too), and without making the workload where its class leaves the count to the study: a plan of
+    100,000 cells is made in a moment."""
+    key = (wl.name, k)
+    if key not in memo:
+        cls = workload_class(wl.kind)
+        memo[key] = None if cls.fixed_clients is Workload.fixed_clients else make_workload(wl.kind, combo).fixed_clients()
+    return memo[key]
+
+
 def plan(study: Study) -> list[Cell]:
     blocks: dict[tuple, list[tuple[TargetSpec, dict]]] = {}  # configured system -> its targets; () = plain ones
     for target in study.targets.values():
@@ -56,12 +67,13 @@ def plan(study: Study) -> list[Cell]:
                     for links, chosen in study.network.combinations()]
     cells: list[Cell] = []
     config = 0
+    fixed_memo: dict[tuple[str, int], int | None] = {}
     for targets in blocks.values():
         configs = []
         for target, settings in targets:
             for wl in study.workloads.values():
-                for combo in wl.combos:
-                    fixed = make_workload(wl.kind, combo).fixed_clients()
+                for k, combo in enumerate(wl.combos):
+                    fixed = _fixed_clients(wl, k, combo, fixed_memo)
                     if fixed is not None and study.groups:
                         raise InputError(f"workloads.{visible(wl.name)}: its parameters fix the number of clients "
                                          f"({fixed}), so it cannot run with client groups; remove clients: groups or "
