@@ -148,6 +148,13 @@ def test_a_failing_command_fails_the_cell_in_one_line_with_its_status_and_stderr
     assert leftovers(target) == []
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _running(marker: str) -> list[int]:
     found = []
     for pid in os.listdir("/proc"):
@@ -451,7 +458,9 @@ def test_the_processes_of_a_run_are_found_by_their_mark_wherever_they_went(tmp_p
     subprocess.run(["sh", "-c", f"setsid {marker} >/dev/null 2>&1 &"], env=env, check=True)
     keep = subprocess.Popen(["sh", "-c", f"exec {marker}"], env=other, start_new_session=True)
     try:
-        poll(lambda: len(_running(marker)) == 2, "the daemon and the other run's process to run")
+        # both have exec'd sleep: a busy machine may show `setsid sleep …` for a while before setsid execs it
+        poll(lambda: len(_running(marker)) == 2 and all(_comm(p) == "sleep" for p in _running(marker)),
+             "the daemon and the other run's process to run")
         killed = kill_commands_of_run(f"storeval-test{os.getpid()}")
         assert [name for _, name in killed] == ["sleep"]
         poll(lambda: _running(marker) == [keep.pid], "the daemon to end")
