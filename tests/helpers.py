@@ -116,3 +116,31 @@ def poll(check, what: str, bound: float = POLL_BOUND, interval: float = 0.05):
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {bound:g} s")
         time.sleep(interval)
+
+
+def tree_checksums(root: Path) -> dict[str, str]:
+    """Every path under ``root`` (links as links, not followed) with its content's digest: planted files are
+    compared byte for byte before and after what storeval did beside them."""
+    import hashlib
+
+    out = {}
+    for p in sorted(Path(root).rglob("*")):
+        if p.is_symlink():
+            out[str(p)] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[str(p)] = "dir"
+    return out
+
+
+def dead_process() -> dict:
+    """{pid, started} of a real process that has ended: what an owner record of a dead run names."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    created = psutil.Process(proc.pid).create_time()
+    proc.kill()
+    proc.wait()
+    return {"pid": proc.pid, "started": created}
+

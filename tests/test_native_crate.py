@@ -11,7 +11,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import pytest
 
 from .helpers import REPO, io_uring_expected, kernel_offers_io_uring
 

@@ -6,14 +6,12 @@ ledger. And an output's kind is part of its ownership: a JSON document never rep
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from storeval import outputs
@@ -25,32 +23,17 @@ from storeval.testbed.owned import Ledger
 from storeval.units import format_size, plural
 from storeval.workloads import make_workload
 
-from .helpers import load_json, storeval
+from .helpers import dead_process, load_json, storeval, tree_checksums
 
 HOST = os.uname().nodename
 RUN = "storeval-20990101-000000-abcd"
 DEPTH = 1_500  # deeper than Python's recursion limit: a recursive walk raises RecursionError
 
 
-def _checksums(root: Path) -> dict[str, str]:
-    """Every path under ``root`` (links as links, not followed) with its content's digest."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_symlink():
-            out[str(p)] = "-> " + os.readlink(p)
-        elif p.is_file():
-            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
-        else:
-            out[str(p)] = "dir"
-    return out
 
 
 def _dead_owner() -> dict:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    created = psutil.Process(proc.pid).create_time()
-    proc.kill()
-    proc.wait()
-    return {"run_id": RUN[9:], "host": HOST, "pid": proc.pid, "started": created}
+    return {"run_id": RUN[9:], "host": HOST, **dead_process()}
 
 
 def _user_tree(where: Path) -> Path:
@@ -114,7 +97,7 @@ def test_clean_leaves_a_file_system_mounted_in_a_dead_runs_directory_whole_and_n
     (run / "cell-0000" / "bw.0").write_bytes(b"s" * 4096)
     mount(user, run / "cell-0000" / "mnt")
     (target / "notes.txt").write_text("a user's notes")
-    keep = {**_checksums(user), str(target / "notes.txt"): _checksums(target)[str(target / "notes.txt")]}
+    keep = {**tree_checksums(user), str(target / "notes.txt"): tree_checksums(target)[str(target / "notes.txt")]}
     size = os.path.getsize(run / OWNER) + 4096
     line = f"left alone: {run}/cell-0000/mnt ({MOUNTED}: unmount it, then clean again)"
 
@@ -128,7 +111,7 @@ def test_clean_leaves_a_file_system_mounted_in_a_dead_runs_directory_whole_and_n
 
     r = storeval("clean", str(target), "--yes", cwd=tmp_path)
     assert r.rc == 1 and r.err_lines == [f"error: file://{target}: {RUN}: {line}"], r.err
-    assert {**_checksums(user), str(target / "notes.txt"): keep[str(target / "notes.txt")]} == keep
+    assert {**tree_checksums(user), str(target / "notes.txt"): keep[str(target / "notes.txt")]} == keep
     # what was storeval's went; the owner record stays beside the mount, so the directory is still a dead run's
     assert sorted(os.listdir(run)) == [OWNER, "cell-0000"] and os.listdir(run / "cell-0000") == ["mnt"]
 
@@ -136,7 +119,7 @@ def test_clean_leaves_a_file_system_mounted_in_a_dead_runs_directory_whole_and_n
     r = storeval("clean", str(target), "--yes", cwd=tmp_path)
     assert r.rc == 0 and r.out.splitlines()[-1].startswith(f"removed file://{target}: {RUN} ("), r.out + r.err
     assert sorted(os.listdir(target)) == ["notes.txt"]
-    assert _checksums(user) == {k: v for k, v in keep.items() if k.startswith(f"{user}/")}
+    assert tree_checksums(user) == {k: v for k, v in keep.items() if k.startswith(f"{user}/")}
 
 
 def test_a_cell_cleanup_and_the_ledger_never_cross_a_mount(tmp_path, mount):
@@ -148,12 +131,12 @@ def test_a_cell_cleanup_and_the_ledger_never_cross_a_mount(tmp_path, mount):
     mount(user, cell / "t.0")  # a mount where the cleanup removes by pattern: its content looks like storeval's
     (cell / "t.1").mkdir()
     mount(user, cell / "t.1")
-    before = _checksums(user)
+    before = tree_checksums(user)
     driver = make_driver(f"file://{root}")
     with pytest.raises(StorevalError) as e:
         make_workload("metadata", {}).cell_cleanup(driver, f"{RUN}/cell-0000", 1)
     assert str(e.value) == f"left alone: {cell}/t.0, {cell}/t.1 ({MOUNTED})"
-    assert _checksums(user) == before
+    assert tree_checksums(user) == before
 
     ledger = Ledger()  # the testbed's ledger: a server's directory with a mount in it
     anchor = ledger.anchor(tmp_path / "tb", rule="all")
@@ -162,7 +145,7 @@ def test_a_cell_cleanup_and_the_ledger_never_cross_a_mount(tmp_path, mount):
     mount(user, anchor / "data" / "m")
     left = ledger.remove(lambda rule, parts, st: True)
     assert [(x.path, x.why) for x in left] == [(f"{anchor}/data/m", MOUNTED)]
-    assert _checksums(user) == before
+    assert tree_checksums(user) == before
 
 
 # -- item 2: never through a symbolic link --------------------------------------------------------------------
@@ -177,7 +160,7 @@ def test_a_cell_directory_swapped_for_a_link_is_never_followed(tmp_path):
     (root / RUN / "cell-0001" / "t.0" / "f.0").write_bytes(b"storeval's")
     (root / RUN / "cell-0001" / "t.0" / "d.0").symlink_to(other, target_is_directory=True)
     (root / RUN / "cell-0001" / "f.9").symlink_to(other / "precious.txt")
-    before = {**_checksums(user), **_checksums(other)}
+    before = {**tree_checksums(user), **tree_checksums(other)}
     driver = make_driver(f"file://{root}")
     metadata = make_workload("metadata", {})
 
@@ -187,13 +170,13 @@ def test_a_cell_directory_swapped_for_a_link_is_never_followed(tmp_path):
     metadata.cell_cleanup(driver, f"{RUN}/cell-0001", 1)  # the links go as links; nothing they point at
     assert os.listdir(root / RUN / "cell-0001") == []
     assert not driver.rmdir_quietly(f"{RUN}/cell-0000")  # the runner's next step: a link is no directory
-    assert {**_checksums(user), **_checksums(other)} == before
+    assert {**tree_checksums(user), **tree_checksums(other)} == before
 
     # storeval clean of the dead run: the links inside go as links, nothing behind them
     (root / RUN / OWNER).write_text(json.dumps(_dead_owner()))
     r = storeval("clean", str(root), "--yes", cwd=tmp_path)
     assert r.rc == 0, r.err
-    assert os.listdir(root) == [] and {**_checksums(user), **_checksums(other)} == before
+    assert os.listdir(root) == [] and {**tree_checksums(user), **tree_checksums(other)} == before
 
 
 def test_the_remover_never_follows_a_link_on_the_way_to_what_it_removes(tmp_path):
@@ -201,12 +184,12 @@ def test_the_remover_never_follows_a_link_on_the_way_to_what_it_removes(tmp_path
     root = tmp_path / "target"
     root.mkdir()
     (root / RUN).symlink_to(user, target_is_directory=True)
-    before = _checksums(user)
+    before = tree_checksums(user)
     for rel in (RUN, f"{RUN}/t.0", f"{RUN}/t.0/f.0", f"{RUN}/precious.txt"):
         for dry_run in (True, False):
             r = remove_tree(str(root), rel, dry_run=dry_run)
             assert [(x.path, x.why) for x in r.left] == [(f"{root}/{RUN}", LINK)] and (r.files, r.dirs) == (0, 0)
-    assert _checksums(user) == before
+    assert tree_checksums(user) == before
 
 
 # -- item 3: any depth ---------------------------------------------------------------------------------------
@@ -214,7 +197,7 @@ def test_the_remover_never_follows_a_link_on_the_way_to_what_it_removes(tmp_path
 def test_clean_the_ledger_and_a_cell_cleanup_remove_trees_deeper_than_the_recursion_limit(tmp_path):
     assert DEPTH > sys.getrecursionlimit()
     user = _user_tree(tmp_path / "user")
-    before = _checksums(user)
+    before = tree_checksums(user)
     root = tmp_path / "target"
     run = root / RUN
     (run / "cell-0000" / "t.0").mkdir(parents=True)
@@ -236,7 +219,7 @@ def test_clean_the_ledger_and_a_cell_cleanup_remove_trees_deeper_than_the_recurs
     anchor = ledger.anchor(tmp_path / "tb", rule="all")
     _deep(anchor, DEPTH)
     assert ledger.remove(lambda rule, parts, st: True) == [] and not anchor.exists()
-    assert _checksums(user) == before
+    assert tree_checksums(user) == before
 
 
 # -- item 13: an output's kind is part of its ownership ----------------------------------------------------------

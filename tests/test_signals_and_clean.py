@@ -7,7 +7,6 @@ long something takes; the only wall-clock figures here are guards against a hang
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -27,7 +26,7 @@ from storeval.engine.forkserver import client_context, start_fork_server
 from storeval.engine.watch import HangClock
 from storeval.probes.sampler import Sampler
 
-from .helpers import load_json, storeval
+from .helpers import dead_process, load_json, storeval, tree_checksums
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec (pip package mpich) is not installed")
@@ -446,24 +445,8 @@ def test_a_coordinator_that_looks_late_does_not_take_a_starved_client_for_a_hung
 
 # -- the scratch directories of dead runs ------------------------------------------------------------------------
 
-def _checksums(root: Path) -> dict[str, str]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_symlink():
-            out[str(p)] = "-> " + os.readlink(p)
-        elif p.is_file():
-            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
-        else:
-            out[str(p)] = "dir"
-    return out
 
 
-def _dead_process() -> dict:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    created = psutil.Process(proc.pid).create_time()
-    proc.kill()
-    proc.wait()
-    return {"pid": proc.pid, "started": created}
 
 
 def _run_dir(target: Path, name: str, owner: dict | None, files: dict[str, bytes]) -> Path:
@@ -515,9 +498,9 @@ def test_storeval_run_warns_about_and_storeval_clean_removes_only_dead_runs_dire
              {"cell-0000/bw.0": b"far" * 1024})
     _run_dir(target, "storeval-20990101-000003-abcd", None, {"cell-0000/bw.0": b"old" * 1024})
     (target / "storeval-20990101-000004-abcd").symlink_to(outside, target_is_directory=True)
-    (outside / OWNER).write_text(json.dumps({"host": HOST, **_dead_process()}))
+    (outside / OWNER).write_text(json.dumps({"host": HOST, **dead_process()}))
     (target / dead / "cell-0000" / "link").symlink_to(outside, target_is_directory=True)
-    keep = {**_checksums(target), **_checksums(outside)}
+    keep = {**tree_checksums(target), **tree_checksums(outside)}
 
     # a later run on the target notices, in one line, and leaves the directory alone
     r = storeval("run", "--target", f"file://{target}", "--workload", "bandwidth", "--clients", "1",
@@ -554,7 +537,7 @@ def test_storeval_run_warns_about_and_storeval_clean_removes_only_dead_runs_dire
     assert r.rc == 0, r.err
     assert r.out.splitlines()[-1].startswith(f"removed file://{target}: {dead} (")
     assert not (target / dead).exists()
-    assert {**_checksums(target), **_checksums(outside)} == {k: v for k, v in keep.items() if f"/{dead}" not in k}
+    assert {**tree_checksums(target), **tree_checksums(outside)} == {k: v for k, v in keep.items() if f"/{dead}" not in k}
 
     r = storeval("clean", str(target), "--yes", "--force", cwd=tmp_path)
     assert r.rc == 0, r.err
@@ -565,7 +548,7 @@ def test_storeval_run_warns_about_and_storeval_clean_removes_only_dead_runs_dire
 
 
 def test_clean_takes_a_study_files_targets_by_name_and_says_one_line_for_bad_input(tmp_path, target):
-    _run_dir(target, "storeval-20990101-000000-abcd", {"host": HOST, **_dead_process()}, {"cell-0000/x": b"1"})
+    _run_dir(target, "storeval-20990101-000000-abcd", {"host": HOST, **dead_process()}, {"cell-0000/x": b"1"})
     other = tmp_path / "other"
     other.mkdir()
     study = tmp_path / "s.yaml"
@@ -593,7 +576,7 @@ def test_clean_removes_a_dead_runs_objects_on_network_targets_and_nothing_else(t
     driver = make_driver(url, entry)
     driver.connect()
     stale, other = "storeval-20990101-000000-abcd", "storeval-notes-" + tmp_path.name
-    owner = json.dumps({"host": HOST, **_dead_process()}).encode()
+    owner = json.dumps({"host": HOST, **dead_process()}).encode()
     for d in (stale, other):
         driver.ensure_dir(d)
         driver.ensure_dir(f"{d}/cell-0000")
