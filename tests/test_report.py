@@ -232,7 +232,8 @@ def test_export_writes_every_table_from_the_store(study_run, tmp_path, fmt):
     r = storeval("export", str(tmp / "storeval-results"), "--format", fmt, "--out", str(out))
     assert r.rc == 0, r.err
     db = tmp / "storeval-results" / "storeval.duckdb"
-    tables = ["studies", "cells", "phases", "records", "events", "environment", "samples", "outputs"]
+    tables = ["studies", "cells", "phases", "records", "events", "environment", "samples", "outputs", "processes",
+              "testbeds"]
     assert sorted(os.listdir(out)) == sorted(f"{t}.{fmt}" for t in tables)
     with duckdb.connect(str(db), read_only=True) as con:
         for t in tables:
@@ -309,7 +310,7 @@ def test_export_into_an_existing_empty_directory_keeps_it(study_run, tmp_path):
     os.chmod(out, 0o755)
     r = storeval("export", str(study_run[0] / "storeval-results"), "--format", "csv", "--out", str(out))
     assert r.rc == 0, r.err
-    assert oct(out.stat().st_mode & 0o777) == "0o755" and len(os.listdir(out)) == 8
+    assert oct(out.stat().st_mode & 0o777) == "0o755" and len(os.listdir(out)) == 10  # every table of the store
     assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no temporary directory left beside it
 
 
