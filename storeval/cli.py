@@ -699,7 +699,11 @@ def clean(
             driver.shutdown()
         except Exception:  # noqa: BLE001
             pass
-    for run_id, status, directory, kinds in left_testbeds:
+    for run_id, status, directory, kinds, owned in left_testbeds:
+        if not owned:  # the study's own `testbed:` directory: another run may use it now, so it is only named
+            print(f"run {run_id} ({status}) brought {', '.join(kinds)} up in {_safe(directory)}, the study's testbed "
+                  f"directory: `storeval testbed down --dir {_safe(directory)}` stops it if nothing else uses it")
+            continue
         print(f"run {run_id} ({status}) left its {', '.join(kinds)} testbed in {_safe(directory)}"
               + ("" if yes and not dry_run else f": `storeval testbed down --dir {_safe(directory)}` stops it"
                  + (" (or clean --yes)" if not dry_run else "")))
@@ -715,9 +719,10 @@ def clean(
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 
-def _dead_runs_testbeds(results: str) -> list[tuple[str, str, str, list[str]]]:
-    """(run, status, directory, kinds) of every testbed directory an ended run brought systems up in and that is
-    still there (its servers may still run): the results store records each before its systems start."""
+def _dead_runs_testbeds(results: str) -> list[tuple[str, str, str, list[str], bool]]:
+    """(run, status, directory, kinds, run-owned) of every testbed directory a run that did not end on its own
+    (interrupted, or its processes proven gone) brought systems up in and that is still there: its servers may
+    still run. The results store records each before its systems start; a run that ended took its own down."""
     from .store import Store
 
     if not os.path.isfile(os.path.join(results, "storeval.duckdb")):
@@ -727,8 +732,8 @@ def _dead_runs_testbeds(results: str) -> list[tuple[str, str, str, list[str]]]:
     except StorevalError as e:
         print(f"warning: {_safe(results)}: {_safe(e)} (the testbeds of dead runs are not looked for)", file=sys.stderr)
         return []
-    return [(t.run_id, t.status, d, kinds) for t in runs if t.ended for d, kinds, _owned in t.dirs
-            if os.path.isdir(d)]
+    return [(t.run_id, t.status, d, kinds, owned) for t in runs if t.ended and t.status == "interrupted"
+            for d, kinds, owned in t.dirs if os.path.isdir(d)]
 
 
 def _clean_targets(items: list[str], study: str | None) -> list:
