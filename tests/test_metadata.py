@@ -130,6 +130,23 @@ def test_stat_stride_makes_a_client_touch_the_next_clients_items(target):
     assert os.listdir(target / "cell" / "t.1.0") == []
 
 
+def test_the_names_a_phase_works_on_are_made_before_its_timed_region(target):
+    """mdtest times a loop over names it already made; making 20,000 paths and their native job inside the timed
+    region cost as much as stat-ing them (storeval at 0.5x mdtest): before_phase makes them, untimed."""
+    params = MetadataParams(items=30, files_only=True, mode="unique")
+    ((wl, c),) = _clients(target, params, n=1)
+    made: list[int] = []
+    paths = wl._paths
+    wl._paths = lambda c, phase: (made.append(time.perf_counter_ns()), paths(c, phase))[1]
+    for phase in ("tree-create", "file-create", "file-stat", "file-read", "file-remove", "tree-remove"):
+        made.clear()
+        wl.before_phase(c, phase)  # what the engine calls before the phase's barriers
+        rec = _run(wl, c, phase)
+        assert made and max(made) < rec.start_ns, phase  # every name was made before the phase began
+        assert rec.record(0).ops == (1 if phase.startswith("tree-") else 30), phase
+    assert os.listdir(target / "cell") == []
+
+
 def test_iterations_repeat_every_phase_and_summarise_like_mdtest(tmp_path, target):
     doc = run_json(tmp_path, "--target", str(target), "--workload", "metadata", "--clients", "2", "--set", "items=100",
                    "--set", "iterations=3", "--set", "files_only=true")
