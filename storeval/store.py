@@ -626,8 +626,27 @@ class Store:
         except (OSError, duckdb.Error):
             pass
 
+    @contextmanager
+    def batch(self, check: Callable[[duckdb.DuckDBPyConnection], None] | None = None) -> Iterator[None]:
+        """Write everything written inside the block in one transaction at its end, after ``check(con)`` (which
+        may raise to refuse it all): an import whose second file is bad, or a run already there, stores nothing."""
+        self._batch: list[dict[str, Any]] | None = []
+        try:
+            yield
+            units, self._batch = self._batch, None
+            with self.transaction() as con:
+                if check is not None:
+                    check(con)
+                for unit in units:
+                    _apply(con, unit)
+        finally:
+            self._batch = None
+
     def _write(self, unit: dict[str, Any]) -> None:
         """Store a unit now, or hold it (with everything held before it) and let the run go on."""
+        if getattr(self, "_batch", None) is not None:
+            self._batch.append(_redact_unit(unit))
+            return
         self.held.append(_redact_unit(unit))
         err = self._store_units(self.held, 0 if self.hold_reason else WRITE_WAIT)  # holding: one quick try
         if err is None:
@@ -755,16 +774,21 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------------
     def begin_run(self, run_id: str, *, study: dict, study_hash: str, version: str, command_line: str,
-                  source: str | None, engine: str, environment: dict[str, Any]) -> None:
+                  source: str | None, engine: str, environment: dict[str, Any], started: datetime | None = None) -> None:
         """The run's first row. A busy store holds it like any write; a full or damaged one refuses the run
-        before anything runs (and a store this process created for it is removed again)."""
+        before anything runs (and a store this process created for it is removed again). ``started``: when
+        another tool ran what is imported (inside :meth:`batch`; no process of this one keeps that run live)."""
         unit = {"unit": "begin", "run_id": run_id, "rows": {
-            "studies": [{"run_id": run_id, "started": now(), "status": "running", "storeval_version": version,
-                         "command_line": command_line, "study": json.dumps(study), "study_hash": study_hash,
+            "studies": [{"run_id": run_id, "started": started or now(), "status": "running",
+                         "storeval_version": version, "command_line": command_line,
+                         "study": json.dumps(study, default=str), "study_hash": study_hash,
                          "source": source, "engine": engine}],
             "environment": [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
                             for k, v in environment.items()],
-            "processes": [_process_row(run_id, "coordinator", os.getpid())]}}
+            "processes": [] if started else [_process_row(run_id, "coordinator", os.getpid())]}}
+        if getattr(self, "_batch", None) is not None:
+            self._write(unit)
+            return
         self.held.append(_redact_unit(unit))
         err = self._store_units(self.held, WRITE_WAIT)
         if err is None:
@@ -791,8 +815,8 @@ class Store:
         self._write({"unit": "testbed", "run_id": run_id, "rows": {"testbeds": [
             {"run_id": run_id, "dir": directory, "kinds": json.dumps(sorted(kinds)), "owned": owned, "t": now()}]}})
 
-    def end_run(self, run_id: str, status: str) -> None:
-        self._write({"unit": "end", "run_id": run_id, "finished": now(), "status": status})
+    def end_run(self, run_id: str, status: str, finished: datetime | None = None) -> None:
+        self._write({"unit": "end", "run_id": run_id, "finished": finished or now(), "status": status})
 
     def write_cell(self, run_id: str, cell: Any, *, status: str, error: str | None, started: datetime,
                    phases: list[tuple[str, int, str, str | None]], records: list[PhaseRecord],
