@@ -105,6 +105,9 @@ def run(
                                                                                     "clients on one host."),
     force: bool = typer.Option(False, "--force", help="Run although a cell may need more memory or disk space than "
                                                       "is free now (never beyond what the host has at all)."),
+    as_tool: Optional[str] = typer.Option(None, "--as", help="Print, per cell, the ior, mdtest or fio command line "
+                                                             "that does the same work, and each setting that tool "
+                                                             "cannot express; runs nothing (like a dry run)."),
 ) -> None:
     """Run a study (or the default quick study) and report the results.
 
@@ -119,6 +122,12 @@ def run(
                       repetitions=repetitions, phase_timeout=phase_timeout, keep_cache=keep_cache,
                       probe_interval=probe_interval, placement=placement, clients_per_host=clients_per_host)
     cells = plan(spec)
+    if as_tool is not None:  # the peer's commands, printed; nothing runs
+        from .peers.commands import lines
+
+        for line in lines(cells, as_tool):
+            print(line)
+        raise typer.Exit(EXIT_OK)
     if spec.network is not None and os.geteuid() != 0:
         raise InputError("network: emulated hosts and links are network namespaces, which need root: run storeval "
                          "as root (or drop network: and the groups' host:)")
@@ -447,6 +456,35 @@ def _run_of(ref: str, results: str):
                          "DIR:RUN_ID, or --results DIR)")
     store = _open_results(results)
     return store, store.resolve_run(ref)
+
+
+@app.command("import")
+def import_(
+    files: list[str] = typer.Argument(..., help="Result files: IOR JSON (-O summaryFormat=JSON), mdtest's output, fio "
+                                                "JSON (--output-format=json), warp JSON (--json, analyze --json)."),
+    results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
+    tool: Optional[str] = typer.Option(None, "--tool", help="ior, mdtest, fio or warp (default: told from each "
+                                                            "file's content)."),
+    label: Optional[str] = typer.Option(None, "--label", help="Target name of the imported runs (default: the path "
+                                                              "or endpoint the tool ran against)."),
+) -> None:
+    """Import IOR, mdtest, fio or warp results as runs of their own (one per file), so report --runs and compare
+    put them beside storeval's. Every file is read first: bad input writes nothing."""
+    from .peers import load_file
+    from .peers.importer import import_runs
+    from .store import Store
+
+    runs = [load_file(path, tool) for path in files]
+    Store.check_location(results)
+    store = Store(results)
+    command_line = shlex.join(["storeval", "import", *files, "--results", results,
+                               *(["--tool", tool] if tool else []), *(["--label", label] if label else [])])
+    ids = import_runs(store, runs, label=label, command_line=command_line)
+    out = _console()
+    for run, run_id in zip(runs, ids):
+        out.print(f"run {run_id}: imported {_safe(run.tool)} results of {_safe(run.source)} "
+                  f"({plural(sum(len(c.steps) for c in run.cells), 'phase')}; measured by {_safe(run.tool)}, not "
+                  f"timed by storeval); results in {_safe(store.dir)}", highlight=False)
 
 
 @app.command()

@@ -91,7 +91,7 @@ def _install_test_environment() -> list[str]:
 
         if os.geteuid() != 0:
             raise TestbedError("not root: the Debian packages of the servers and Chromium are not installed")
-        apt_install(*xrootd.PACKAGES, *glusterfs.PACKAGES, *ceph.PACKAGES, *nfs.PACKAGES, "chromium")
+        apt_install(*xrootd.PACKAGES, *glusterfs.PACKAGES, *ceph.PACKAGES, *nfs.PACKAGES, "chromium", "fio")
 
     def minio():
         from storeval.testbed.minio import install_minio
@@ -104,7 +104,7 @@ def _install_test_environment() -> list[str]:
         HdfsServer(Path("/nonexistent")).install()
 
     threads = [threading.Thread(target=part, args=(name, fn), daemon=True)
-               for name, fn in (("Debian packages (servers, chromium)", debian), ("MinIO (go build)", minio),
+               for name, fn in (("Debian packages (servers, chromium, fio)", debian), ("MinIO (go build)", minio),
                                 ("HDFS (maven)", hdfs))]
     for t in threads:
         t.start()

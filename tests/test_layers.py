@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"probes"},
     {"workloads"},
     {"environment", "store", "clean"},
+    {"peers"},  # peer tools' results read into the store, and cells as their command lines
     {"analysis"},
     {"engine"},
     {"spec", "preflight", "testbed"},
