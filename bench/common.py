@@ -33,9 +33,10 @@ def quiesce() -> None:
     os.sync()
 
 
-def storeval_phase(target: str, phase: str, args: list[str], study_file: bool = False, all_iterations: bool = False):
+def storeval_phase(target: str, phase: str, args: list[str], study_file: bool = False, all_iterations: bool = False,
+                   all_phases: bool = False):
     """Run one storeval cell (on a target URL, or the targets of a study file) and return ``phase``'s record
-    (every iteration's record with ``all_iterations``)."""
+    (every iteration's record with ``all_iterations``; every phase's with ``all_phases``)."""
     os.makedirs(OUT, exist_ok=True)
     out = os.path.join(OUT, "storeval.json")
     where = [target] if study_file else ["--target", target]
@@ -46,6 +47,8 @@ def storeval_phase(target: str, phase: str, args: list[str], study_file: bool = 
         raise SystemExit(f"storeval failed: {' '.join(cmd)}\n{proc.stderr}")
     with open(out) as f:
         doc = json.load(f)
+    if all_phases:
+        return doc["cells"][0]["phases"]
     found = [p for p in doc["cells"][0]["phases"] if p["phase"] == phase]
     return found if all_iterations else found[0]
 
@@ -55,6 +58,7 @@ class Sample:
     value: float  # the compared figure (MiB/s, ops/s)
     cpu_per_gib: float | None = None  # client CPU seconds per GiB moved
     cpu_per_op: float | None = None  # client CPU seconds per operation (metadata, or any case that gives ops)
+    split: str = ""  # how the run's time divided (open, transfer, close; per client), printed beside the figure
 
 
 @dataclass
@@ -108,3 +112,64 @@ def need(tool: str, apt_package: str | None = None) -> str:
     if not path:
         raise SystemExit(f"{tool} is needed (apt-get install {apt_package or tool})")
     return path
+
+
+PEERS_BIN = os.path.expanduser("~/.cache/storeval-peers/bin")
+PEERS_BUILD = "bash ../shared/peers/build.sh (IOR, mdtest and MPICH's mpiexec into ~/.cache/storeval-peers/bin)"
+
+
+def peer(tool: str) -> str:
+    """A reference tool: ~/.cache/storeval-peers/bin first (IOR and mdtest are launched by the mpiexec they were
+    built with, which lives there too), then PATH; else say how to build it."""
+    path = os.path.join(PEERS_BIN, tool)
+    if os.access(path, os.X_OK):
+        return path
+    found = shutil.which(tool)
+    if found:
+        return found
+    raise SystemExit(f"{tool} is needed: build it with {PEERS_BUILD}")
+
+
+def engines(record: dict) -> list[str]:
+    """The engines storeval's clients ran a phase with (the bench prints them beside each figure)."""
+    return list(record.get("io_engines") or [])
+
+
+@dataclass
+class Battery:
+    """Like :class:`Case`, for runs that give several figures at once (mdtest's phases, IOR's write and read):
+    each run returns {figure: Sample}; runs alternate between the tools after a warm-up of each."""
+
+    name: str
+    unit: str
+    storeval: Callable[[], dict[str, Sample]]
+    reference: Callable[[], dict[str, Sample]]
+    before_each: Callable[[], None] = quiesce
+    samples: dict[str, list[dict[str, Sample]]] = field(default_factory=lambda: {"storeval": [], "reference": []})
+
+    def run(self, reps: int) -> None:
+        for tool in ("storeval", "reference"):
+            self.before_each()
+            getattr(self, tool)()
+        for i in range(reps):
+            order = ("storeval", "reference") if i % 2 == 0 else ("reference", "storeval")
+            for tool in order:
+                self.before_each()
+                self.samples[tool].append(getattr(self, tool)())
+        for line in self.lines():
+            print(line, file=sys.stderr, flush=True)
+
+    def figures(self) -> list[str]:
+        return [k for k in self.samples["reference"][0] if all(k in s for s in self.samples["storeval"])]
+
+    def ratio(self, figure: str) -> float:
+        med = {t: statistics.median(s[figure].value for s in self.samples[t]) for t in self.samples}
+        return med["storeval"] / med["reference"]
+
+    def lines(self, ref_name: str = "ref") -> list[str]:
+        out = []
+        for figure in self.figures():
+            case = Case(f"{self.name}: {figure}", self.unit, self.storeval, self.reference)
+            case.samples = {t: [s[figure] for s in self.samples[t]] for t in self.samples}
+            out.append(case.line(ref_name))
+        return out

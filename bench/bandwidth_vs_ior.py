@@ -1,0 +1,123 @@
+"""storeval's bandwidth workload vs IOR, same file system, same work, alternating runs.
+
+Equal settings, as ``mpiexec -n P ior -a POSIX -F -t T -b B -w -r -C -e [--posix.odirect] -i 1``: every
+process writes a file of its own front to back in transfers of T, fsyncs it before closing (-e; storeval
+``fsync=true``), and after a barrier reads the file of the next process (-C; storeval ``reorder=true``), with
+O_DIRECT on both sides or on neither. Both tools time from the first process's open to the last one's close, so
+opening, the fsync and closing are inside both figures (IOR's bw; storeval's aggregate MiB/s), and both count
+the bytes their processes moved. storeval runs its native loop (``--engine psync``, checked and printed): one
+pread/pwrite at a time, as IOR's POSIX backend.
+
+Besides the medians, spreads and ratios, the bench prints how each tool's time split: IOR's open, transfer
+and close times (its JSON), storeval's per-client seconds, and — when the ratio is outside ±5 % — the device's
+own count of bytes and time for each tool's read (/proc/diskstats of the directory's device, before and after),
+so a difference shows where it came from: a tool that read from a cache reads fewer bytes from the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+
+from common import OUT, Battery, Sample, engines, peer, storeval_phase
+
+MiB = float(1 << 20)
+
+
+def device_of(path: str) -> str | None:
+    """The block device (as /proc/diskstats names it) holding ``path``, or None (tmpfs, overlay...)."""
+    dev = os.stat(path).st_dev
+    for line in open("/proc/diskstats"):
+        parts = line.split()
+        if (int(parts[0]) << 8 | int(parts[1])) == ((os.major(dev) << 8) | os.minor(dev)):
+            return parts[2]
+    return None
+
+
+def disk_counts(device: str | None) -> tuple[int, int]:
+    """(bytes read, ms spent reading) of ``device`` since boot."""
+    if device is None:
+        return 0, 0
+    for line in open("/proc/diskstats"):
+        parts = line.split()
+        if parts[2] == device:
+            return int(parts[5]) * 512, int(parts[6])
+    return 0, 0
+
+
+def ior(directory: str, procs: int, size_mib: int, transfer_mib: int, direct: bool) -> dict[str, Sample]:
+    where = os.path.join(directory, "ior")
+    shutil.rmtree(where, ignore_errors=True)
+    os.makedirs(where)
+    cmd = [peer("mpiexec"), "-n", str(procs), peer("ior"), "-a", "POSIX", "-F", "-t", f"{transfer_mib}m",
+           "-b", f"{size_mib}m", "-w", "-r", "-C", "-e", *(["--posix.odirect"] if direct else []), "-i", "1",
+           "-O", "summaryFormat=JSON", "-o", os.path.join(where, "testfile")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    shutil.rmtree(where, ignore_errors=True)
+    if proc.returncode:
+        raise SystemExit(f"IOR failed: {' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    doc = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out = {}
+    for r in doc["tests"][0]["Results"]:
+        out[r["access"]] = Sample(r["bwMiB"])
+        out[r["access"]].split = f"open {r['openTime']:.3f}s transfer {r['wrRdTime']:.3f}s close {r['closeTime']:.3f}s"
+    return out
+
+
+def storeval(directory: str, procs: int, size_mib: int, transfer_mib: int, direct: bool, engine: str,
+             device: str | None) -> dict[str, Sample]:
+    target = os.path.join(directory, "storeval")
+    os.makedirs(target, exist_ok=True)
+    records = storeval_phase(f"file://{target}", "*", [
+        "--workload", "bandwidth", "--clients", str(procs), "--set", f"file_size={size_mib}MiB",
+        "--set", f"transfer_size={transfer_mib}MiB", "--set", f"direct={str(direct).lower()}", "--set", "fsync=true",
+        "--set", "reorder=true", "--set", "phases=write,read", "--set", f"engine={engine}"], all_phases=True)
+    shutil.rmtree(target, ignore_errors=True)
+    out = {}
+    for ph in records:
+        ran = engines(ph)
+        if ran != [engine]:
+            raise SystemExit(f"storeval ran {ph['phase']} with engine {ran}, not {engine}: the bench would compare "
+                             "another loop (build the native extension: STOREVAL_NATIVE=required pip install -e .)")
+        out[ph["phase"]] = Sample(ph["bandwidth_MiBps"])
+        out[ph["phase"]].split = "clients " + " ".join(f"{c['seconds']:.3f}s" for c in ph["client_stats"])
+        flags = [f["code"] for f in ph["flags"]]
+        if flags:
+            out[ph["phase"]].split += f" flags {','.join(flags)}"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("directory", nargs="?", default=os.path.join(OUT, "ior-scratch"), help="a directory on a disk")
+    ap.add_argument("--size", type=int, default=int(os.environ.get("SIZE_MIB", 2048)), help="MiB per process (-b)")
+    ap.add_argument("--transfer", type=int, default=1, help="MiB per transfer (-t)")
+    ap.add_argument("--procs", type=int, default=int(os.environ.get("PROCS", 2)))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("REPS", 3)))
+    ap.add_argument("--engine", default=os.environ.get("ENGINE", "psync"))
+    ap.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True, help="O_DIRECT on both sides")
+    a = ap.parse_args()
+    d = os.path.abspath(a.directory)
+    os.makedirs(d, exist_ok=True)
+    device = device_of(d)
+    b = Battery(f"{a.procs} proc x {a.size} MiB, {a.transfer} MiB transfers, {'O_DIRECT' if a.direct else 'buffered'}",
+                "MiB/s",
+                lambda: storeval(d, a.procs, a.size, a.transfer, a.direct, a.engine, device),
+                lambda: ior(d, a.procs, a.size, a.transfer, a.direct))
+    b.run(a.reps)
+    print(f"\nstoreval bandwidth ({a.engine}) vs IOR -a POSIX -F -C -e{' --posix.odirect' if a.direct else ''}: median of "
+          f"{a.reps} alternating runs after a warm-up, [min–max]; {d} on device {device or 'none'}; ratio = storeval / IOR")
+    for line in b.lines("IOR"):
+        print(line)
+    print("how each run's time split (storeval: each client's open-to-close seconds; IOR: its JSON's times):")
+    for tool in ("storeval", "reference"):
+        for i, run in enumerate(b.samples[tool]):
+            print(f"  {'storeval' if tool == 'storeval' else 'IOR':8} run {i}: " +
+                  "; ".join(f"{k} {s.value:,.0f} MiB/s ({s.split})" for k, s in run.items()))
+
+
+if __name__ == "__main__":
+    main()
