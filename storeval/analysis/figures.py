@@ -127,11 +127,23 @@ class PhaseFigures:
 
 
 def bytes_until(rec: PhaseRecord, t_ns: int) -> float:
-    """Bytes ``rec``'s client had moved at time ``t_ns``, interpolated within its 1-second timeline bins."""
+    """Bytes ``rec``'s client had moved at time ``t_ns``: from its progress marks (bytes done at the end of each
+    fold, at most 16 MiB or 4,096 operations apart), interpolated only between the two marks around ``t_ns``;
+    a record stored before marks existed interpolates within its 1-second timeline bins."""
     if t_ns >= rec.end_ns:
         return float(rec.bytes)
     if t_ns <= rec.start_ns:
         return 0.0
+    marks = rec.extra.get("marks")
+    if marks:
+        at = t_ns - rec.start_ns
+        before = (0, 0)
+        for t, b in marks:
+            if t > at:
+                return before[1] + (b - before[1]) * (at - before[0]) / max(t - before[0], 1)
+            before = (t, b)
+        last_t = rec.end_ns - rec.start_ns  # after the last mark: what remained, spread to the phase's end
+        return before[1] + (rec.bytes - before[1]) * (at - before[0]) / max(last_t - before[0], 1)
     done = 0.0
     for s, nbytes in enumerate(rec.tl_bytes):
         lo = rec.start_ns + s * NS
@@ -179,11 +191,15 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
         fig.stonewall_MiBps = sum(w["bytes"] for w in walls) / MiB / span
         fig.stonewall_ops_per_s = sum(w["ops"] for w in walls) / span
         fig.stonewall_rule = "deadline"
+    elif len(records) == 1:  # one client: the first finisher is the whole phase, over the aggregate's own span
+        fig.stonewall_MiBps, fig.stonewall_ops_per_s = fig.bandwidth_MiBps, fig.ops_per_s
+        fig.stonewall_rule = "first-finisher"
     else:
         first_end = min(r.end_ns for r in records)
         if first_end > start:
             fig.stonewall_MiBps = sum(bytes_until(r, first_end) for r in records) / MiB / ((first_end - start) / NS)
-            fig.stonewall_rule = "first-finisher"
+            fig.stonewall_rule = "first-finisher" if all(r.extra.get("marks") for r in records) else \
+                "first-finisher, interpolated in 1 s bins"
     hist = Histogram.merged(r.hist for r in records)
     fig.hist = hist
     values = hist.percentiles([q for _, q in PERCENTILES])

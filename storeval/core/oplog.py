@@ -29,6 +29,9 @@ PROGRESS_SLOTS = 5
 P_BYTES, P_OPS, P_DONE, P_BEAT, P_WAIT = range(PROGRESS_SLOTS)
 
 
+MAX_MARKS = 512  # progress marks kept per thread: a phase of any length costs at most 8 KiB of them
+
+
 def fold_cap(op_bytes: int) -> int:
     """Operations per fold: about every 16 MiB of data, between 16 and 4096 operations."""
     return int(min(4096, max(16, (16 << 20) // max(1, op_bytes))))
@@ -38,7 +41,7 @@ class OpLog:
     """Per-thread latency/end-time buffers folded into a histogram and a per-second timeline."""
 
     __slots__ = ("ends", "lats", "sizes", "cap", "hist", "tl_bytes", "tl_ops", "t0", "bytes", "ops",
-                 "progress", "slot", "ops_pending", "last_end", "gaps")
+                 "progress", "slot", "ops_pending", "last_end", "gaps", "marks", "mark_every", "folds")
 
     def __init__(self, t0: int, cap: int = 4096, progress: Any = None, slot: int = 0) -> None:
         self.cap = cap
@@ -56,6 +59,12 @@ class OpLog:
         self.ops_pending = 0  # operations buffered by add() and not folded yet
         self.last_end = -1  # end of the last folded operation (-1: none yet; the first pause starts at t0)
         self.gaps: list[tuple[int, int]] = []  # (start, length) of pauses of GAP_NS or more between completions
+        # progress marks: (end of a fold's last operation, bytes done by then), one per fold — every 16 MiB or
+        # 4,096 operations at most (fold_cap) — thinned to every 2nd, 4th... fold once MAX_MARKS are held, so the
+        # bytes done at any moment (a stonewall's) are measured to within the few folds between two marks
+        self.marks: list[tuple[int, int]] = []
+        self.mark_every = 1
+        self.folds = 0
 
     def fold(self, n: int, size: int | None = None) -> None:
         """Fold the first ``n`` buffered operations; ``size`` is their common size, else ``sizes`` holds them."""
@@ -86,6 +95,12 @@ class OpLog:
             self.last_end = int(ends[-1])
             self.ops += n
             self.bytes += total
+            self.folds += 1
+            if self.folds % self.mark_every == 0:
+                self.marks.append((int(ends.max()), self.bytes))
+                if len(self.marks) > MAX_MARKS:
+                    self.marks = self.marks[1::2]  # marks[i] is fold (i + 1) * mark_every's: keep the even folds
+                    self.mark_every *= 2
             if self.progress is not None:
                 self.progress[self.slot + P_BYTES] += total
                 self.progress[self.slot + P_OPS] += n
@@ -173,6 +188,9 @@ class PhaseRecorder:
         seconds = max(1, -(-(self.end_ns - self.start_ns) // NS))
         ru0, ru1 = self._ru0, self._ru1
         extra = dict(self.extra)
+        marks = progress_marks(self.logs, self.start_ns)
+        if marks:
+            extra["marks"] = marks
         worked = [(log.t0, log.last_end, log.gaps) for log in self.logs if log.last_end >= 0]
         if worked:  # when this client last completed an operation, and when none of its threads did
             start = self.start_ns
@@ -184,3 +202,20 @@ class PhaseRecorder:
             errors=dict(self.errors), start_ns=self.start_ns, end_ns=self.end_ns, barrier_ns=barrier_ns,
             cpu_user=ru1.ru_utime - ru0.ru_utime, cpu_sys=ru1.ru_stime - ru0.ru_stime, hist=hist,
             tl_bytes=tl_bytes[:seconds].tolist(), tl_ops=tl_ops[:seconds].tolist(), extra=extra)
+
+
+def progress_marks(logs: list[OpLog], start_ns: int) -> list[list[int]]:
+    """One client's progress marks over all its threads: [ns after the phase's start, bytes done by then], each
+    thread's bytes at a mark of another taken as of its own last mark before it (a lower bound, never more than
+    was done)."""
+    if len(logs) == 1:
+        return [[t - start_ns, b] for t, b in logs[0].marks]
+    events = sorted((t, i, b) for i, log in enumerate(logs) for t, b in log.marks)
+    done = [0] * len(logs)
+    out = []
+    for t, i, b in events:
+        done[i] = b
+        out.append([t - start_ns, sum(done)])
+    while len(out) > MAX_MARKS:
+        out = out[::-1][::2][::-1]
+    return out

@@ -151,7 +151,9 @@ class Bandwidth(Workload):
                         value=lambda r: r.stonewall),
                  Figure("ops/s", "ops/s", caption="transfers of all clients per second", value=lambda r: r.ops_per_s)),
         how_measured=("MiB/s: aggregate = bytes of all clients / (last client end − first client start), open to close "
-                      "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished, "
+                      "inside the barriers (IOR's definition). Stonewall: bytes moved until the first client finished "
+                      "(its fsync and close included; another client's write counts once its call returned, fsync or "
+                      "not — read from each client's progress marks, at most 16 MiB apart; one client: the aggregate), "
                       "or with a deadline, until the deadline (then stonewall_rule is 'deadline' in the JSON). "
                       "Latency: per operation, from a merged log-linear histogram (±0.4 %)."),
         read=Best(lambda r: r.bandwidth, ("read", "reread", "randread"), caption="the read phase (else reread, randread)"),
