@@ -502,6 +502,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ERRNO", ERRNO)?;
     m.add("SHORT", SHORT)?;
     m.add("VERIFY", VERIFY)?;
+    m.add("SPIN_NS", SPIN_NS)?;
     Ok(())
 }
 

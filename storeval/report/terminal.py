@@ -20,13 +20,18 @@ from ..analysis.table import rep_notes
 from ..units import convert_rate, format_duration_ns, format_size, is_byte_rate, plural, sig
 from ..workloads import WORKLOADS, workload_class
 from ..workloads.base import Report, summary_text
+from ..workloads.kernel import io_uring_spin_ns
 from .console import safe
+
+IO_URING_SPIN_US = io_uring_spin_ns() / 1e3
 
 # How each engine of the measured-operation kernel (workloads/kernel.py) keeps its operations in flight.
 ENGINE_WORDS = {"python": "the Python loop (one operation at a time per thread)",
                 "psync": "native pread/pwrite, one operation at a time",
                 "threads": "native pread/pwrite, iodepth threads",
-                "io_uring": "native io_uring, iodepth operations in flight",
+                "io_uring": "native io_uring, iodepth operations in flight; a wait for completions spins up to "
+                            f"{IO_URING_SPIN_US:g} µs before it sleeps, and that CPU is in the clients' cpu_seconds "
+                            "(--json)",
                 "null": "native loop without system calls (null target)"}
 
 def fmt_summary(s: Summary | None, scale: float = 1.0) -> str:
