@@ -422,7 +422,10 @@ def test_a_server_on_an_emulated_host_and_down_removes_the_network(tmp_path):
     # a client host behind a 4 ms link reaches it too, 4 ms away
     bed.network_up({"client-net": "wan"}, {"wan": LinkSettings(rtt=0.004)}, log=lambda m: None)
     got = measure_rtt(bed.network().netns("client-net"), address, port, count=20)
-    assert abs(got["median_s"] - 0.004) <= 0.0004 + 0.0003, got
+    # what a connect costs this host over an unshaped path at the same moment (a busy host wakes the server and the
+    # client late): the emulated delay is the rest, never less than asked and at most that cost more
+    unshaped = measure_rtt(None, address, port, count=20)
+    assert 0.004 - 0.0004 <= got["median_s"] <= 0.004 + 0.0007 + unshaped["p90_s"], (got, unshaped)
     r = storeval("testbed", "network", "--down", "--dir", str(d))
     assert r.rc == 1 and "minio run on the emulated network" in r.err, r
     r = storeval("testbed", "down", "--dir", str(d))
