@@ -37,21 +37,30 @@ def device_of(path: str) -> str | None:
     return None
 
 
-def disk_counts(device: str | None) -> tuple[int, int]:
-    """(bytes read, ms spent reading) of ``device`` since boot."""
+def disk_counts(device: str | None) -> tuple[int, int, int]:
+    """(reads completed, bytes read, ms spent reading) of ``device`` since boot."""
     if device is None:
-        return 0, 0
-    for line in open("/proc/diskstats"):
-        parts = line.split()
-        if parts[2] == device:
-            return int(parts[5]) * 512, int(parts[6])
-    return 0, 0
+        return 0, 0, 0
+    with open("/proc/diskstats") as f:
+        for line in f:
+            parts = line.split()
+            if parts[2] == device:
+                return int(parts[3]), int(parts[5]) * 512, int(parts[6])
+    return 0, 0, 0
+
+
+def device_note(device: str | None, before: tuple[int, int, int]) -> str:
+    """What the device did for a run's reads: requests, MiB and the device's own ms per request."""
+    reads, nbytes, ms = (b - a for a, b in zip(before, disk_counts(device)))
+    return (f"device {device}: {reads} reads, {nbytes / MiB:,.0f} MiB, {ms / max(reads, 1):.2f} ms per read"
+            if device else "no block device")
 
 
 def ior(directory: str, procs: int, size_mib: int, transfer_mib: int, direct: bool) -> dict[str, Sample]:
     where = os.path.join(directory, "ior")
     shutil.rmtree(where, ignore_errors=True)
     os.makedirs(where)
+    before = disk_counts(device_of(directory))
     cmd = [peer("mpiexec"), "-n", str(procs), peer("ior"), "-a", "POSIX", "-F", "-t", f"{transfer_mib}m",
            "-b", f"{size_mib}m", "-w", "-r", "-C", "-e", *(["--posix.odirect"] if direct else []), "-i", "1",
            "-O", "summaryFormat=JSON", "-o", os.path.join(where, "testfile")]
@@ -64,6 +73,7 @@ def ior(directory: str, procs: int, size_mib: int, transfer_mib: int, direct: bo
     for r in doc["tests"][0]["Results"]:
         out[r["access"]] = Sample(r["bwMiB"])
         out[r["access"]].split = f"open {r['openTime']:.3f}s transfer {r['wrRdTime']:.3f}s close {r['closeTime']:.3f}s"
+    out["read"].split += "; " + device_note(device_of(directory), before)
     return out
 
 
@@ -71,6 +81,7 @@ def storeval(directory: str, procs: int, size_mib: int, transfer_mib: int, direc
              device: str | None) -> dict[str, Sample]:
     target = os.path.join(directory, "storeval")
     os.makedirs(target, exist_ok=True)
+    before = disk_counts(device)
     records = storeval_phase(f"file://{target}", "*", [
         "--workload", "bandwidth", "--clients", str(procs), "--set", f"file_size={size_mib}MiB",
         "--set", f"transfer_size={transfer_mib}MiB", "--set", f"direct={str(direct).lower()}", "--set", "fsync=true",
@@ -87,6 +98,7 @@ def storeval(directory: str, procs: int, size_mib: int, transfer_mib: int, direc
         flags = [f["code"] for f in ph["flags"]]
         if flags:
             out[ph["phase"]].split += f" flags {','.join(flags)}"
+    out["read"].split += "; " + device_note(device, before)
     return out
 
 
