@@ -16,6 +16,19 @@ ALLOWED_SKIPS_FILE = Path(__file__).with_name("skips-allowed.txt")
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+@pytest.fixture(scope="session")
+def default_study_run(tmp_path_factory):
+    """`storeval run` with no arguments, once per session: the default quick study (bandwidth, metadata and skim at
+    1 and 2 clients, 3 repetitions) on the file system of a fresh directory — what command 1 runs. Every test that
+    checks what that run leaves, prints or draws reads this one run: (its directory, its result, its JSON path
+    outside that directory)."""
+    from .helpers import storeval
+
+    work = tmp_path_factory.mktemp("default-run")
+    out = tmp_path_factory.mktemp("default-run-json") / "out.json"
+    return work, storeval("run", "--json", str(out), cwd=work, timeout=900), out
+
+
 @pytest.fixture
 def target(tmp_path: Path) -> Path:
     """An empty directory to use as a file:// target."""

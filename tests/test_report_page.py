@@ -60,12 +60,12 @@ def figures_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
-    """The default study (bandwidth, metadata, skim over 1 and 2 clients) on one target, one repetition fewer."""
-    tmp = tmp_path_factory.mktemp("default")
-    (tmp / "t").mkdir()
-    doc, report = _run(tmp, "--target", str(tmp / "t"), "--repetitions", "2")
-    return tmp, doc, report
+def default_run(default_study_run):
+    """The default study (bandwidth, metadata, skim over 1 and 2 clients), the session's one run of it."""
+    tmp, r, out = default_study_run
+    assert r.rc == 0, r.err
+    doc = load_json(out)
+    return tmp, doc, tmp / "storeval-results" / f"report-{doc['run_id']}.html"
 
 
 @pytest.fixture(scope="module")

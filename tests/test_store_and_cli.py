@@ -76,8 +76,8 @@ def test_version_and_help():
         assert option in r.out
 
 
-def test_run_with_no_arguments_evaluates_the_current_directory(tmp_path):
-    r = storeval("run", cwd=tmp_path, timeout=600)
+def test_run_with_no_arguments_evaluates_the_current_directory(default_study_run):
+    tmp_path, r, _ = default_study_run
     assert r.rc == 0, r.err
     assert "bandwidth" in r.out and "MiB/s" in r.out and "metadata" in r.out and "mean ops/s" in r.out
     assert "skim" in r.out and "events/s" in r.out
