@@ -471,6 +471,7 @@ def import_(
     """Import IOR, mdtest, fio or warp results as runs of their own (one per file), so report --runs and compare
     put them beside storeval's. Every file is read first: bad input writes nothing."""
     from .peers import load_file
+    from .peers.base import NAMES
     from .peers.importer import import_runs
     from .store import Store
 
@@ -482,8 +483,9 @@ def import_(
     ids = import_runs(store, runs, label=label, command_line=command_line)
     out = _console()
     for run, run_id in zip(runs, ids):
-        out.print(f"run {run_id}: imported {_safe(run.tool)} results of {_safe(run.source)} "
-                  f"({plural(sum(len(c.steps) for c in run.cells), 'phase')}; measured by {_safe(run.tool)}, not "
+        tool = NAMES[run.tool]
+        out.print(f"run {run_id}: imported {tool} results of {_safe(run.source)} "
+                  f"({plural(sum(len(c.steps) for c in run.cells), 'phase')}; measured by {tool}, not "
                   f"timed by storeval); results in {_safe(store.dir)}", highlight=False)
 
 

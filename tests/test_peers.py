@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -169,7 +170,37 @@ BAD = [
     ("unknown tool", lambda d: str(DATA / "ior-fpp.json"), ("--tool", "iozone"), "--tool iozone: not one of"),
     ("wrong tool", lambda d: str(DATA / "ior-fpp.json"), ("--tool", "fio"), "holds ior output"),
     ("warp raw data", lambda d: _write(d / "w.csv.zst", "(\x00\x00binary"), (), "binary data"),
+    ("negative rate", lambda d: _write(d / "n.json", _ior_with(bwMiB=-5)), (),
+     "bwMiB of write repetition 0 is -5, not a figure a run measures (import the file IOR wrote, unchanged)"),
 ]
+
+
+def _ior_with(**result) -> str:
+    doc = json.loads((DATA / "ior-fpp.json").read_text())
+    doc["tests"][0]["Results"][0].update(result)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("tool,mutate,words", [
+    ("ior", lambda d: d["tests"][0]["Results"][0].update(bwMiB=0), "bwMiB of write repetition 0 is 0, not a figure"),
+    ("ior", lambda d: d["tests"][0]["Results"][0].update(bwMiB=float("inf")), "is inf, not a figure a run measures"),
+    ("ior", lambda d: d["tests"][0]["Results"][0].update(bwMiB="fast"), "is 'fast', not a number"),
+    ("ior", lambda d: d["tests"][0]["Parameters"].update(transferSize=-1), "transferSize is -1, not a figure"),
+    ("ior", lambda d: d["tests"][0]["Parameters"].pop("blockSize"), "IOR's output without its 'blockSize' field"),
+    ("ior", lambda d: d.update(tests=[]), "IOR JSON without tests"),
+    ("fio", lambda d: d["jobs"][0]["write"].update(bw_bytes=-1, runtime=-1), "not a figure a run measures"),
+])
+def test_figures_no_run_measures_are_refused_naming_them(tmp_path, tool, mutate, words):
+    from storeval.peers import load_file
+    from storeval.peers.base import PeerError
+
+    doc = json.loads((DATA / ("ior-fpp.json" if tool == "ior" else "fio-write.json")).read_text())
+    mutate(doc)
+    path = tmp_path / f"{tool}.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PeerError, match=re.escape(words)) as e:
+        load_file(str(path))
+    assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
 
 
 def _write(path: Path, text: str) -> str:

@@ -8,6 +8,7 @@ record says who timed it.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -64,9 +65,40 @@ class PeerError(InputError):
     """A result file that cannot be imported: one line naming the file, the problem and the fix (exit 2)."""
 
 
+class BadFigure(ValueError):
+    """A figure no run of the tool measures (negative, infinite, not a number, zero where it divides): the
+    loader names the file and says to import it unchanged."""
+
+
+def figure(value: Any, what: str, *, zero: bool = False) -> float:
+    """``value`` as the finite, positive number a tool writes for ``what`` (zero allowed with ``zero``)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise BadFigure(f"{what} is {value!r}, not a number") from None
+    if not math.isfinite(x) or x < 0 or (x == 0 and not zero):
+        raise BadFigure(f"{what} is {value!r}, not a figure a run measures")
+    return x
+
+
+def load_error(name: str, tool: str, e: Exception) -> PeerError:
+    """The one line a loader raises for what its parser could not take: a missing field, a value of the wrong
+    kind, a figure no run measures."""
+    if isinstance(e, BadFigure):
+        why = str(e)
+    elif isinstance(e, KeyError):
+        why = f"{tool}'s output without its {e} field"
+    else:
+        why = f"a value {tool} does not write ({e})"
+    return PeerError(f"{name}: {why} (import the file {tool} wrote, unchanged)")
+
+
 def record(phase: str, iteration: int, nbytes: int, ops: int, seconds: float, start_ns: int, host: str,
            rank: int = 0, extra: dict[str, Any] | None = None) -> PhaseRecord:
     """One record spanning the peer's timed ``seconds`` from ``start_ns`` (no histogram: the peer gave none)."""
+    figure(seconds, f"the {phase} phase's duration ({seconds!r} s)")
+    figure(nbytes, f"the {phase} phase's bytes", zero=True)
+    figure(ops, f"the {phase} phase's operations", zero=True)
     span = max(1, round(seconds * NS))
     return PhaseRecord(rank=rank, host=host, phase=phase, iteration=iteration, bytes=int(nbytes), ops=int(ops),
                        start_ns=start_ns, end_ns=start_ns + span, barrier_ns=start_ns + span, extra=dict(extra or {}))

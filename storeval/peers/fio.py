@@ -10,7 +10,7 @@ from typing import Any
 from ..core.cell import Cell
 from ..core.records import NS
 from ..workloads.bandwidth import PHASES
-from .base import IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record, size_bytes
+from .base import figure, load_error, IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record, size_bytes
 
 TOOL = "fio"
 COUNTING = ("fio's bw_bytes: a job's (or, with group_reporting, the group's) io_bytes / its runtime (the time its "
@@ -111,8 +111,7 @@ def load(text: str, name: str) -> PeerRun:
     try:
         return parse(doc, name)
     except (KeyError, TypeError, ValueError) as e:
-        raise PeerError(f"{name}: fio JSON without {e} where fio writes it (import the file fio wrote, unchanged)") \
-            from None
+        raise load_error(name, "fio", e) from None
 
 
 # -- storeval cell → fio command line ------------------------------------------------------------------------

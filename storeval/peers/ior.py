@@ -10,7 +10,7 @@ from typing import Any
 from ..core.cell import Cell
 from ..core.records import NS
 from ..workloads.bandwidth import PHASES
-from .base import IMPORTED, MiB, PeerCell, PeerError, PeerRun, record, split_command
+from .base import figure, load_error, IMPORTED, MiB, PeerCell, PeerError, PeerRun, record, split_command
 
 TOOL = "ior"
 COUNTING = ("IOR's bwMiB: the test's aggregate bytes / the time from the first task's open to the last task's "
@@ -38,6 +38,9 @@ def parse(doc: dict[str, Any], name: str) -> PeerRun:
     host = machine[-1] if machine else None
     summary = {(s.get("TestID"), s.get("operation")): s for s in doc.get("summary") or [] if isinstance(s, dict)}
     cells, t = [], 0
+    if not doc["tests"]:
+        raise PeerError(f"{name}: IOR JSON without tests (the run ended before its first test: import the JSON of a "
+                        "run that did one)")
     for test in doc["tests"]:
         p, opts = test.get("Parameters") or {}, test.get("Options") or {}
         results = test.get("Results")
@@ -47,9 +50,12 @@ def parse(doc: dict[str, Any], name: str) -> PeerRun:
         tasks = opts.get("tasks") or next((s.get("numTasks") for k, s in summary.items()
                                            if k[0] == test.get("TestID")), None) \
             or (p.get("nodes") or 1) * (p.get("tasksPerNode") or 1)
-        block, ts, segments = int(p["blockSize"]), int(p["transferSize"]), int(p.get("segmentCount") or 1)
+        tid = test.get("TestID", "?")
+        tasks = int(figure(tasks, f"test {tid}'s numTasks ({tasks!r})"))
+        block, ts = (int(figure(p[k], f"test {tid}'s {k}")) for k in ("blockSize", "transferSize"))
+        segments = int(figure(p.get("segmentCount") or 1, f"test {tid}'s segmentCount"))
         per_task = block * segments
-        total = per_task * int(tasks)
+        total = per_task * tasks
         rand = bool(p.get("randomOffset"))
         steps, records, seen = [], [], {"write": 0, "read": 0}
         flat = [r for rep in results for r in (rep if isinstance(rep, list) else [rep])]  # older IORs nest them
@@ -60,8 +66,8 @@ def parse(doc: dict[str, Any], name: str) -> PeerRun:
             phase = ("rand" if rand else "") + access
             it = seen[access]
             seen[access] += 1
-            bw = float(r.get("bwMiB") or 0)
-            seconds = total / MiB / bw if bw > 0 else float(r.get("totalTime") or 0)
+            bw = figure(r.get("bwMiB"), f"test {tid}'s bwMiB of {access} repetition {it}")
+            seconds = total / MiB / bw
             how = {"code": IMPORTED, "message": f"imported, measured by IOR {doc.get('Version', '?')} — storeval "
                                                f"did not time this (bwMiB {bw:g}; totalTime {r.get('totalTime')} s: "
                                                f"open {r.get('openTime')} + transfers {r.get('wrRdTime')} + close "
@@ -85,7 +91,7 @@ def parse(doc: dict[str, Any], name: str) -> PeerRun:
             notes.append(f"api {p.get('api')}: compared as storeval's bandwidth workload, whatever driver it uses")
         if segments > 1:
             notes.append(f"segmentCount {segments}: storeval's file_size is blockSize × segments ({per_task} bytes)")
-        cells.append(PeerCell("bandwidth", params, int(tasks), steps, records, notes))
+        cells.append(PeerCell("bandwidth", params, tasks, steps, records, notes))
     first = doc["tests"][0].get("Parameters") or {}
     path = str(first.get("testFileName") or "")
     return PeerRun(TOOL, doc.get("Version"), command, host, _date(doc.get("Began")), path or "ior",
@@ -103,8 +109,7 @@ def load(text: str, name: str) -> PeerRun:
     try:
         return parse(doc, name)
     except (KeyError, TypeError, ValueError) as e:
-        raise PeerError(f"{name}: IOR JSON without {e} where IOR writes it (import the file ior wrote, unchanged)") \
-            from None
+        raise load_error(name, "IOR", e) from None
 
 
 # -- storeval cell → IOR command line ------------------------------------------------------------------------

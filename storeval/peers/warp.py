@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..core.records import NS
-from .base import IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record
+from .base import figure, load_error, IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record
 
 TOOL = "warp"
 COUNTING = ("warp's throughput: an operation type's bytes / its measured duration (warp leaves out the ramp at "
@@ -94,5 +94,4 @@ def load(text: str, name: str) -> PeerRun:
     try:
         return parse(doc, name)
     except (KeyError, TypeError, ValueError) as e:
-        raise PeerError(f"{name}: warp JSON without {e} where warp writes it (import the output warp wrote, "
-                        "unchanged)") from None
+        raise load_error(name, "warp", e) from None
