@@ -182,8 +182,11 @@ def test_a_stopped_run_kills_the_commands_it_started(tmp_path, target):
     marker = f"sleep {5000 + os.getpid() % 1000}"
     path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"hangs": {"command": {
         "run": marker, "files_per_client": 1, "file_size": 4096}}}, clients=[2])
+    # a shell's background jobs ignore SIGINT and children inherit that (storeval keeps an ignored SIGINT ignored,
+    # as nohup wants): give the run the terminal's default
     proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(path), "--results", str(tmp_path / "res"),
-                             "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         poll(lambda: len(_running(marker)) == 2, "both clients' commands to run")
         proc.send_signal(signal.SIGINT)
