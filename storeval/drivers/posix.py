@@ -173,6 +173,8 @@ class PosixDriver(Driver):
         def read(path: str, buf) -> int:
             fd = os_open(path, flags_r)
             try:
+                if not len(buf):  # an empty file's read is its open and close, as mdtest's (-e 0 reads nothing)
+                    return 0
                 if vec[0] is not buf:
                     vec[0] = buf
                 total = n = os_readv(fd, vec)
