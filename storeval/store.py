@@ -417,6 +417,7 @@ class Store:
         self.path = os.path.join(self.dir, DB_NAME)
         self.log: Callable[[str], None] = lambda message: None  # where a run says that it holds or waits
         self.held: list[dict[str, Any]] = []  # units not stored yet, in order
+        self._batch: list[dict[str, Any]] | None = None  # inside batch(): the units to store together at its end
         self.held_files: list[str] = []  # this process's files keeping them (the newest first)
         self.hold_reason: StoreError | None = None
         self.spill_error: str | None = None
@@ -630,7 +631,7 @@ class Store:
     def batch(self, check: Callable[[duckdb.DuckDBPyConnection], None] | None = None) -> Iterator[None]:
         """Write everything written inside the block in one transaction at its end, after ``check(con)`` (which
         may raise to refuse it all): an import whose second file is bad, or a run already there, stores nothing."""
-        self._batch: list[dict[str, Any]] | None = []
+        self._batch = []
         try:
             yield
             units, self._batch = self._batch, None
@@ -644,7 +645,7 @@ class Store:
 
     def _write(self, unit: dict[str, Any]) -> None:
         """Store a unit now, or hold it (with everything held before it) and let the run go on."""
-        if getattr(self, "_batch", None) is not None:
+        if self._batch is not None:
             self._batch.append(_redact_unit(unit))
             return
         self.held.append(_redact_unit(unit))
@@ -786,7 +787,7 @@ class Store:
             "environment": [{"run_id": run_id, "key": k, "value": json.dumps(v, default=str)}
                             for k, v in environment.items()],
             "processes": [] if started else [_process_row(run_id, "coordinator", os.getpid())]}}
-        if getattr(self, "_batch", None) is not None:
+        if self._batch is not None:
             self._write(unit)
             return
         self.held.append(_redact_unit(unit))
