@@ -53,6 +53,18 @@ def storeval_phase(target: str, phase: str, args: list[str], study_file: bool = 
     return found if all_iterations else found[0]
 
 
+def alternate(case, reps: int) -> None:
+    """A warm-up run of each tool (discarded), then ``reps`` runs of each with the order alternating, each after
+    ``case.before_each()``; ``case.samples[tool]`` gets every kept result."""
+    for tool in ("storeval", "reference"):
+        case.before_each()
+        getattr(case, tool)()
+    for i in range(reps):
+        for tool in ("storeval", "reference") if i % 2 == 0 else ("reference", "storeval"):
+            case.before_each()
+            case.samples[tool].append(getattr(case, tool)())
+
+
 @dataclass
 class Sample:
     value: float  # the compared figure (MiB/s, ops/s)
@@ -71,14 +83,7 @@ class Case:
     samples: dict[str, list[Sample]] = field(default_factory=lambda: {"storeval": [], "reference": []})
 
     def run(self, reps: int) -> None:
-        for tool in ("storeval", "reference"):  # warm-up, discarded
-            self.before_each()
-            getattr(self, tool)()
-        for i in range(reps):
-            order = ("storeval", "reference") if i % 2 == 0 else ("reference", "storeval")
-            for tool in order:
-                self.before_each()
-                self.samples[tool].append(getattr(self, tool)())
+        alternate(self, reps)
         print(self.line(), file=sys.stderr, flush=True)
 
     def median(self, tool: str) -> float:
@@ -148,14 +153,7 @@ class Battery:
     samples: dict[str, list[dict[str, Sample]]] = field(default_factory=lambda: {"storeval": [], "reference": []})
 
     def run(self, reps: int) -> None:
-        for tool in ("storeval", "reference"):
-            self.before_each()
-            getattr(self, tool)()
-        for i in range(reps):
-            order = ("storeval", "reference") if i % 2 == 0 else ("reference", "storeval")
-            for tool in order:
-                self.before_each()
-                self.samples[tool].append(getattr(self, tool)())
+        alternate(self, reps)
         for line in self.lines():
             print(line, file=sys.stderr, flush=True)
 

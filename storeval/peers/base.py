@@ -81,6 +81,15 @@ def figure(value: Any, what: str, *, zero: bool = False) -> float:
     return x
 
 
+def parse_guarded(parse: Any, doc: Any, name: str, tool: str) -> Any:
+    """``parse(doc, name)``, with what it could not take (a missing field, a value of the wrong kind, a figure no
+    run measures) as the one line of :func:`load_error`."""
+    try:
+        return parse(doc, name)
+    except (KeyError, TypeError, ValueError) as e:
+        raise load_error(name, tool, e) from None
+
+
 def load_error(name: str, tool: str, e: Exception) -> PeerError:
     """The one line a loader raises for what its parser could not take: a missing field, a value of the wrong
     kind, a figure no run measures."""

@@ -10,7 +10,7 @@ from typing import Any
 from ..core.cell import Cell
 from ..core.records import NS
 from ..workloads.bandwidth import PHASES
-from .base import figure, load_error, IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record, size_bytes
+from .base import parse_guarded, IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record, size_bytes
 
 TOOL = "fio"
 COUNTING = ("fio's bw_bytes: a job's (or, with group_reporting, the group's) io_bytes / its runtime (the time its "
@@ -108,10 +108,7 @@ def load(text: str, name: str) -> PeerRun:
                         "--output-format=json wrote, after the run ended") from None
     if not detect(doc):
         raise PeerError(f"{name}: not fio JSON (no 'fio version' and jobs; write it with fio --output-format=json)")
-    try:
-        return parse(doc, name)
-    except (KeyError, TypeError, ValueError) as e:
-        raise load_error(name, "fio", e) from None
+    return parse_guarded(parse, doc, name, "fio")
 
 
 # -- storeval cell → fio command line ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 from ..core.cell import Cell
 from ..core.records import NS
 from ..workloads.bandwidth import PHASES
-from .base import figure, load_error, IMPORTED, MiB, PeerCell, PeerError, PeerRun, record, split_command
+from .base import figure, parse_guarded, IMPORTED, MiB, PeerCell, PeerError, PeerRun, record, split_command
 
 TOOL = "ior"
 COUNTING = ("IOR's bwMiB: the test's aggregate bytes / the time from the first task's open to the last task's "
@@ -106,10 +106,7 @@ def load(text: str, name: str) -> PeerRun:
                         "summaryFormat=JSON wrote, after the run ended") from None
     if not detect(doc):
         raise PeerError(f"{name}: not IOR JSON (no tests and Command line; write it with ior -O summaryFormat=JSON)")
-    try:
-        return parse(doc, name)
-    except (KeyError, TypeError, ValueError) as e:
-        raise load_error(name, "IOR", e) from None
+    return parse_guarded(parse, doc, name, "IOR")
 
 
 # -- storeval cell → IOR command line ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from datetime import datetime
 from ..core.cell import Cell
 from ..core.records import NS
 from ..workloads.metadata import DEFAULT_PHASES, tree_size
-from .base import figure, load_error, IMPORTED, PeerCell, PeerError, PeerRun, record, split_command
+from .base import parse_guarded, IMPORTED, PeerCell, PeerError, PeerRun, record, split_command
 
 TOOL = "mdtest"
 COUNTING = ("mdtest's rate: the operations of all tasks in a phase / the phase's time between the barriers around "
@@ -50,10 +50,7 @@ def _flags(argv: list[str]) -> dict[str, str | bool]:
 
 
 def load(text: str, name: str) -> PeerRun:
-    try:
-        return _load(text, name)
-    except (KeyError, TypeError, ValueError) as e:
-        raise load_error(name, "mdtest", e) from None
+    return parse_guarded(_load, text, name, "mdtest")
 
 
 def _load(text: str, name: str) -> PeerRun:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..core.records import NS
-from .base import figure, load_error, IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record
+from .base import parse_guarded, IMPORTED, PeerCell, PeerError, PeerRun, percentile_words, record
 
 TOOL = "warp"
 COUNTING = ("warp's throughput: an operation type's bytes / its measured duration (warp leaves out the ramp at "
@@ -91,7 +91,4 @@ def load(text: str, name: str) -> PeerRun:
     if not detect(doc):
         raise PeerError(f"{name}: not warp JSON (no operations with type and throughput; write it with warp … "
                         "--json or warp analyze --json)")
-    try:
-        return parse(doc, name)
-    except (KeyError, TypeError, ValueError) as e:
-        raise load_error(name, "warp", e) from None
+    return parse_guarded(parse, doc, name, "warp")
