@@ -266,7 +266,11 @@ def test_link_on_a_host_without_one_and_refusals(bed, net):
     bed.set_link("plain", LinkSettings(rtt=0.004), log=lambda m: None)  # off the bridge, behind a relay now
     assert net.hosts["plain"].link == "plain" and psutil.pid_exists(net.hosts["plain"].relay["pid"])
     got = measure_rtt(net.netns("plain"), net.address("server1"), PORT, count=20)
-    assert abs(got["median_s"] - 0.004) <= 0.0004 + 0.0003, got
+    # what a connect costs over an unshaped path at the same moment: a busy host adds it to the emulated delay, and
+    # wakes the relay late, so the fastest connect carries the emulated delay and the others never less than it
+    unshaped = measure_rtt(None, net.address("server1"), PORT, count=20)
+    assert 0.004 - 0.0004 <= got["min_s"] <= 0.004 + 0.0007 + unshaped["p90_s"], (got, unshaped)
+    assert got["median_s"] >= 0.004 - 0.0004, got  # a late wake-up (a busy host) only lengthens the rest
     with pytest.raises(TestbedError, match="exists with link wan, not none"):
         bed.network_up({"client-net": None}, {}, log=lambda m: None)
     with pytest.raises(TestbedError, match="link 'lan' has no settings"):
@@ -423,9 +427,11 @@ def test_a_server_on_an_emulated_host_and_down_removes_the_network(tmp_path):
     bed.network_up({"client-net": "wan"}, {"wan": LinkSettings(rtt=0.004)}, log=lambda m: None)
     got = measure_rtt(bed.network().netns("client-net"), address, port, count=20)
     # what a connect costs this host over an unshaped path at the same moment (a busy host wakes the server and the
-    # client late): the emulated delay is the rest, never less than asked and at most that cost more
+    # client late): the emulated delay is the rest, never less than asked and, for the fastest connect, at most that
+    # cost more
     unshaped = measure_rtt(None, address, port, count=20)
-    assert 0.004 - 0.0004 <= got["median_s"] <= 0.004 + 0.0007 + unshaped["p90_s"], (got, unshaped)
+    assert 0.004 - 0.0004 <= got["min_s"] <= 0.004 + 0.0007 + unshaped["p90_s"], (got, unshaped)
+    assert got["median_s"] >= 0.004 - 0.0004, got  # a late wake-up (a busy host) only lengthens the rest
     r = storeval("testbed", "network", "--down", "--dir", str(d))
     assert r.rc == 1 and "minio run on the emulated network" in r.err, r
     r = storeval("testbed", "down", "--dir", str(d))
