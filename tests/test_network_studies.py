@@ -100,6 +100,36 @@ def test_a_1_gbit_link_caps_a_read_and_is_shown_saturated(tmp_path, nothing_left
     assert "Emulated links" in r.out
 
 
+def test_s3_parts_slowed_by_a_link_show_in_the_write_latency(tmp_path, nothing_left):
+    """An S3 write phase's latency is that of its uploads: parts of 16 MiB behind a 100 Mbit/s link take at
+    least 1.34 s each, while the writes that filled them only copied 4 MiB into a buffer."""
+    study = tmp_path / "slow.yaml"
+    study.write_text(textwrap.dedent("""\
+        targets:
+          minio: {testbed: minio, host: store, part_size: 16MiB, upload_concurrency: 1}
+        network:
+          links:
+            wan: {rate: 100Mbit}
+        clients:
+          far: {count: 1, host: far, link: wan}
+        workloads:
+          bw: {bandwidth: {file_size: 32MiB, transfer_size: 4MiB, phases: [write]}}
+        """))
+    r = storeval("run", str(study), "--results", str(tmp_path / "r"), "--json", str(tmp_path / "out.json"),
+                 cwd=tmp_path, timeout=900)
+    assert r.rc in (0, 1), r.err[-3000:]
+    doc = load_json(tmp_path / "out.json")
+    (cell,) = doc["cells"]
+    assert cell["status"] == "ok"
+    write = _phase(doc, cell, "write")
+    assert (write["bytes"], write["ops"]) == (32 << 20, 8)  # eight writes of 4 MiB …
+    assert write["latency_of"]["requests"] == 2 and write["latency_of"]["bytes"] == 32 << 20  # … two parts sent
+    alone = (16 << 20) / 12.5e6  # one part at a time, each alone on the link: 1.34 s at the least
+    assert write["latency_us"]["p50"] >= 0.97 * alone * 1e6, write["latency_us"]  # ±0.4 % histogram, a link's ticks
+    assert write["seconds"] >= 2 * 0.97 * alone
+    assert "p50/p99 of minio write: each upload request (UploadPart" in " ".join(r.out.split())
+
+
 def test_seed003_skim_over_xrootd_slows_with_the_round_trip_and_vector_reads_matter(tmp_path, nothing_left):
     r = storeval("run", str(STUDIES / "seed003-wan.yaml"), "--results", str(tmp_path / "r"),
                  "--json", str(tmp_path / "out.json"), cwd=tmp_path, timeout=1500)

@@ -202,3 +202,53 @@ def test_driver_vector_reads_and_metadata_calls(name, testbed_targets):
         driver2.remove("full dir/f")
         assert driver2.rmdir_quietly("full dir") and not driver2.exists("full dir")
     driver2.shutdown()
+
+
+def test_s3_streaming_writes_time_each_upload_request_and_keep_every_byte(testbed_targets):
+    """A streaming S3 write is a multipart upload whose parts are timed one by one (the writes only fill part
+    buffers); every byte arrives in order, an object smaller than a part is one PUT, and nothing stays
+    incomplete on the server."""
+    entry = {**testbed_targets["minio"], "part_size": "5MiB", "upload_concurrency": 2}
+    driver = make_driver(entry.pop("url"), entry)
+    driver.connect()
+    base = f"parts-{os.getpid()}"
+    try:
+        assert driver.take_requests() is None  # nothing sent yet
+        data = os.urandom(12 * MiB + 4096)  # two full parts and a last one of 2 MiB + 4 KiB
+        h = driver.open(f"{base}/big", "w")
+        block = bytearray(MiB)
+        for off in range(0, len(data), MiB):
+            piece = data[off:off + MiB]
+            block[:len(piece)] = piece
+            assert driver.pwrite(h, memoryview(block)[:len(piece)], off) == len(piece)
+            block[:] = bytes(MiB)  # the caller reuses its buffer at once: the driver must have copied it
+        driver.close(h)
+        taken = driver.take_requests()
+        assert (taken.count, taken.bytes) == (3, len(data)) and taken.hist.total == 3
+        assert "UploadPart" in taken.what
+        assert taken.hist.min > 0 and taken.hist.max < 60e9
+        whole = bytearray(len(data))
+        assert driver.get_into(f"{base}/big", whole) == len(data) and bytes(whole) == data
+        assert driver.take_requests() is None  # taken once; reads are not upload requests
+        for size in (3 * MiB, 0, 5 * MiB):  # smaller than a part: one PUT; empty; exactly one part
+            h = driver.open(f"{base}/o{size}", "w")
+            if size:
+                driver.pwrite(h, data[:size], 0)
+            driver.close(h)
+            got = bytearray(max(size, 1))
+            assert driver.get_into(f"{base}/o{size}", got) == size and bytes(got[:size]) == data[:size]
+            taken = driver.take_requests()
+            assert (taken.count, taken.bytes) == (1, size), size
+        # a write that is given up (degraded mode's retry) aborts its upload: no incomplete upload stays
+        h = driver.open(f"{base}/dropped", "w")
+        driver.pwrite(h, data[:11 * MiB], 0)  # two parts sent, the upload exists
+        assert driver.resume_write(h) == 0
+        driver.pwrite(h, data[:MiB], 0)
+        driver.close(h)
+        assert driver.list_uploads(f"{base}/dropped") == []  # MinIO lists the uploads of an exact key
+        got = bytearray(MiB)
+        assert driver.get_into(f"{base}/dropped", got) == MiB and bytes(got) == data[:MiB]
+    finally:
+        for name in ("big", "o0", f"o{3 * MiB}", f"o{5 * MiB}", "dropped"):
+            driver.remove_quietly(f"{base}/{name}")
+        driver.shutdown()

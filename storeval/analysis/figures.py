@@ -85,6 +85,9 @@ class PhaseFigures:
     host_load: dict[str, float] = field(default_factory=dict)  # host → share of its CPU other processes used
     clock: dict[str, Any] | None = None  # MPI: each rank's clock offset from rank 0's and the worst skew (clocks.py)
     io_engines: list[str] = field(default_factory=list)  # what ran the timed loop (workloads/kernel.py), when said
+    # when the latencies are not of the workload's calls but of the requests the driver made for them (an object
+    # store's part uploads): what those requests are, how many and how many bytes they carried
+    latency_of: dict[str, Any] | None = None
     timeline: dict[str, Any] | None = None  # all clients' work per second, with the faults (analysis/timeline.py)
     written_check: dict[str, Any] | None = None  # what was read back after a faulted write (analysis/guards.py)
     groups: dict[str, "PhaseFigures"] = field(default_factory=dict)  # each client group's own figures (issue 17)
@@ -108,6 +111,7 @@ class PhaseFigures:
             "errors": self.errors, "warnings": self.warnings, "host_load": self.host_load,
             **({"clock": self.clock} if self.clock else {}),
             **({"io_engines": self.io_engines} if self.io_engines else {}),
+            **({"latency_of": self.latency_of} if self.latency_of else {}),
             "timeline": self.timeline,
             **({"written_check": self.written_check} if self.written_check else {}),
             "client_stats": [c.as_dict() for c in self.client_stats],
@@ -171,6 +175,10 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
             if w not in fig.warnings:
                 fig.warnings.append(w)
     fig.io_engines = sorted({e for r in records if (e := r.extra.get("io_engine"))})
+    requests = [r.extra["latency_of"] for r in records if r.extra.get("latency_of")]
+    if requests:
+        fig.latency_of = {"what": requests[0]["what"], "requests": sum(q["requests"] for q in requests),
+                          "bytes": sum(q["bytes"] for q in requests)}
     if status != "ok" or not records:
         fig.bytes = sum(r.bytes for r in records)
         fig.ops = sum(r.ops for r in records)
@@ -321,6 +329,7 @@ class ConfigSummary:
     amplification: Summary | None = None  # bytes the target moved / bytes asked for (read or write phases)
     moved_sources: list[str] = field(default_factory=list)  # where those moved bytes were counted (sanity.py)
     io_engines: list[str] = field(default_factory=list)  # what ran the timed loops of its phases (kernel.py)
+    latency_of: list[str] = field(default_factory=list)  # the requests its latencies are of, when not its calls
     jain: Summary | None = None  # fairness among the clients (fairness.py), over repetitions
     cov: Summary | None = None
     spread: Summary | None = None
@@ -344,6 +353,7 @@ class ConfigSummary:
                 "outlier_rule": OUTLIER_RULE, "outliers_excluded": self.outliers_excluded,
                 "amplification": s(self.amplification), "moved_sources": self.moved_sources,
                 **({"io_engines": self.io_engines} if self.io_engines else {}),
+                **({"latency_of": self.latency_of} if self.latency_of else {}),
                 **({"jain": s(self.jain), "cov": s(self.cov), "spread": s(self.spread)} if self.jain else {}),
                 **({"group": self.group, "clients": self.clients} if self.group else {}),
                 **({"groups": {name: g.as_dict() for name, g in self.groups.items()}} if self.groups else {}),
@@ -438,6 +448,7 @@ def _config_summary(items: list[tuple[CellRow, PhaseFigures]], phase: str, exclu
         amplification=summarize([a for ph in ok if (a := _amplification(ph)) is not None]),
         moved_sources=list(dict.fromkeys(src for ph in ok if (src := (ph.probes or {}).get("moved_source")))),
         io_engines=sorted({e for _, ph in items for e in ph.io_engines}),
+        latency_of=sorted({ph.latency_of["what"] for _, ph in items if ph.latency_of}),
         jain=summarize([f["jain"] for f in fair if f.get("jain") is not None]),
         cov=summarize([f["cov"] for f in fair if f.get("cov") is not None]),
         spread=summarize([f["spread"] for f in fair if f.get("spread") is not None]))

@@ -146,6 +146,7 @@ class PhaseRecorder:
         self.start_ns = 0
         self.end_ns = 0
         self._ru0: Any = None
+        self.latency: Histogram | None = None  # when set (latency_of_requests), the phase's latencies instead
 
     def clear_progress(self) -> None:
         """Zero this client's work in the progress slot (before the phase's barriers: once client 0 says the
@@ -170,6 +171,12 @@ class PhaseRecorder:
         self.logs.append(log)
         return log
 
+    def latency_of_requests(self, requests: Any) -> None:
+        """The phase's latencies are those of the requests the driver made (``Driver.take_requests``): its
+        calls only filled buffers those requests carried. Says so in ``extra["latency_of"]``."""
+        self.latency = requests.hist
+        self.extra["latency_of"] = {"what": requests.what, "requests": requests.count, "bytes": requests.bytes}
+
     def error(self, kind: str, count: int = 1) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + count
 
@@ -178,7 +185,7 @@ class PhaseRecorder:
         self._ru1 = resource.getrusage(resource.RUSAGE_SELF)
 
     def record(self, barrier_ns: int) -> PhaseRecord:
-        hist = Histogram.merged(log.hist for log in self.logs)
+        hist = self.latency if self.latency is not None else Histogram.merged(log.hist for log in self.logs)
         length = max((len(log.tl_ops) for log in self.logs), default=0)
         tl_ops = np.zeros(length, np.int64)
         tl_bytes = np.zeros(length, np.int64)

@@ -387,6 +387,12 @@ class Driver(ABC):
         write can simply be tried again (the default: a file at any offset, an object store's part)."""
         return None
 
+    def take_requests(self) -> Any:
+        """The latencies of the data-carrying requests this driver made on its own since the last call, when a
+        writer's calls are not its requests (an object store's streaming write: its parts are uploaded apart
+        from the writes that fill them, ``s3upload.RequestTimes``); None where each call is its own request."""
+        return None
+
     def invalidate(self, path: str) -> bool:
         """Drop this client's cached pages of ``path`` (fio's ``invalidate``); False where there is no such cache."""
         return False

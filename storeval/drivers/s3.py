@@ -5,8 +5,10 @@ variables named by ``access_key_env``/``secret_key_env``, an AWS shared-credenti
 (``credentials_file`` + ``profile``), or the standard ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``.
 Only those names and paths are ever recorded; the secrets stay in memory and are scrubbed from messages.
 
-Writes stream: ``open(path, "w")`` starts an upload that becomes multipart once ``part_size`` bytes are
-buffered, and ``close`` completes it. An upload that never completes (a client killed, a server gone) keeps
+Writes stream (``s3upload.py``): ``open(path, "w")`` starts an object that becomes a multipart upload once
+``part_size`` bytes are buffered, up to ``upload_concurrency`` parts are uploaded while the writer goes on, and
+``close`` completes it; each part's request is timed on its own (``take_requests``), so a write phase's latency
+is that of its uploads. An upload that never completes (a client killed, a server gone) keeps
 its parts on the server, unlisted: removing a storeval directory aborts those under it (``rmdir_quietly``),
 and ``abort_stale_uploads`` does it for a dead run's prefix. Reads are ranged GETs; the vector read is
 ``get_ranges`` (parallel ranged GETs, ranges closer than ``vector_coalesce`` merged into one request). There
@@ -36,6 +38,7 @@ from ..fields import Duration, Size
 from ..redact import redact_text, register_secret, visible
 from .base import (Capabilities, Driver, DriverOptions, FastOps, Handle, IOFunc, StatResult, TargetError,
                    TargetUnreachable, Upload, first_line, network_failure)
+from .s3upload import ObjectUpload, PartUploader, RequestTimes
 from .sigv4 import S3HttpError, SignedS3
 from .url import ParsedUrl, parse_url
 
@@ -90,7 +93,7 @@ class S3Options(DriverOptions):
 class S3Handle(Handle):
     __slots__ = ("writer", "pos")
 
-    def __init__(self, path: str, mode: str, writer: Any = None) -> None:
+    def __init__(self, path: str, mode: str, writer: ObjectUpload | None = None) -> None:
         super().__init__(path, mode)
         self.writer = writer
         self.pos = 0
@@ -139,6 +142,8 @@ class S3Driver(Driver):
         self.store: S3Store | None = None
         self.http: SignedS3 | None = None  # signed requests obstore has no call for (incomplete uploads)
         self.getter: SignedS3 | None = None  # the same, for GETs when fast_get is on
+        self.uploads: PartUploader | None = None  # streaming writes, their parts timed one by one
+        self.requests = RequestTimes("upload request (UploadPart, or the PUT of an object smaller than a part)")
 
     @classmethod
     def check_url(cls, url: str, options: S3Options) -> None:
@@ -223,11 +228,17 @@ class S3Driver(Driver):
         self.http = SignedS3(o.endpoint or f"https://s3.{o.region}.amazonaws.com", self.bucket, self.prefix,
                              o.region, key, secret, token, o.virtual_hosted, o.timeout)
         self.getter = self.http if o.fast_get else None
+        self.uploads = PartUploader(self.http, o.part_size, o.upload_concurrency, self.requests)
 
     def shutdown(self) -> None:
+        if self.uploads is not None:
+            self.uploads.close()
         if self.http is not None:
             self.http.close()
-        self.store = self.getter = self.http = None
+        self.store = self.getter = self.http = self.uploads = None
+
+    def take_requests(self) -> RequestTimes | None:
+        return self.requests.take()
 
     def _get(self, path: str, buf, offset: int = 0, length: int | None = None) -> int:
         """A GET through the lean path, with its errors turned into storeval's."""
@@ -290,13 +301,8 @@ class S3Driver(Driver):
             return S3Handle(path, mode)
         if mode == "rw":
             raise CapabilityError(f"target {self.url} cannot open an object for reading and writing")
-        o = self.options
         self.check_server()
-        try:
-            writer = obstore.open_writer(self.store, path, buffer_size=o.part_size, max_concurrency=o.upload_concurrency)
-        except ERRORS as e:
-            raise self._error(e, "write", path) from None
-        return S3Handle(path, mode, writer)
+        return S3Handle(path, mode, ObjectUpload(path))
 
     def pread(self, h: Handle, buf, offset: int) -> int:
         if self.getter is not None:
@@ -314,21 +320,19 @@ class S3Driver(Driver):
     def pwrite(self, h: Handle, buf, offset: int) -> int:
         if offset != h.pos:
             raise CapabilityError(f"target {self.url} writes objects front to back (write at {offset}, expected {h.pos})")
-        try:
-            # obstore keeps a reference to what it is given until the part is uploaded; the caller reuses
-            # (and re-stamps) its buffer, so hand over a copy: one memcpy per write, in storeval's CPU figure
-            n = h.writer.write(bytes(buf))
-        except ERRORS as e:  # a part that could not be uploaded surfaces here or at close
+        try:  # copied into a part buffer (the caller reuses and re-stamps its own); full parts are uploaded
+            n = self.uploads.write(h.writer, buf)
+        except (*ERRORS, SyntaxError) as e:  # a part that could not be uploaded surfaces here or at close
             raise self._error(e, "write", h.path) from None
         h.pos += n
         return n
 
     def resume_write(self, h: Handle) -> int | None:
-        """A streaming upload whose part failed cannot go on (obstore's writer keeps its error): upload the object
-        again from its first byte. The failed upload's parts are aborted with the cell's directory."""
-        h.writer = None
-        fresh = self.open(h.path, "w")
-        h.writer, h.pos = fresh.writer, 0
+        """A streaming upload whose part failed cannot go on: it is aborted (as far as the server answers; else
+        with the cell's directory) and the object is uploaded again from its first byte."""
+        if h.writer is not None:
+            self.uploads.abandon(h.writer)
+        h.writer, h.pos = ObjectUpload(h.path), 0
         return 0
 
     def preadv(self, h: Handle, ranges, coalesce: int | None = None) -> list:
@@ -343,14 +347,18 @@ class S3Driver(Driver):
             raise self._error(e, "vector read", h.path) from None
 
     def close(self, h: Handle) -> None:
-        """Complete a streaming upload. When that fails obstore aborts the upload itself — a request that fails
-        too when the server is gone; the parts then stay until a cleanup aborts them (``rmdir_quietly``)."""
+        """Complete a streaming upload. When that fails the upload is aborted — a request that fails too when
+        the server is gone; the parts then stay until a cleanup aborts them (``rmdir_quietly``)."""
         if h.writer is not None:
             writer, h.writer = h.writer, None
-            self.check_server()
             try:
-                writer.close()
-            except ERRORS as e:
+                self.check_server()
+            except TargetError:
+                self.uploads.release(writer)
+                raise
+            try:
+                self.uploads.finish(writer)
+            except (*ERRORS, SyntaxError) as e:
                 raise self._error(e, "write", h.path) from None
 
     def reader(self, h: Handle, into_buffer: bool = True) -> IOFunc:

@@ -1,5 +1,6 @@
-"""Signed S3 requests over ``http.client``: the lean GET of hot read loops, and the multipart-upload calls
-obstore does not offer (listing and aborting incomplete uploads).
+"""Signed S3 requests over ``http.client``: the lean GET of hot read loops, the requests of streaming writes
+(``s3upload.py``: each part's upload timed on its own), and the multipart-upload calls obstore does not offer
+(listing and aborting incomplete uploads).
 
 The GET: one keep-alive connection per thread, bytes received into the caller's buffer.
 
@@ -27,6 +28,7 @@ import xml.etree.ElementTree as ET
 from urllib.parse import quote, urlsplit
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+UNSIGNED = "UNSIGNED-PAYLOAD"  # a part's body is not hashed: 16 MiB of SHA-256 would cost the client ~30 ms a part
 
 
 class S3HttpError(OSError):
@@ -98,17 +100,18 @@ class SignedS3:
             self._keys = {day: key}
         return key
 
-    def _headers(self, uri: str, byte_range: str | None, method: str = "GET", query: str = "") -> dict[str, str]:
+    def _headers(self, uri: str, byte_range: str | None, method: str = "GET", query: str = "",
+                 payload: str = EMPTY_SHA256) -> dict[str, str]:
         now = datetime.datetime.now(datetime.timezone.utc)
         amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-        headers = {"host": self.netloc, "x-amz-content-sha256": EMPTY_SHA256, "x-amz-date": amz_date}
+        headers = {"host": self.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
         if byte_range:
             headers["range"] = byte_range
         if self.token:
             headers["x-amz-security-token"] = self.token
         if not (self.access_key and self.secret_key):
             return headers
-        headers["authorization"] = authorization(method, uri, headers, EMPTY_SHA256, self.access_key, self.region,
+        headers["authorization"] = authorization(method, uri, headers, payload, self.access_key, self.region,
                                                  self._signing_key(day), amz_date, query)
         return headers
 
@@ -122,39 +125,47 @@ class SignedS3:
     def _key(self, path: str) -> str:
         return f"{self.prefix}/{path}" if self.prefix else path
 
-    def _send(self, method: str, uri: str, query: str = "", byte_range: str | None = None) -> http.client.HTTPResponse:
+    def _send(self, method: str, uri: str, query: str = "", byte_range: str | None = None,
+              body=None) -> http.client.HTTPResponse:
         """Send one request and return its response (body unread); a kept-alive connection the server closed is
-        reopened once."""
+        reopened once (every request sent here may be repeated: GETs, part uploads, aborts)."""
         try:
-            return self._once(method, uri, query, byte_range)
+            return self._once(method, uri, query, byte_range, body)
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-            return self._once(method, uri, query, byte_range)
+            return self._once(method, uri, query, byte_range, body)
 
-    def _once(self, method: str, uri: str, query: str, byte_range: str | None) -> http.client.HTTPResponse:
+    def _once(self, method: str, uri: str, query: str, byte_range: str | None, body=None) -> http.client.HTTPResponse:
         conn = self._conn()
         try:
-            conn.request(method, f"{uri}?{query}" if query else uri,
-                         headers=self._headers(uri, byte_range, method, query))
+            headers = self._headers(uri, byte_range, method, query, EMPTY_SHA256 if body is None else UNSIGNED)
+            if body is not None:  # a bytes-like body goes out as it is (no copy); its length is the header's
+                headers["content-length"] = str(memoryview(body).nbytes)
+            conn.request(method, f"{uri}?{query}" if query else uri, body=body, headers=headers)
             return conn.getresponse()
         except BaseException:  # the connection's state is unknown: the next request opens a new one
             self._drop()
             raise
 
-    def request(self, method: str, path: str | None, params: dict[str, str]) -> bytes:
-        """A small request (``path`` None: the bucket itself); returns the body, raises S3HttpError on an error
+    def request(self, method: str, path: str | None, params: dict[str, str], body=None) -> bytes:
+        """A request (``path`` None: the bucket itself); returns the body, raises S3HttpError on an error
         status and OSError/http.client errors when the server cannot be talked to."""
+        return self.exchange(method, path, params, body)[0]
+
+    def exchange(self, method: str, path: str | None, params: dict[str, str], body=None) -> tuple[bytes, str]:
+        """:meth:`request`, returning the response's ETag header beside its body (a part upload's name for the
+        part). A 200 whose body is an S3 ``<Error>`` (CompleteMultipartUpload may answer so) is an error too."""
         uri = (self.base or "/") if path is None else f"{self.base}/{quote(self._key(path), safe='/~')}"
-        resp = self._send(method, uri, canonical_query(params))
+        resp = self._send(method, uri, canonical_query(params), body=body)
         try:
-            body = resp.read()
+            data = resp.read()
         except BaseException:
             self._drop()
             raise
-        if resp.status >= 300:
-            text = body.decode(errors="replace")
+        if resp.status >= 300 or data.lstrip()[:200].find(b"<Error>") >= 0:
+            text = data.decode(errors="replace")
             code = text.split("<Code>", 1)[1].split("</Code>", 1)[0] if "<Code>" in text else ""
             raise S3HttpError(resp.status, code, path or "")
-        return body
+        return data, resp.getheader("ETag") or ""
 
     def list_uploads(self, prefix: str) -> list[tuple[str, str, str]]:
         """(path, upload id, initiated) of the incomplete multipart uploads under ``prefix`` (paths and prefix

@@ -308,6 +308,15 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
         if engines:
             caption.append("timed loop run by: " + "; ".join(
                 f"{', '.join(targets)} — {ENGINE_WORDS.get(e, e)}" for e, targets in engines.items()) + ".")
+        requests: dict[str, list[str]] = {}  # the requests some phases' latencies are of → those phases
+        for r in rows:
+            for what in r.latency_of:
+                if (where := f"{r.target} {r.phase}") not in requests.setdefault(what, []):
+                    requests[what].append(where)
+        if requests:
+            caption.append("p50/p99 of " + "; ".join(
+                f"{', '.join(where)}: each {what}, timed from its first byte sent to its response (the writes only "
+                "copied into the part buffers it sent)" for what, where in requests.items()) + ".")
         rate_columns = [(f.name, f.cell) for f in report.columns]
         if report.amplification and any(r.amplification is not None for r in rows):
             # what the server moved is the whole phase's: a group's share of it is not known
