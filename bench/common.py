@@ -101,7 +101,16 @@ class Case:
             cpu_txt += f" {statistics.median(per_op) * 1e6:6.3f}µs/op" if per_op else ""
             return f"{statistics.median(vals):11.1f} [{min(vals):.0f}–{max(vals):.0f}]{cpu_txt}"
         return (f"{self.name:<44} {self.unit:<6} storeval {fmt('storeval')}   {ref_name} {fmt('reference')}   "
-                f"ratio {self.ratio():.3f}")
+                f"ratio {self.ratio():.3f} {self.noise()}")
+
+    def noise(self) -> str:
+        """The ratio of each alternating pair of runs (run i of storeval / run i of the reference): when their range
+        holds 1.0 the two tools differ by less than one run differs from the next, and the bench says so."""
+        pairs = sorted(a.value / b.value for a, b in zip(self.samples["storeval"], self.samples["reference"]) if b.value)
+        if len(pairs) < 2:
+            return ""
+        verdict = "within run-to-run noise" if pairs[0] <= 1.0 <= pairs[-1] else "beyond run-to-run noise"
+        return f"(pairs {pairs[0]:.2f}–{pairs[-1]:.2f}: {verdict})"
 
 
 def need(tool: str, apt_package: str | None = None) -> str:

@@ -89,7 +89,9 @@ def main() -> None:
     shutil.rmtree("/dev/shm/storeval-bench-md", ignore_errors=True)  # ours; the disk directory keeps what it had
     print(f"\nstoreval metadata ({a.engine}) vs mdtest -n {a.items} -u -F -i 1: median of {a.reps} alternating runs "
           f"after a warm-up, [min–max]; disk = {d}; cpu = storeval's client CPU per operation; ratio = storeval / "
-          "mdtest; ns/op = one process's wall time per operation (processes / rate)")
+          "mdtest; pairs = the ratios of the alternating pairs of runs (when they hold 1.0 the tools differ by less "
+          "than one run of either differs from the next: at 20,000 items a stat phase lasts ~30 ms, where a page "
+          "fault or a timer tick is a percent); ns/op = one process's wall time per operation (processes / rate)")
     for procs, b in batteries:
         for line, figure in zip(b.lines("mdtest"), b.figures()):
             med = {t: sorted(s[figure].value for s in b.samples[t])[len(b.samples[t]) // 2] for t in b.samples}
