@@ -949,6 +949,82 @@ def testbed_link(
     print(f"{host} ({net.address(host)}): {now.describe()}")
 
 
+nodes_app = typer.Typer(no_args_is_help=True, help="Emulated nodes for MPI: hosts of the testbed's network that "
+                                                     "mpiexec launches onto, each with its own host name and link.")
+testbed_app.add_typer(nodes_app, name="nodes")
+
+
+@nodes_app.command("up")
+def testbed_nodes_up(
+    count: int = typer.Argument(..., min=1, max=250, help="How many nodes: PREFIX1 … PREFIXN."),
+    prefix: str = typer.Option("node", "--prefix", help="Their names' stem: node → node1, node2, …"),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Each node's link rate each way: 1gbit, 125MB/s."),
+    rtt: Optional[str] = typer.Option(None, "--rtt", help="Round-trip delay each node's link adds: 2ms."),
+    loss: Optional[str] = typer.Option(None, "--loss", help="Loss each way on each node's link: 0.1%."),
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+) -> None:
+    """Make N emulated nodes (network namespaces with their own host names) and print the mpiexec that runs
+    across them; nodes that exist already are kept."""
+    from .spec import host_name, link_value
+    from .testbed import Testbed, TestbedError
+    from .testbed.network import LinkSettings
+
+    names = [host_name(f"{prefix}{i}", "testbed nodes up --prefix") for i in range(1, count + 1)]
+    settings = LinkSettings()
+    for key, text in (("rate", rate), ("rtt", rtt), ("loss", loss)):
+        if text is not None:
+            setattr(settings, key, link_value(key, text, f"testbed nodes up --{key}"))
+    linked = settings != LinkSettings()
+    try:
+        settings.check("testbed nodes up")
+    except TestbedError as e:
+        raise InputError(str(e)) from None
+    bed = Testbed(directory)
+    net = bed.network_up({n: (prefix if linked else None) for n in names}, {prefix: settings} if linked else {},
+                         log=_testbed_log)
+    _print_nodes(net, names, directory)
+
+
+@nodes_app.command("show")
+def testbed_nodes_show(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
+    """The emulated hosts mpiexec can launch onto, and the mpiexec that does it."""
+    from .testbed import Testbed
+
+    net = Testbed(directory).network()
+    if net is None:
+        print("no emulated network here (`storeval testbed nodes up N` makes nodes)")
+        return
+    _print_nodes(net, list(net.hosts), directory)
+
+
+@testbed_app.command("mpiexec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def testbed_mpiexec(
+    ctx: typer.Context,
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP + " Give it first."),
+) -> None:
+    """mpiexec onto the testbed's emulated nodes: `storeval testbed mpiexec -hosts node1,node2 -n 8 storeval run
+    STUDY` (MPICH's hydra, launching into each node's namespace under its host name)."""
+    from .testbed import Testbed
+
+    net = Testbed(directory).network()
+    if net is None:
+        raise InputError(f"no emulated network in {directory} (`storeval testbed nodes up N --dir {directory}` "
+                         "makes nodes)")
+    if not ctx.args:
+        raise InputError("testbed mpiexec: give mpiexec's arguments, e.g. -hosts node1,node2 -n 4 storeval run STUDY")
+    sys.stdout.flush()
+    os.execv(net.mpiexec, [net.mpiexec, *ctx.args])
+
+
+def _print_nodes(net, names: list[str], directory: str) -> None:
+    for name in names:
+        info = net.hosts[name]
+        link = net.link_settings(name).describe() if info.link else "no link (on the bridge)"
+        print(f"{name}: {info.address} in {info.netns}, {link}")
+    print(f"mpiexec across them: storeval testbed mpiexec --dir {_safe(directory)} -hosts "
+          f"{','.join(names)} -n {len(names)} storeval run STUDY (or {net.mpiexec} -hosts …)")
+
+
 @testbed_app.command("datanode")
 def testbed_datanode(
     action: str = typer.Argument(..., help="stop, start or list"),

@@ -48,6 +48,7 @@ import psutil
 from ..core import process
 from ..units import format_bitrate
 from .base import Proc, TestbedError, spawn, terminate, wait_until
+from .mpilaunch import WRAPPER, removable_names, write_launchers
 from .netns import (GONE_WAIT, Taken, _ip, add_netns, free_subnet, link_exists, netns_exists, run_tool,
                     netns_pids, release_run_netns, used_networks)
 
@@ -267,6 +268,15 @@ class Network:
                                "`storeval testbed down`, then try again")
         for info in self.hosts.values():
             self._make_host(info)
+        self._write_launchers()
+
+    @property
+    def mpiexec(self) -> str:
+        """The ``mpiexec`` that launches onto this network's hosts (:mod:`.mpilaunch`)."""
+        return os.path.join(self.workdir, WRAPPER)
+
+    def _write_launchers(self) -> None:
+        write_launchers(self.workdir, self.token, {h.name: h.netns for h in self.hosts.values()}, self.controller_if)
 
     def _clash(self) -> str | None:
         """Another interface of the root namespace with an address in this subnet (a concurrent plan)."""
@@ -286,6 +296,8 @@ class Network:
             self._journal()
         for info in new:
             self._make_host(info)
+        if new:
+            self._write_launchers()
 
     def _sysctl(self, netns: str, values: dict[str, str]) -> None:
         run_tool(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *(f"{k}={v}" for k, v in values.items())],
@@ -559,7 +571,7 @@ class Network:
         """The relays' files (only the names storeval writes) and the directory, when nothing else is in it."""
         if not os.path.isdir(self.workdir) or os.path.islink(self.workdir):
             return
-        names = set()
+        names = removable_names()
         for h in self.hosts.values():
             for p in self._files(h).values():
                 names.add(p.name)

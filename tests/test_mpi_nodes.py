@@ -1,0 +1,84 @@
+"""Many hosts (issue 30): emulated nodes — network namespaces with host names of their own — launched onto by a
+real ``mpiexec`` (MPICH's hydra, through the launcher the testbed writes), against a MinIO on its own node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .helpers import load_json, storeval
+
+MiB = 1 << 20
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="emulated nodes are network namespaces: root only")
+
+
+def _mpiexec(bed: Path, hosts: str, n: int, *args: str, cwd: Path, timeout: float = 900):
+    """``storeval testbed mpiexec`` across ``hosts``, running ``storeval ARGS`` on ``n`` ranks."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "storeval", "testbed", "mpiexec", "--dir", str(bed), "-hosts", hosts,
+                           "-n", str(n), sys.executable, "-m", "storeval", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_mpiexec_across_emulated_nodes_each_with_its_host_name_and_link(tmp_path):
+    bed = tmp_path / "bed"
+    r = storeval("testbed", "nodes", "up", "2", "--rate", "200Mbit", "--dir", str(bed), cwd=tmp_path)
+    try:
+        assert r.rc == 0, r.err
+        lines = r.out.splitlines()
+        assert lines[0].startswith("node1: 10.") and "rate 200 Mbit/s" in lines[0], r.out
+        assert lines[1].startswith("node2: 10.")
+        wrapper = lines[-1].rsplit("(or ", 1)[1].split()[0]
+        assert lines[-1] == (f"mpiexec across them: storeval testbed mpiexec --dir {bed} -hosts node1,node2 -n 2 "
+                             f"storeval run STUDY (or {wrapper} -hosts …)")
+        assert os.access(wrapper, os.X_OK)
+        # the storage on a node of its own, unshaped: each client node's link is what limits it
+        r = storeval("testbed", "up", "minio", "--host", "store", "--dir", str(bed), cwd=tmp_path, timeout=600)
+        assert r.rc == 0, r.err
+        targets = tmp_path / "storeval-testbed.yaml"
+        study = tmp_path / "study.yaml"
+        study.write_text(yaml.safe_dump({
+            "targets": yaml.safe_load(targets.read_text())["targets"],
+            "workloads": {"bw": {"bandwidth": {"file_size": "16MiB", "transfer_size": "4MiB",
+                                               "phases": ["write", "read"]}},
+                          "md": {"metadata": {"items": 40}}},
+            "clients": [4]}))
+        r = _mpiexec(bed, "node1,node2", 4, "run", str(study), "--results", str(tmp_path / "res"),
+                     "--json", str(tmp_path / "out.json"), "--no-html", cwd=tmp_path)
+        assert r.returncode in (0, 1), r.stderr[-3000:]  # 1: a figure flagged (a busy host), never a failed cell
+        doc = load_json(tmp_path / "out.json")
+        assert doc["engine"] == "mpi"
+        assert [c["status"] for c in doc["cells"]] == ["ok", "ok"]
+        phases = [p for cell in doc["cells"] for p in cell["phases"] if p["ops"]]  # an object store has no trees
+        assert {p["phase"] for p in phases} >= {"write", "read", "file-create", "file-stat", "file-remove"}
+        for p in phases:  # hydra places ranks round robin: every rank's host is its node's name, not this machine's
+            assert [(s["rank"], s["host"]) for s in p["client_stats"]] == [
+                (0, "node1"), (1, "node2"), (2, "node1"), (3, "node2")], p["phase"]
+        bw = next(c for c in doc["cells"] if c["workload"] == "bw")
+        for p in bw["phases"]:
+            assert p["bytes"] == 4 * 16 * MiB
+            per_node = defaultdict(int)
+            for s in p["client_stats"]:
+                per_node[s["host"]] += s["bytes"]
+            # each node's two clients share its 200 Mbit/s link: their bytes took at least that long to cross it
+            for node, moved in per_node.items():
+                assert moved == 32 * MiB
+                assert p["seconds"] >= 0.97 * moved / 25e6, (node, p["seconds"])
+        # a host the launcher does not know is named in one line
+        r = _mpiexec(bed, "node9", 1, "--version", cwd=tmp_path, timeout=120)
+        assert r.returncode != 0 and "no emulated host 'node9'" in r.stderr + r.stdout
+        r = storeval("testbed", "nodes", "show", "--dir", str(bed), cwd=tmp_path)
+        assert r.rc == 0 and "store: 10." in r.out and "-hosts node1,node2,store -n 3" in r.out, r.out
+    finally:
+        down = storeval("testbed", "down", "--dir", str(bed), cwd=tmp_path, timeout=600)
+    assert down.rc == 0, down.err
+    assert not os.path.exists(os.path.dirname(wrapper))  # the launcher went with the network
+    r = storeval("testbed", "mpiexec", "--dir", str(bed), "-n", "1", "true", cwd=tmp_path)
+    assert (r.rc, r.err.strip()) == (2, f"error: no emulated network in {bed} (`storeval testbed nodes up N --dir "
+                                        f"{bed}` makes nodes)"), r
