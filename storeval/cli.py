@@ -822,7 +822,8 @@ def _testbed_log(message: str) -> None:
 @testbed_app.command("up")
 def testbed_up(
     servers: Optional[list[str]] = typer.Argument(
-        None, help="minio, minio-ec, xrootd, hdfs, glusterfs, ceph, nfs (default: minio xrootd hdfs)."),
+        None, help="minio, minio-ec, xrootd, hdfs, glusterfs, ceph, nfs; slurm (a batch system on emulated nodes) "
+                   "(default: minio xrootd hdfs)."),
     count: Optional[int] = typer.Option(None, "--servers", min=1, max=16,
                                         help="Storage servers of each system: bricks, OSDs, data servers, MinIO "
                                              "nodes, datanodes (default: each system's own)."),
@@ -1014,6 +1015,31 @@ def testbed_mpiexec(
         raise InputError("testbed mpiexec: give mpiexec's arguments, e.g. -hosts node1,node2 -n 4 storeval run STUDY")
     sys.stdout.flush()
     os.execv(net.mpiexec, [net.mpiexec, *ctx.args])
+
+
+@testbed_app.command("slurm", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def testbed_slurm(
+    ctx: typer.Context,
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP + " Give it first."),
+) -> None:
+    """Run a command against the testbed's Slurm: `storeval testbed slurm salloc -N 2 mpiexec -n 4 storeval run
+    STUDY` (sinfo, squeue, srun, sbatch, scancel alike)."""
+    from .testbed import Testbed
+
+    slurm = Testbed(directory).load().get("slurm")
+    if slurm is None or not slurm.state.procs or "network" not in slurm.state.info:
+        raise InputError(f"no Slurm in {directory} (`storeval testbed up slurm --servers N --dir {directory}` "
+                         "starts one)")
+    if not ctx.args:
+        raise InputError("testbed slurm: give the command, e.g. salloc -N 2 mpiexec -n 4 storeval run STUDY")
+    env = {**os.environ, **slurm.environment()}
+    here = os.path.dirname(sys.executable)  # this storeval's mpiexec and storeval come first on the PATH
+    env["PATH"] = f"{here}:{env.get('PATH', '')}"
+    sys.stdout.flush()
+    try:
+        os.execvpe(ctx.args[0], ctx.args, env)
+    except OSError as e:
+        raise InputError(f"testbed slurm: cannot run {ctx.args[0]}: {e.strerror}") from None
 
 
 def _print_nodes(net, names: list[str], directory: str) -> None:

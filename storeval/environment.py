@@ -20,6 +20,11 @@ import psutil
 
 from . import __version__
 
+# what a batch system said about the job the run is part of (Slurm's output environment variables)
+SLURM_FACTS = {"SLURM_JOB_ID": "job_id", "SLURM_CLUSTER_NAME": "cluster", "SLURM_JOB_PARTITION": "partition",
+               "SLURM_JOB_NODELIST": "nodes", "SLURM_JOB_NUM_NODES": "node_count",
+               "SLURM_TASKS_PER_NODE": "tasks_per_node", "SLURM_NTASKS": "tasks", "SLURM_JOB_NAME": "job_name",
+               "SLURM_SUBMIT_HOST": "submit_host"}
 LIBRARIES = ("numpy", "duckdb", "pydantic", "typer", "rich", "psutil", "obstore", "hdfs-native", "xrootd", "uproot",
              "awkward", "mpi4py", "mpich", "plotly")
 
@@ -82,4 +87,12 @@ def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
         "start_time": datetime.now(timezone.utc).isoformat(),
         "study_hash": study.hash(),
         "targets": targets,
+        **({"batch": batch} if (batch := batch_job()) else {}),
     }
+
+
+def batch_job() -> dict[str, Any] | None:
+    """The Slurm job this process runs in (job id, nodes, tasks per node …), None outside one."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    return {"system": "slurm", **{key: os.environ[name] for name, key in SLURM_FACTS.items() if name in os.environ}}

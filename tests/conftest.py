@@ -100,11 +100,12 @@ def _install_test_environment() -> list[str]:
             lines.append(f"{name}: NOT INSTALLED: {e}")
 
     def debian():
-        from storeval.testbed import ceph, glusterfs, nfs, xrootd
+        from storeval.testbed import ceph, glusterfs, nfs, slurm, xrootd
 
         if os.geteuid() != 0:
             raise TestbedError("not root: the Debian packages of the servers and Chromium are not installed")
-        apt_install(*xrootd.PACKAGES, *glusterfs.PACKAGES, *ceph.PACKAGES, *nfs.PACKAGES, "chromium", "fio")
+        apt_install(*xrootd.PACKAGES, *glusterfs.PACKAGES, *ceph.PACKAGES, *nfs.PACKAGES, *slurm.PACKAGES, "chromium",
+                    "fio")
 
     def minio():
         from storeval.testbed.minio import install_minio
@@ -117,7 +118,7 @@ def _install_test_environment() -> list[str]:
         HdfsServer(Path("/nonexistent")).install()
 
     threads = [threading.Thread(target=part, args=(name, fn), daemon=True)
-               for name, fn in (("Debian packages (servers, chromium, fio)", debian), ("MinIO (go build)", minio),
+               for name, fn in (("Debian packages (servers, slurm, chromium, fio)", debian), ("MinIO (go build)", minio),
                                 ("HDFS (maven)", hdfs))]
     for t in threads:
         t.start()

@@ -195,7 +195,7 @@ EFFECTS = {
     "a-short-tour": ["out.json", "storeval-results/storeval.duckdb", "storeval-results/report-*.html", "report.html",
                      "before/storeval.duckdb", "after/storeval.duckdb", "storeval-results/export-parquet/cells.parquet"],
     "the-metadata-workload": ["storeval-results/report-*.html"],
-    "many-clients-on-many-machines-mpi": ["out.json", "nodes.json"],
+    "many-clients-on-many-machines-mpi": ["out.json", "nodes.json", "slurm.json"],
     "the-skim-workload-the-physics-applicatio": ["storeval-data/skim-*/events-003.root"],
     "real-application-i-o-trace-replay-hepix-": ["storeval-results/report-*.html"],
     "the-copy-workload-the-mit-lustre-vs-s3-s": ["storeval-results/report-*.html"],

@@ -52,6 +52,7 @@ SERVERS: dict[str, str] = {
     "glusterfs": "storeval.testbed.glusterfs:GlusterServer",
     "ceph": "storeval.testbed.ceph:CephServer",
     "nfs": "storeval.testbed.nfs:NfsServer",
+    "slurm": "storeval.testbed.slurm:SlurmServer",
 }
 DEFAULT_DIR = "storeval-testbed"
 TARGETS_FILE = "storeval-testbed.yaml"
@@ -246,7 +247,7 @@ class Testbed:
         """Rewrite the targets file for the servers that run, or remove it when none does — only while it is
         the file storeval wrote. A file storeval did not write, or one changed since, stays as it is (once
         changed it is no longer storeval's: forgotten). Returns what stayed, if anything."""
-        running = {k: s for k, s in servers.items() if s.state.procs}
+        running = {k: s for k, s in servers.items() if s.state.procs and s.target_schemes}  # storage (not slurm)
         why = self._targets_foreign()
         if why:
             if self.targets_record is None and not running:
@@ -337,6 +338,10 @@ class Testbed:
                     raise TestbedError(f"{kind}: cannot run on an emulated host (--host) yet; start it without one")
                 if host is not None:
                     self._network_up({host: None}, {}, log, keep_links=True)
+                needed = getattr(server_class(kind), "hosts_needed", None)  # a system of several hosts (slurm)
+                hosts = needed(options.get(kind, {})) if needed is not None else []
+                if hosts:
+                    self._network_up({h: None for h in hosts}, {}, log, keep_links=True)
                 server = server_class(kind)(self.dir / kind, options.get(kind, {}))
                 server.on_change = self._journal
                 server.state.info["options"] = options.get(kind, {})
@@ -344,6 +349,8 @@ class Testbed:
                 try:
                     log(f"{kind}: installing (first use can take minutes)…")
                     server.install()
+                    if hosts:
+                        server.use_network(self._net)
                     if host is not None:
                         assert self._net is not None
                         server.place(self._net.netns(host), self._net.address(host))
