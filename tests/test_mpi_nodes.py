@@ -52,6 +52,7 @@ def test_mpiexec_across_emulated_nodes_each_with_its_host_name_and_link(tmp_path
         r = _mpiexec(bed, "node1,node2", 4, "run", str(study), "--results", str(tmp_path / "res"),
                      "--json", str(tmp_path / "out.json"), "--no-html", cwd=tmp_path)
         assert r.returncode in (0, 1), r.stderr[-3000:]  # 1: a figure flagged (a busy host), never a failed cell
+        assert "Per host — clients on several hosts" in r.stdout
         doc = load_json(tmp_path / "out.json")
         assert doc["engine"] == "mpi"
         assert [c["status"] for c in doc["cells"]] == ["ok", "ok"]
@@ -70,6 +71,15 @@ def test_mpiexec_across_emulated_nodes_each_with_its_host_name_and_link(tmp_path
             for node, moved in per_node.items():
                 assert moved == 32 * MiB
                 assert p["seconds"] >= 0.97 * moved / 25e6, (node, p["seconds"])
+            # per host: each node's aggregate over its own span, and what its own interface carried (its leader's
+            # probes in its namespace: the 32 MiB out for a write, in for a read, besides HTTP's own bytes)
+            assert set(p["hosts"]) == {"node1", "node2"}
+            for node, h in p["hosts"].items():
+                assert (h["clients"], h["ranks"], h["bytes"]) == (2, [1, 3] if node == "node2" else [0, 2], 32 * MiB)
+                assert h["MiBps"] * MiB <= 1.03 * 25e6, (node, h)  # what the node's link carries at most
+                carried = h["net_tx_bytes"] if p["phase"] == "write" else h["net_rx_bytes"]
+                assert 32 * MiB <= carried <= 1.1 * 32 * MiB, (node, p["phase"], h)
+            assert p["host_spread"]["by"] == "MiBps per client" and 0 < p["host_spread"]["jain"] <= 1
         # a host the launcher does not know is named in one line
         r = _mpiexec(bed, "node9", 1, "--version", cwd=tmp_path, timeout=120)
         assert r.returncode != 0 and "no emulated host 'node9'" in r.stderr + r.stdout

@@ -22,6 +22,7 @@ from ..core.records import NS, PhaseRecord
 from ..histogram import Histogram
 from ..store import CellRow, RunData
 from .fairness import fairness
+from .hosts import host_figures, host_spread, summarize_hosts, summarize_spread
 from .links import (link_limits, loss_warnings, link_series, link_traffic, network_event, rtt_rows, rtt_warnings, saturation_warnings,
                     summarize_links, summarize_rtt)
 from .sanity import check, moved
@@ -92,6 +93,8 @@ class PhaseFigures:
     written_check: dict[str, Any] | None = None  # what was read back after a faulted write (analysis/guards.py)
     groups: dict[str, "PhaseFigures"] = field(default_factory=dict)  # each client group's own figures (issue 17)
     links: dict[str, dict[str, Any]] | None = None  # emulated host → its link's traffic in the phase (links.py)
+    hosts: dict[str, dict[str, Any]] | None = None  # clients on several hosts: each host's figures (hosts.py)
+    host_spread: dict[str, Any] | None = None  # the slowest host against the fastest, Jain's index over hosts
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +120,7 @@ class PhaseFigures:
             "client_stats": [c.as_dict() for c in self.client_stats],
             **({"groups": {name: g.group_dict() for name, g in self.groups.items()}} if self.groups else {}),
             **({"links": self.links} if self.links else {}),
+            **({"hosts": self.hosts, "host_spread": self.host_spread} if self.hosts else {}),
             **self.extra,
         }
 
@@ -223,6 +227,8 @@ def phase_figures(phase: str, status: str, reason: str | None, records: list[Pha
     fig.fairness = fairness(fig.client_stats, {n: g.fairness for n, g in fig.groups.items()})
     direction = workload.direction(phase, params or {}) if workload is not None else None
     check(fig, records, where or {}, limits or {}, direction, len({r.host for r in records}))
+    fig.hosts = host_figures(records, fig.host_load)
+    fig.host_spread = host_spread(fig.hosts) if fig.hosts else None
     if workload is not None:
         moved_bytes = moved(fig.probes, where or {}, direction) if direction else None
         fig.extra = workload.phase_extra([c.extra for c in fig.client_stats], seconds, moved_bytes)
@@ -337,6 +343,8 @@ class ConfigSummary:
     groups: dict[str, "ConfigSummary"] = field(default_factory=dict)  # each client group's summary
     rtt: dict[str, dict[str, Any]] = field(default_factory=dict)  # group → requested / measured RTT (links.py)
     links: dict[str, dict[str, Any]] = field(default_factory=dict)  # emulated host → its link's traffic
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # clients on several hosts: each host's (hosts.py)
+    host_spread: dict[str, Any] | None = None  # the spread between those hosts
 
     def as_dict(self) -> dict[str, Any]:
         def s(x: Summary | None) -> dict | None:
@@ -357,7 +365,11 @@ class ConfigSummary:
                 **({"jain": s(self.jain), "cov": s(self.cov), "spread": s(self.spread)} if self.jain else {}),
                 **({"group": self.group, "clients": self.clients} if self.group else {}),
                 **({"groups": {name: g.as_dict() for name, g in self.groups.items()}} if self.groups else {}),
-                **({"rtt": self.rtt} if self.rtt else {}), **({"links": self.links} if self.links else {})}
+                **({"rtt": self.rtt} if self.rtt else {}), **({"links": self.links} if self.links else {}),
+                **({"hosts": {h: {k: (s(v) if isinstance(v, Summary) else v) for k, v in row.items()}
+                              for h, row in self.hosts.items()},
+                    "host_spread": {k: (s(v) if isinstance(v, Summary) else v)
+                                    for k, v in (self.host_spread or {}).items()}} if self.hosts else {})}
 
 
 OUTLIER_MADS = 3.0
@@ -451,7 +463,8 @@ def _config_summary(items: list[tuple[CellRow, PhaseFigures]], phase: str, exclu
         latency_of=sorted({ph.latency_of["what"] for _, ph in items if ph.latency_of}),
         jain=summarize([f["jain"] for f in fair if f.get("jain") is not None]),
         cov=summarize([f["cov"] for f in fair if f.get("cov") is not None]),
-        spread=summarize([f["spread"] for f in fair if f.get("spread") is not None]))
+        spread=summarize([f["spread"] for f in fair if f.get("spread") is not None]),
+        hosts=summarize_hosts(ok), host_spread=summarize_spread(ok))
 
 
 def _amplification(ph: PhaseFigures) -> float | None:

@@ -418,6 +418,31 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
                                    "the link's rate; dropped: tbf + relay drops (loss and full queue), all "
                                    "repetitions; delay added: the relay's mean hold time each way (half the rtt "
                                    "asked). " + LINK_RULE + "."]})
+    per_host = []
+    for r in summary:
+        spread = r.host_spread or {}
+        for host, h in r.hosts.items():
+            rate = h["MiBps"] if r.kind != "metadata" and h["MiBps"] and h["MiBps"].mean else h["ops_per_s"]
+            unit = "MiB/s" if rate is h["MiBps"] else "ops/s"
+            seconds = h["seconds"].mean if h.get("seconds") else None
+            rx = h["net_rx_bytes"].mean / (1 << 20) / seconds if h.get("net_rx_bytes") and seconds else None
+            tx = h["net_tx_bytes"].mean / (1 << 20) / seconds if h.get("net_tx_bytes") and seconds else None
+            load = h.get("other_load")
+            per_host.append([_where(r), str(r.clients), r.phase, host, str(h["clients"]), f"{fmt_summary(rate)} {unit}",
+                             sig(rx), sig(tx), "–" if load is None else f"{load:.0%}",
+                             fmt_summary(spread.get("spread"), 100.0) + " %" if spread.get("spread") else "–",
+                             fmt_summary(spread.get("jain"))])
+    if per_host:
+        tables.append({"id": "hosts-table", "title": "Per host — clients on several hosts",
+                       "columns": ["configuration", "clients", "phase", "host", "host clients", "aggregate",
+                                   "rx MiB/s", "tx MiB/s", "other load", "host spread", "host Jain"], "rows": per_host,
+                       "caption": ["aggregate: the host's clients' bytes (metadata: operations) over its own span, its "
+                                   "first client's start to its last client's end; rx/tx: the host's interfaces (not "
+                                   "lo) as its host leader counted them between the phase's barriers, over that span; "
+                                   "other load: the share of the host's CPU other processes used; host spread = "
+                                   "fastest / slowest host per client − 1, host Jain over the hosts' per-client "
+                                   "rates (the same on every row of a configuration); mean ± stderr over "
+                                   "repetitions."]})
     rtt: dict[tuple, list[str]] = {}
     for r in summary:
         for group, x in r.rtt.items():
