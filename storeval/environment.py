@@ -9,16 +9,13 @@ variables, not their values.
 from __future__ import annotations
 
 import os
-import platform
-import socket
 import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
-import psutil
-
 from . import __version__
+from .core.process import host_facts
 
 # what a batch system said about the job the run is part of (Slurm's output environment variables)
 SLURM_FACTS = {"SLURM_JOB_ID": "job_id", "SLURM_CLUSTER_NAME": "cluster", "SLURM_JOB_PARTITION": "partition",
@@ -27,17 +24,6 @@ SLURM_FACTS = {"SLURM_JOB_ID": "job_id", "SLURM_CLUSTER_NAME": "cluster", "SLURM
                "SLURM_SUBMIT_HOST": "submit_host"}
 LIBRARIES = ("numpy", "duckdb", "pydantic", "typer", "rich", "psutil", "obstore", "hdfs-native", "xrootd", "uproot",
              "awkward", "mpi4py", "mpich", "plotly")
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def library_versions() -> dict[str, str]:
@@ -71,15 +57,8 @@ def collect_environment(study: Any, command_line: str) -> dict[str, Any]:
         if t.limits:
             info["limits"] = t.limits
         targets[name] = info
-    vm = psutil.virtual_memory()
-    uname = platform.uname()
     return {
-        "host": socket.gethostname(),
-        "kernel": f"{uname.system} {uname.release} {uname.version}",
-        "os": platform.platform(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "ram_bytes": vm.total,
+        **host_facts(),
         "python": sys.version.split()[0],
         "storeval_version": __version__,
         "libraries": library_versions(),

@@ -406,6 +406,8 @@ class Runner:
         """Run every cell. The whole run is a deferred region (see interrupts.py): a stop signal stops the
         running cell at the engine's next poll, or the run before its next cell — never half a cell."""
         env = collect_environment(self.study, self.command_line)
+        if len(hosts := self.engine.describe_hosts()) > 1:  # MPI across hosts: every one of them
+            env["hosts"] = hosts
         status, failed, fatal = "ok", 0, None
         done = 0
         begun = False

@@ -56,6 +56,9 @@ def test_mpiexec_across_emulated_nodes_each_with_its_host_name_and_link(tmp_path
         doc = load_json(tmp_path / "out.json")
         assert doc["engine"] == "mpi"
         assert [c["status"] for c in doc["cells"]] == ["ok", "ok"]
+        # every host the ranks ran on is in the environment, each as it describes itself
+        assert [h["host"] for h in doc["environment"]["hosts"]] == ["node1", "node2"]
+        assert all(h["kernel"].startswith("Linux ") and h["cpu_count"] >= 1 for h in doc["environment"]["hosts"])
         phases = [p for cell in doc["cells"] for p in cell["phases"] if p["ops"]]  # an object store has no trees
         assert {p["phase"] for p in phases} >= {"write", "read", "file-create", "file-stat", "file-remove"}
         for p in phases:  # hydra places ranks round robin: every rank's host is its node's name, not this machine's

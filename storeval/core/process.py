@@ -4,16 +4,37 @@ bounded runner of a shell command (:func:`run_bounded`: a fault's command, the w
 from __future__ import annotations
 
 import os
+import platform
 import select
 import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
 HOST = socket.gethostname()
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_facts() -> dict[str, Any]:
+    """What a run records of each host its clients ran on: name, kernel, OS, CPU, memory."""
+    uname = platform.uname()
+    return {"host": socket.gethostname(), "kernel": f"{uname.system} {uname.release} {uname.version}",
+            "os": platform.platform(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "ram_bytes": psutil.virtual_memory().total}
 
 
 def set_process_name(name: str) -> None:

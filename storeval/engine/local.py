@@ -29,7 +29,7 @@ from .. import interrupts
 from ..core.job import Job
 from ..core.oplog import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS
 from ..core.outcome import CellOutcome, PhaseWatcher, ProgressFn
-from ..core.process import set_process_name
+from ..core.process import host_facts, set_process_name
 from ..core.stop import STOP, ClientStopped
 from ..errors import one_line
 from ..probes.sampler import Sampler, start_sampler
@@ -130,6 +130,10 @@ class LocalEngine:
 
     def __init__(self) -> None:
         self.ctx = client_context()
+
+    def describe_hosts(self) -> list[dict[str, Any]]:
+        """The one host every client runs on."""
+        return [host_facts()]
 
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress: ProgressFn | None = None,
                  on_clients: Callable[[list[dict[str, Any]]], None] | None = None,

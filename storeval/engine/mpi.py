@@ -40,7 +40,7 @@ from .watch import GRACE_SECONDS, HangClock, Watch
 from ..core.job import Job
 from ..core.oplog import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS
 from ..core.outcome import CellOutcome, PhaseWatcher
-from ..core.process import set_process_name
+from ..core.process import host_facts, set_process_name
 from ..core.stop import STOP, ClientStopped
 
 TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT = 101, 102, 103, 104, 105
@@ -337,6 +337,8 @@ class MpiEngine:
         import psutil
 
         self.hosts = w.allgather(socket.gethostname())
+        facts = w.allgather(host_facts() if self.hosts.index(self.hosts[self.rank]) == self.rank else None)
+        self.host_facts = [f for f in facts if f is not None]  # one per host, from its first rank
         # a pipe only this rank writes to: it reads EOF the moment the rank's files are released on exit,
         # before MPI or the launcher can react (the watchdog opens its read end through /proc)
         self._hup_read, self._hup_write = os.pipe()
@@ -344,6 +346,10 @@ class MpiEngine:
         self.placement, self.per_host = placement, clients_per_host
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
+
+    def describe_hosts(self) -> list[dict[str, Any]]:
+        """Every host the job's ranks run on (name, kernel, OS, CPU, memory), for the run's environment."""
+        return self.host_facts
 
     def processes(self) -> list[dict[str, Any]]:
         """Every rank's PID, start time and host (the watchdog follows this host's ranks from the start)."""
