@@ -248,7 +248,21 @@ def test_s3_streaming_writes_time_each_upload_request_and_keep_every_byte(testbe
         assert driver.list_uploads(f"{base}/dropped") == []  # MinIO lists the uploads of an exact key
         got = bytearray(MiB)
         assert driver.get_into(f"{base}/dropped", got) == MiB and bytes(got) == data[:MiB]
+        driver.take_requests()  # the dropped object's: whatever of it was sent before it was given up, then its PUT
+        # more objects being filled at once than the driver keeps part buffers for (upload_concurrency + 1 = 3):
+        # each holds its own, none waits for another's
+        handles = [driver.open(f"{base}/many{i}", "w") for i in range(5)]
+        for k in range(2):
+            for i, h in enumerate(handles):
+                driver.pwrite(h, data[(i + k) * MiB:(i + k) * MiB + 3 * MiB], k * 3 * MiB)  # a part fills at k=1
+        for h in handles:
+            driver.close(h)
+        for i in range(5):
+            got = bytearray(6 * MiB)
+            assert driver.get_into(f"{base}/many{i}", got) == 6 * MiB
+            assert bytes(got) == data[i * MiB:i * MiB + 3 * MiB] + data[(i + 1) * MiB:(i + 1) * MiB + 3 * MiB]
+        assert driver.take_requests().count == 10  # two parts each
     finally:
-        for name in ("big", "o0", f"o{3 * MiB}", f"o{5 * MiB}", "dropped"):
+        for name in ("big", "o0", f"o{3 * MiB}", f"o{5 * MiB}", "dropped", *(f"many{i}" for i in range(5))):
             driver.remove_quietly(f"{base}/{name}")
         driver.shutdown()

@@ -64,7 +64,7 @@ class ObjectUpload:
         self.fill = 0
         self.upload_id: str | None = None
         self.parts: list[tuple[int, str]] = []  # (part number, ETag), in the order the parts were numbered
-        self.pending: list[Future] = []
+        self.pending: list[tuple[Future, bytearray]] = []  # parts handed to the threads, with their buffers
         self.error: BaseException | None = None  # the first failed part's error
 
 
@@ -74,20 +74,24 @@ class PartUploader:
     def __init__(self, http: SignedS3, part_size: int, concurrency: int, times: RequestTimes) -> None:
         self.http, self.part_size, self.concurrency, self.times = http, part_size, concurrency, times
         self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # writers of several objects may share the driver (threads of a client)
         self._made = 0
+        self._inflight = 0  # parts handed to the threads and not back yet
         self._pool: ThreadPoolExecutor | None = None
 
     # -- buffers -------------------------------------------------------------------------------------------
     def _buffer(self) -> bytearray:
-        """A free part buffer: a returned one, a new one while fewer than concurrency + 1 exist, else the first
-        to come back from an upload (at most one request's time: every request has the target's timeout)."""
+        """A free part buffer: a returned one, a new one while fewer than concurrency + 1 exist (or while none is
+        being uploaded: objects being filled at once hold one each), else the first to come back from an upload
+        (at most one request's time: every request has the target's timeout)."""
         try:
             return self._free.get_nowait()
         except queue.Empty:
             pass
-        if self._made <= self.concurrency:
-            self._made += 1
-            return bytearray(self.part_size)
+        with self._lock:
+            if self._made <= self.concurrency or not self._inflight:
+                self._made += 1
+                return bytearray(self.part_size)
         return self._free.get()
 
     # -- writing -------------------------------------------------------------------------------------------
@@ -118,10 +122,12 @@ class PartUploader:
         up.parts.append((number, ""))
         buf, fill = up.buf, up.fill
         up.buf, up.fill = None, 0
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="s3-part")
-        up.pending = [f for f in up.pending if not f.done()]
-        up.pending.append(self._pool.submit(self._part, up, number, buf, fill))
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="s3-part")
+            self._inflight += 1
+        up.pending = [(f, b) for f, b in up.pending if not f.done()]
+        up.pending.append((self._pool.submit(self._part, up, number, buf, fill), buf))
 
     def _part(self, up: ObjectUpload, number: int, buf: bytearray, fill: int) -> None:
         try:
@@ -136,6 +142,8 @@ class PartUploader:
                 up.error = e
         finally:
             self._free.put(buf)
+            with self._lock:
+                self._inflight -= 1
 
     def finish(self, up: ObjectUpload) -> None:
         """Complete the object: the single PUT of a small one, or the last part and CompleteMultipartUpload.
@@ -149,7 +157,7 @@ class PartUploader:
                 return
             if up.fill and up.error is None:
                 self._ship(up)
-            for f in up.pending:
+            for f, _ in up.pending:
                 f.result()
             if up.error is not None:
                 raise up.error
@@ -167,12 +175,15 @@ class PartUploader:
         still answers (if not, the cell's cleanup aborts it)."""
         if up.error is None:
             up.error = OSError("upload abandoned")
-        for f in up.pending:
-            f.cancel()
+        for f, buf in up.pending:
+            if f.cancel():  # never sent: its buffer comes back here, not from the thread
+                self._free.put(buf)
+                with self._lock:
+                    self._inflight -= 1
         if up.upload_id is not None:
             upload_id, up.upload_id = up.upload_id, None
             try:
-                for f in up.pending:
+                for f, _ in up.pending:
                     if not f.cancelled():
                         f.exception()  # a part still being sent would recreate what the abort drops
                 self.http.abort_upload(up.path, upload_id)
