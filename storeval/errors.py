@@ -28,10 +28,6 @@ class DirectIOUnsupported(StorevalError):
     """The file system refused O_DIRECT; the caller falls back to buffered I/O and says so."""
 
 
-class CellFailed(StorevalError):
-    """A client of a cell failed or hung; the message names the client, the phase and the reason."""
-
-
 class VerifyError(StorevalError):
     """Data read back differs from what storeval wrote."""
 

@@ -254,13 +254,6 @@ def is_list_param(model: type[Params], key: str) -> bool:
     return typing.get_origin(ann) is list
 
 
-def is_size_param(model: type[Params], key: str) -> bool:
-    """Whether a parameter is a size (shown as 64MiB rather than 67108864)."""
-    from .fields import is_size_validator
-
-    return any(is_size_validator(m) for m in model.model_fields[key].metadata)
-
-
 def _is_sweep(model: type[Params], key: str, value: Any) -> bool:
     if is_list_param(model, key):
         return isinstance(value, list) and bool(value) and all(isinstance(v, list) for v in value)

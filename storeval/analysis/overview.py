@@ -17,7 +17,6 @@ Rates are bytes per second here; the charts turn them into MiB/s or GB/s and say
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from .figures import CellFigures, ConfigSummary
@@ -162,10 +161,3 @@ def fairness_rows(cells: list[CellFigures], limit: int) -> list[dict[str, Any]]:
                         "per_client": clients})
     return out
 
-
-def group_by(items: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
-    """Items grouped by the values of ``keys``, in first-seen order."""
-    out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for item in items:
-        out[tuple(item.get(k) for k in keys)].append(item)
-    return out

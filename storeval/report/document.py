@@ -54,10 +54,6 @@ def write_text_atomic(path: str, text: str, suffix: str = ".tmp") -> None:
     write_atomic(path, text.encode("utf-8"), suffix)
 
 
-def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(doc, indent=2, default=str) + "\n", ".json")
-
-
 def write_document(path: str, doc: dict[str, Any], kind: str, runs: list[str]) -> tuple[Mark, int]:
     """``--json``: the document with storeval's ownership header as its first member (see ``storeval.owned``);
     replaces only storeval's own unchanged output."""

@@ -141,15 +141,6 @@ def table_rows(table: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
-TABLE_CAPTION = ("Each figure is the best mean over the client counts measured, ± its stderr over repetitions, @ the "
-                 "client count that reached it. read/write: bandwidth read/write phases (else reread/rewrite, "
-                 "randread/randwrite), copy download/upload, skim bytes requested per second, jobs bytes read/written "
-                 "per second of the steady window, command the files' bytes per second, replay bytes read/written "
-                 "per second. Bandwidth in MiB/s (2^20 bytes per second, as IOR); copy, skim, jobs, command and "
-                 "replay in MB/s (10^6 bytes per second, as their seeds quote them); a column whose rows differ names "
-                 "the unit in each cell.")
-
-
 UNIT_WORDS = {"MiB/s": "MiB/s = 2^20 bytes per second (as IOR)", "MB/s": "MB/s = 10^6 bytes per second (as the seeds "
                                                                               "quote it)"}
 

@@ -500,10 +500,6 @@ class Server(ABC):
         """A TCP port free now where the server listens (its address, in its namespace)."""
         return free_port(self.address, self.netns_name)
 
-    def pick_ports(self, n: int) -> list[int]:
-        """``n`` distinct TCP ports free now where the server listens."""
-        return free_ports(n, self.address, self.netns_name)
-
     def _journal(self) -> None:
         if self.on_change is not None:
             self.on_change()
