@@ -4,6 +4,7 @@ on-board vs external clients side by side (studies/seed000-placement.yaml); and 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,30 +190,20 @@ def test_seed000_onboard_and_external_clients_side_by_side(tmp_path, nothing_lef
     assert "Fairness per client group" in r.out
 
 
-def _writing(pids: list[int]) -> bool:
-    """Whether one of those clients has written more than 8 MiB to its sockets: its timed write has begun (the
-    setup before it writes a few KiB), so the coordinator is inside the phase, not still starting the cell."""
-    for pid in pids:
-        try:
-            if psutil.Process(pid).io_counters().write_chars > 8 << 20:
-                return True
-        except psutil.Error:
-            pass
-    return False
-
-
-def _clients_in(namespaces: list[str]) -> list[int]:
-    """PIDs of storeval client processes inside those namespaces."""
-    pids = []
+def _sending(namespaces: list[str]) -> bool:
+    """Whether a host of those namespaces has sent more than 8 MiB through its eth0: its client's timed write has
+    begun (the setup before it sends a few KiB), so the coordinator is inside the phase, not still starting the
+    cell. Counted by the kernel's interface, whichever system calls the client sends with (send(2) is not in
+    /proc/PID/io)."""
     for ns in namespaces:
-        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-        for pid in out:
-            try:
-                if psutil.Process(int(pid)).name() == "storeval-client":
-                    pids.append(int(pid))
-            except (psutil.Error, ValueError):
-                pass
-    return pids
+        out = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", "eth0"], capture_output=True, text=True)
+        try:
+            (link,) = json.loads(out.stdout or "[]")
+            if link["stats64"]["tx"]["bytes"] > 8 << 20:
+                return True
+        except (ValueError, KeyError, TypeError):
+            continue
+    return False
 
 
 LONG = """\
@@ -239,7 +230,7 @@ def _long_run(tmp_path: Path, before: dict[str, list[str]]) -> tuple[subprocess.
     while proc.poll() is None:
         now = _ours()
         relays = sorted(set(now["relays"]) - set(before["relays"]))
-        if relays and _writing(_clients_in(sorted(set(now["namespaces"]) - set(before["namespaces"])))):
+        if relays and _sending(sorted(set(now["namespaces"]) - set(before["namespaces"]))):
             args = " ".join(psutil.Process(int(relays[0])).cmdline())
             return proc, int(relays[0]), args.split("/run/storeval-net-", 1)[1].split("/", 1)[0]
         time.sleep(0.2)
