@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -128,6 +129,7 @@ def main() -> None:
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("emulated nodes are network namespaces: run as root")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`: the nodes still come down (finally)
     work = Path(tempfile.mkdtemp(prefix="storeval-mpi-scale-"))
     bed = work / "bed"
     up = storeval("testbed", "nodes", "up", str(a.nodes), "--dir", str(bed), timeout=600)
