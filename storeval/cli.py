@@ -8,6 +8,7 @@ SIGHUP) ends any command with 128 + its number and no traceback.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from typing import Any, Optional
@@ -970,6 +971,9 @@ def testbed_nodes_up(
     from .testbed import Testbed, TestbedError
     from .testbed.network import LinkSettings
 
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,40}", prefix):
+        raise InputError(f"testbed nodes up --prefix: {prefix!r} cannot begin a host name (a letter, then letters, "
+                         "digits or '-'; e.g. node)")
     names = [host_name(f"{prefix}{i}", "testbed nodes up --prefix") for i in range(1, count + 1)]
     settings = LinkSettings()
     for key, text in (("rate", rate), ("rtt", rtt), ("loss", loss)):

@@ -92,6 +92,9 @@ def test_mpiexec_across_emulated_nodes_each_with_its_host_name_and_link(tmp_path
         down = storeval("testbed", "down", "--dir", str(bed), cwd=tmp_path, timeout=600)
     assert down.rc == 0, down.err
     assert not os.path.exists(os.path.dirname(wrapper))  # the launcher went with the network
+    r = storeval("testbed", "nodes", "up", "2", "--prefix", "bad name", "--dir", str(tmp_path / "x"), cwd=tmp_path)
+    assert (r.rc, r.err_lines) == (2, ["error: testbed nodes up --prefix: 'bad name' cannot begin a host name (a "
+                                       "letter, then letters, digits or '-'; e.g. node)"]) and not (tmp_path / "x").exists()
     r = storeval("testbed", "mpiexec", "--dir", str(bed), "-n", "1", "true", cwd=tmp_path)
     assert (r.rc, r.err.strip()) == (2, f"error: no emulated network in {bed} (`storeval testbed nodes up N --dir "
                                         f"{bed}` makes nodes)"), r
