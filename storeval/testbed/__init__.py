@@ -338,8 +338,7 @@ class Testbed:
                     raise TestbedError(f"{kind}: cannot run on an emulated host (--host) yet; start it without one")
                 if host is not None:
                     self._network_up({host: None}, {}, log, keep_links=True)
-                needed = getattr(server_class(kind), "hosts_needed", None)  # a system of several hosts (slurm)
-                hosts = needed(options.get(kind, {})) if needed is not None else []
+                hosts = server_class(kind).hosts_needed(options.get(kind, {}))  # a system of several hosts (slurm)
                 if hosts:
                     self._network_up({h: None for h in hosts}, {}, log, keep_links=True)
                 server = server_class(kind)(self.dir / kind, options.get(kind, {}))

@@ -431,6 +431,16 @@ class Server(ABC):
             raise TestbedOptionError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
         return dict(options)
 
+    @classmethod
+    def hosts_needed(cls, options: dict[str, Any]) -> list[str]:
+        """The emulated hosts a system of several hosts runs on (made by the testbed before :meth:`start`, then
+        handed over through :meth:`use_network`); none for a server on this machine or on its one ``host``."""
+        return []
+
+    def use_network(self, net: Any) -> None:
+        """Learn where the hosts of :meth:`hosts_needed` are (their namespaces and addresses); called before
+        :meth:`start` when there are any."""
+
     def __init__(self, root: Path, options: dict[str, Any] | None = None, state: ServerState | None = None) -> None:
         self.root = Path(root)
         self.options = options or {}
