@@ -247,7 +247,7 @@ class Testbed:
         """Rewrite the targets file for the servers that run, or remove it when none does — only while it is
         the file storeval wrote. A file storeval did not write, or one changed since, stays as it is (once
         changed it is no longer storeval's: forgotten). Returns what stayed, if anything."""
-        running = {k: s for k, s in servers.items() if s.state.procs and s.target_schemes}  # storage (not slurm)
+        running = {k: s for k, s in servers.items() if s.state.procs and s.targets()}  # storage: a batch system has none
         why = self._targets_foreign()
         if why:
             if self.targets_record is None and not running:
