@@ -75,7 +75,10 @@ TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
                 ("rank", "INTEGER"), ("phase", "VARCHAR"), ("message", "VARCHAR"), ("detail", "JSON")], ""),
     "environment": ([("run_id", "VARCHAR"), ("key", "VARCHAR"), ("value", "JSON")], ""),
     "samples": ([("run_id", "VARCHAR"), ("cell_id", "INTEGER"), ("t_ns", "BIGINT"), ("probe", "VARCHAR"),
-                 ("device", "VARCHAR"), ("metric", "VARCHAR"), ("value", "DOUBLE")], ""),
+                 ("device", "VARCHAR"), ("metric", "VARCHAR"), ("value", "DOUBLE"),
+                 # the host whose probes took the sample (under MPI each host's leader samples its own); NULL in
+                 # stores older than per-host sampling, whose samples are all the coordinator's host's
+                 ("host", "VARCHAR")], ""),
     "outputs": ([("path", "VARCHAR"), ("format", "VARCHAR"), ("kind", "VARCHAR"), ("run_id", "VARCHAR"),
                  ("token", "VARCHAR"), ("sha256", "VARCHAR"), ("size", "BIGINT"), ("written", "TIMESTAMP")], ""),
     # the processes that prove a run live (its coordinator, each watchdog it started): a run whose every one has
@@ -844,7 +847,8 @@ class Store:
             "records": rows,
             "events": [self._event(run_id, cell.index, ev) for ev in events],
             "samples": [{"run_id": run_id, "cell_id": cell.index, "t_ns": t, "probe": probe, "device": device,
-                         "metric": metric, "value": value} for t, probe, device, metric, value in samples or []]}})
+                         "metric": metric, "value": value, "host": host}
+                        for t, probe, device, metric, value, host in samples or []]}})
 
     def write_not_run(self, run_id: str, cells: list[tuple[Any, list[tuple[str, int]]]], error: str) -> None:
         """Cells the run never reached, each with its planned steps, as ``not-run`` — in one unit (one
@@ -935,11 +939,12 @@ class Store:
                 "AND d.kind = 'cleaned-up') ORDER BY c.run_id, c.cell_id", [target, url]).fetchall()
         return [(run, cell, kind, json.loads(params), clients) for run, cell, kind, params, clients in rows]
 
-    def load_samples(self, run_id: str) -> list[tuple[int, int, str, str, str, float]]:
-        """(cell, t_ns, probe, device, metric, value) of a run's probe samples, in time order per cell."""
+    def load_samples(self, run_id: str) -> list[tuple[int, int, str, str, str, float, str | None]]:
+        """(cell, t_ns, probe, device, metric, value, host) of a run's probe samples, in time order per cell
+        (host None: a store from before per-host sampling, when only the coordinator's host was sampled)."""
         with self.connect(read_only=True) as con:
-            return con.execute("SELECT cell_id, t_ns, probe, device, metric, value FROM samples WHERE run_id = ? "
-                               "ORDER BY cell_id, t_ns", [run_id]).fetchall()
+            return con.execute("SELECT cell_id, t_ns, probe, device, metric, value, host FROM samples "
+                               "WHERE run_id = ? ORDER BY cell_id, t_ns", [run_id]).fetchall()
 
     def load_run(self, run_id: str, *, ran_only: bool = False) -> RunData:
         """A run as stored. ``ran_only``: without the cells the run never reached (``not-run``; counted in

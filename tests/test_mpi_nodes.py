@@ -83,6 +83,27 @@ def test_mpiexec_across_emulated_nodes_each_with_its_host_name_and_link(tmp_path
                 carried = h["net_tx_bytes"] if p["phase"] == "write" else h["net_rx_bytes"]
                 assert 32 * MiB <= carried <= 1.1 * 32 * MiB, (node, p["phase"], h)
             assert p["host_spread"]["by"] == "MiBps per client" and 0 < p["host_spread"]["jain"] <= 1
+        # per-host timelines: each node's leader sampled its own namespace's eth0 (rank 0 node1, rank 1 node2), on
+        # rank 0's clock — each node's own interface carried its own clients' 32 MiB out (write) and back (read)
+        from storeval.report.charts import timeline_charts
+        from storeval.store import Store
+
+        store = Store(str(tmp_path / "res"))
+        run = store.load_run(doc["run_id"])
+        samples = store.load_samples(doc["run_id"])
+        bw_cell = next(c for c in run.cells if c.workload == "bw")
+        mine = [s for s in samples if s[0] == bw_cell.cell_id]
+        assert {s[6] for s in mine} == {"node1", "node2"}
+        for node in ("node1", "node2"):
+            for metric in ("tx_bytes", "rx_bytes"):
+                values = [s[5] for s in mine if (s[2], s[3], s[4], s[6]) == ("net", "eth0", metric, node)]
+                assert len(values) >= 2 and 32 * MiB <= values[-1] - values[0] <= 1.2 * 32 * MiB, (node, metric)
+        starts = [r.start_ns for r in bw_cell.records]  # the samples span the cell on the records' clock
+        for node in ("node1", "node2"):
+            times = [s[1] for s in mine if s[6] == node]
+            assert min(times) <= min(starts) and max(times) >= max(r.end_ns for r in bw_cell.records), node
+        titles = [t for t, _ in timeline_charts(run.cells, samples, run.events) if f"cell {bw_cell.cell_id}:" in t]
+        assert [t.rsplit(" on host ", 1)[1] for t in titles] == ["node1", "node2"], titles
         # a host the launcher does not know is named in one line
         r = _mpiexec(bed, "node9", 1, "--version", cwd=tmp_path, timeout=120)
         assert r.returncode != 0 and "no emulated host 'node9'" in r.stderr + r.stdout

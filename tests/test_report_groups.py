@@ -69,7 +69,7 @@ def link_samples(rx_MiB: list[float]) -> list[tuple]:
                 (t, "link", "client-net", "tbf_drops", 3.0 * s), (t, "link", "client-net", "tbf_backlog_bytes",
                                                                    min(s, 2) * 32768.0),
                 (t, "link", "server1", "rx_bytes", 0.0), (t, "link", "server1", "tx_bytes", s * 100.0 * MiB)]
-    return out
+    return [(*row, "coordinator") for row in out]  # every sample taken on the coordinator's host
 
 
 def cell(index: int, config: int, workload: str, kind: str, factors: dict, clients: int, params: dict | None = None):

@@ -3,7 +3,7 @@ its leader's probes counted there, and the spread between hosts beside the per-c
 
 A host's aggregate is its clients' bytes (ops) over its own span — its first client's start to its last client's
 end — as a client group's is (figures.group_figures). Its interface bytes and CPU are those its host leader
-sampled between the phase's barriers (probes/host.py): on an emulated node, its own namespace's interfaces.
+counted between the phase's barriers (engine/clients.py, probes/counters.py): on an emulated node, its own namespace's interfaces.
 """
 
 from __future__ import annotations

@@ -154,9 +154,10 @@ def link_traffic(series: dict[str, dict[str, list[tuple[int, float]]]], start: i
 
 
 def link_series(samples: list[tuple]) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """host → metric → [(t_ns, value)] of the ``link`` samples of one cell ((t, probe, device, metric, value))."""
+    """host → metric → [(t_ns, value)] of the ``link`` samples of one cell ((t, probe, device, metric, value,
+    sampling host); the emulated host is the sample's device)."""
     series: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-    for t, probe, device, metric, value in samples:
+    for t, probe, device, metric, value, *_ in samples:
         if probe == "link" and value is not None:
             series[device][metric].append((int(t), float(value)))
     return {h: {m: sorted(p) for m, p in ms.items()} for h, ms in series.items()}

@@ -279,9 +279,12 @@ def _ranges(ranks: list[int]) -> str:
 
 
 def participate(job: Job, ranks: list[int], leaders: set[int],
-                on_start: Callable[[tuple], None] | None = None) -> list[tuple] | None:
+                on_start: Callable[[tuple], None] | None = None,
+                sample: Callable[[], Sampler | None] | None = None) -> list[tuple] | None:
     """Every world rank calls this for every cell: participants run the client loop; returns their messages.
-    ``on_start`` (rank 0, in the coordinator's process) is told at once when a phase's timed region begins."""
+    ``on_start`` (rank 0, in the coordinator's process) is told at once when a phase's timed region begins.
+    ``sample`` (the leader of a host other than rank 0's) starts the probe side process of this host: its
+    samples, moved onto rank 0's clock, go back with the messages (``("samples", rank, rows)``)."""
     import array
 
     w = world()
@@ -301,6 +304,7 @@ def participate(job: Job, ranks: list[int], leaders: set[int],
     listener = threading.Thread(target=_listen, args=(comm, stop), daemon=True)
     listener.start()
     msgs: list[tuple] = []
+    sampler = sample() if sample is not None else None
 
     def send(msg: tuple) -> None:
         if msg[0] == "start":
@@ -312,16 +316,22 @@ def participate(job: Job, ranks: list[int], leaders: set[int],
             msg = (*msg[:3], interrupts.signal_name(sig))
         msgs.append(msg)
 
+    rows: list[tuple] = []
     try:
         run_client(job, comm, send, progress)
     finally:
         stop.set()
         listener.join(timeout=1)
+        if sampler is not None:
+            rows = sampler.stop(GRACE_SECONDS if not (STOP.is_set() or comm.aborted.is_set()) else 1.0)
     # the offsets again: how far the clocks drifted over the cell (a rank that failed may not answer)
     failed = STOP.is_set() or comm.aborted.is_set()
     after = {} if failed else _clock_offsets(w, ranks, cell, patience=CLOCK_PATIENCE)
     w.send((comm.cell, 0, FINISHED), dest=0, tag=TAG_BEAT)
     msgs = _shift(msgs, offsets.get(me), after.get(me))
+    if rows:
+        shift = (offsets.get(me) or {}).get("offset_ns", 0)
+        msgs.append(("samples", key, [(t - shift, *rest) for t, *rest in rows]))
     sub.Free()
     return msgs
 
@@ -375,7 +385,9 @@ class MpiEngine:
         leaders = {r for i, r in enumerate(ranks) if self.hosts[r] not in {self.hosts[x] for x in ranks[:i]}}
         w.bcast(("cell", job, ranks, leaders), root=0)
         steps = [tuple(s) for s in job.steps]
-        here = self.procs[0][2]  # rank 0's host: the side process samples it, with its clients' /proc/<pid>/io
+        # rank 0's host: its side process samples it, with its clients' /proc/<pid>/io (every other host's
+        # leader samples its own: self.host_sampler)
+        here = self.procs[0][2]
         local = {r: self.procs[r][0] if self.procs[r][2] == here else None for r in ranks}
         watch = _MpiWatch(steps, ranks, self.hosts, timeout, job.seed, local, watcher)
         result: dict[str, Any] = {}
@@ -396,13 +408,15 @@ class MpiEngine:
             return CellOutcome(status="failed", error=str(e), failed_step=e.step, fatal=True,
                                events=[{"kind": "timeout", "rank": e.ranks[0], "phase": watch.label(e.step),
                                         "message": str(e)}])
-        for m in result.get("msgs") or []:
-            watch.handle(m)
-        for r in ranks[1:]:
-            for m in watch.results.get(r, []):
+        host_samples: list[tuple] = []
+        for m in [*(result.get("msgs") or []), *(m for r in ranks[1:] for m in watch.results.get(r, []))]:
+            if m[0] == "samples":  # another host's leader sampled its host
+                host_samples += m[2]
+            else:
                 watch.handle(m)
         outcome = watch.outcome()
         outcome.samples = sampler.stop(GRACE_SECONDS if outcome.status == "ok" else 1.0) if sampler is not None else []
+        outcome.samples += host_samples
         if watch.unanswered:  # ranks that did not stop: the job cannot go on (rank 0 cleans up, then aborts it)
             who = ", ".join(f"rank {r} on {self.hosts[r]}" for r in watch.unanswered)
             outcome.fatal = True
@@ -437,6 +451,18 @@ class MpiEngine:
             names.insert(0, names.pop(i))
         return chosen, tuple(names)
 
+    def host_sampler(self, job: Job, ranks: list[int], leaders: set[int]) -> Sampler | None:
+        """This rank's probe side process for the cell, when it leads its host there and that host is not rank
+        0's (rank 0 samples its own): the host's counters and its clients' /proc/<pid>/io, in its namespaces."""
+        me = self.rank
+        if me not in leaders or self.procs[me][2] == self.procs[0][2]:
+            return None
+        pids = {f"client{i}": self.procs[r][0] for i, r in enumerate(ranks) if self.procs[r][2] == self.procs[me][2]}
+        sampler = start_sampler(self._context(), pids, job.probe_interval)
+        if sampler is not None:  # sampled from the cell's start, as rank 0's host is
+            sampler.wait_first(5.0)
+        return sampler
+
     def _context(self) -> Any:
         if self.ctx is None:
             start_fork_server()
@@ -468,7 +494,7 @@ class MpiEngine:
                     _settle(w)
                     interrupts.take()  # acted upon: this rank exits with rank 0's code
                     return job
-                msgs = participate(job, ranks, leaders)
+                msgs = participate(job, ranks, leaders, sample=lambda: self.host_sampler(job, ranks, leaders))
                 if msgs is not None:
                     w.send(msgs, dest=0, tag=TAG_RESULT)
 

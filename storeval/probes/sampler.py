@@ -4,8 +4,9 @@ A cell's first seconds are sampled every 0.1 s, the interval doubling every 20 s
 (``intervals``): sub-second phases show as curves rather than one dot, at a bounded cost.
 
 It runs beside the clients, never inside them, so sampling costs them nothing; its samples (cumulative
-counters with ``perf_counter_ns`` timestamps, the clock the clients' records use) become the ``samples``
-table and the report's timelines.
+counters with ``perf_counter_ns`` timestamps, the clock the clients' records use, and the name of the host
+that took them) become the ``samples`` table and the report's timelines. Under MPI every host's leader runs
+one for its own host (engine/mpi.py): an emulated node's samples are its own namespace's interfaces.
 
 Each sample is sent as soon as it is taken, through a pipe the coordinator drains while it watches the
 clients (:class:`Sampler`), so stopping costs one last sample and never a long wait: the coordinator
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import time
 from typing import Any
 
@@ -48,6 +50,7 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
     from ..core.process import set_process_name
 
     set_process_name("storeval-probe")
+    host = socket.gethostname()  # this process's UTS namespace: an emulated node's own name
     try:
         watch = os.pidfd_open(coordinator)
     except OSError:  # already gone (or no pidfds): nobody will read the samples
@@ -58,7 +61,7 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
         snap = snapshot(pids)
         if links:  # the emulated hosts and links (probes/links.py)
             snap["link"] = link_counters(links)
-        conn.send([(t, probe, device, metric, value) for probe, device, metric, value in flatten(snap)])
+        conn.send([(t, probe, device, metric, value, host) for probe, device, metric, value in flatten(snap)])
 
     try:
         take()
@@ -81,7 +84,7 @@ class Sampler:
     """The coordinator's handle on one cell's probe side process (every engine's: it samples this host)."""
 
     def __init__(self, ctx: Any, pids: dict[str, int], interval: float, links: dict[str, Any] | None = None) -> None:
-        self.rows: list[tuple[int, str, str, str, float]] = []
+        self.rows: list[tuple[int, str, str, str, float, str]] = []  # (t_ns, probe, device, metric, value, host)
         # one duplex pipe: samples come back on it, and a word on it (or its closing) says stop. Not an
         # Event: setting one waits for every process waiting on it to wake, a killed one never does.
         self.conn, theirs = ctx.Pipe(duplex=True)
@@ -96,6 +99,15 @@ class Sampler:
     @property
     def pid(self) -> int | None:
         return self.proc.pid
+
+    def wait_first(self, patience: float) -> None:
+        """Wait (at most ``patience`` seconds) for the first sample: a cell started after it is sampled from
+        its beginning, even when the side process was slow to start."""
+        try:
+            if not self.rows and not self.ended and self.conn.poll(patience):
+                self._receive()
+        except (EOFError, OSError):
+            self.ended = True
 
     def drain(self) -> None:
         """Take whatever samples arrived (called while the clients run: the side process never blocks long)."""
@@ -112,7 +124,7 @@ class Sampler:
         else:
             self.rows.extend(batch)
 
-    def stop(self, grace: float) -> list[tuple[int, str, str, str, float]]:
+    def stop(self, grace: float) -> list[tuple[int, str, str, str, float, str]]:
         """Ask for the last sample and end the side process; wait for it at most ``grace`` seconds (never for
         a process that is gone). Returns every sample received."""
         from multiprocessing.connection import wait

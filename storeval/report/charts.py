@@ -21,6 +21,7 @@ NS = 1e9
 MiB = 2**20
 FAULT_EVENTS = ("error", "timeout", "died", "interrupted", "cell-failed")
 MAX_TIMELINES = 24
+MAX_HOST_TIMELINES = 8  # hosts drawn per cell: beyond that the per-host table compares them
 MAX_FAIRNESS = 24
 
 
@@ -261,59 +262,77 @@ def _first_sampled(cells: list[CellRow], samples: list[tuple], probe: str | None
 def timeline_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) -> list[tuple[str, dict]]:
     """Network, disk and CPU per second while a cell ran, phase boundaries shaded, faults marked.
 
-    One chart per configuration (its first repetition with samples), at most MAX_TIMELINES."""
+    One chart per configuration (its first repetition with samples) and per host that sampled it (under MPI
+    every host's leader samples its own interfaces, disks and CPU), at most MAX_TIMELINES charts and
+    MAX_HOST_TIMELINES hosts per cell (the chart of the last one shown says how many hosts were left out)."""
     out = []
     for cell, rows in _first_sampled(cells, samples):
-        if len(out) >= MAX_TIMELINES:
-            break
-        t_zero = rows[0][0]
-        series: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
-        for t, probe, device, metric, value in rows:
-            series[(probe, device, metric)].append((t, value))
-
-        def sec(t: float) -> float:
-            return (t - t_zero) / NS
-
-        data = []
-        for (probe, device, metric), pts in sorted(series.items()):
-            if probe == "net" and metric in ("rx_bytes", "tx_bytes"):
-                xs, ys = _rates(pts)
-                if any(ys):
-                    data.append({"type": "scatter", "mode": "lines+markers", "name": f"net {device} {metric[:2]} MiB/s",
-                                 "x": [sec(x) for x in xs], "y": [y / MiB for y in ys]})
-            elif probe == "disk" and metric in ("read_bytes", "write_bytes"):
-                xs, ys = _rates(pts)
-                data.append({"type": "scatter", "mode": "lines+markers", "name": f"disk {device} {metric[:-6]} MiB/s",
-                             "x": [sec(x) for x in xs], "y": [y / MiB for y in ys]})
-        busy, total = series.get(("cpu", "all", "busy")), series.get(("cpu", "all", "total"))
-        if busy and total:
-            xs, b = _rates(busy)
-            _, tot = _rates(total)
-            data.append({"type": "scatter", "mode": "lines+markers", "name": "CPU busy %", "yaxis": "y2",
-                         "line": {"color": CPU_COLOR}, "marker": {"color": CPU_COLOR},
-                         "x": [sec(x) for x in xs], "y": [100 * bb / tt if tt else 0 for bb, tt in zip(b, tot)]})
-        shapes, notes = _phase_shapes(cell, sec, _sample_gap(rows))
-        spans = _phase_spans(cell)
-        faults = [e for e in events if e.get("cell") == cell.cell_id and e.get("kind") in FAULT_EVENTS]
-        for e in faults:  # events carry wall-clock times: mark them at the end of the phase they name
-            at = max((sp[1] for (ph, _), sp in spans.items() if ph == (e.get("phase") or "").split(" #")[0]),
-                     default=rows[-1][0])
-            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": sec(at), "x1": sec(at), "y0": 0,
-                           "y1": 1, "line": {"color": "#d62728", "width": 2, "dash": "dash"}})
-            notes.append({"x": sec(at), "y": 0.95, "xref": "x", "yref": "paper", "showarrow": True,
-                          "text": f"✗ {e['kind']}", "hovertext": e.get("message") or "", "font": {"color": "#d62728"}})
-        if not data:
-            continue
-        title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {_clients(cell.clients)} "
-                 f"(rep. {cell.repetition + 1}) — probes per second")
-        layout = _layout(title, "seconds since the cell's first sample", "MiB/s", shapes=shapes, annotations=notes,
-                         yaxis={"title": {"text": "MiB/s"}, "rangemode": "tozero"},
-                         yaxis2={"title": {"text": "CPU busy %"}, "overlaying": "y", "side": "right",
-                                 "range": [0, 100], "autorange": False, "tickmode": "linear", "dtick": 25},
-                         legend={"orientation": "h", "y": -0.32})
-        layout["margin"].update(r=70, t=90, b=90)
-        out.append((title, {"data": data, "layout": layout}))
+        by_host: dict[str, list[tuple]] = defaultdict(list)
+        for row in rows:
+            by_host[row[5] if len(row) > 5 and row[5] else ""].append(row)
+        t_zero = min(r[0] for r in rows)  # every host's chart on the cell's one time axis (rank 0's clock)
+        hosts = sorted(by_host)
+        for i, host in enumerate(hosts[:MAX_HOST_TIMELINES]):
+            if len(out) >= MAX_TIMELINES:
+                return out
+            left = len(hosts) - MAX_HOST_TIMELINES if i == MAX_HOST_TIMELINES - 1 else 0
+            chart = _host_timeline(cell, by_host[host], t_zero, events, host if len(hosts) > 1 else "", left)
+            if chart is not None:
+                out.append(chart)
     return out
+
+
+def _host_timeline(cell: CellRow, rows: list[tuple], t_zero: int, events: list[dict], host: str,
+                   left_out: int) -> tuple[str, dict] | None:
+    """One host's probes per second over one cell (``host`` empty: the cell was sampled on one host)."""
+    series: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
+    for t, probe, device, metric, value, *_ in rows:
+        series[(probe, device, metric)].append((t, value))
+
+    def sec(t: float) -> float:
+        return (t - t_zero) / NS
+
+    data = []
+    for (probe, device, metric), pts in sorted(series.items()):
+        if probe == "net" and metric in ("rx_bytes", "tx_bytes"):
+            xs, ys = _rates(pts)
+            if any(ys):
+                data.append({"type": "scatter", "mode": "lines+markers", "name": f"net {device} {metric[:2]} MiB/s",
+                             "x": [sec(x) for x in xs], "y": [y / MiB for y in ys]})
+        elif probe == "disk" and metric in ("read_bytes", "write_bytes"):
+            xs, ys = _rates(pts)
+            data.append({"type": "scatter", "mode": "lines+markers", "name": f"disk {device} {metric[:-6]} MiB/s",
+                         "x": [sec(x) for x in xs], "y": [y / MiB for y in ys]})
+    busy, total = series.get(("cpu", "all", "busy")), series.get(("cpu", "all", "total"))
+    if busy and total:
+        xs, b = _rates(busy)
+        _, tot = _rates(total)
+        data.append({"type": "scatter", "mode": "lines+markers", "name": "CPU busy %", "yaxis": "y2",
+                     "line": {"color": CPU_COLOR}, "marker": {"color": CPU_COLOR},
+                     "x": [sec(x) for x in xs], "y": [100 * bb / tt if tt else 0 for bb, tt in zip(b, tot)]})
+    if not data:
+        return None
+    shapes, notes = _phase_shapes(cell, sec, _sample_gap(rows))
+    spans = _phase_spans(cell)
+    faults = [e for e in events if e.get("cell") == cell.cell_id and e.get("kind") in FAULT_EVENTS]
+    for e in faults:  # events carry wall-clock times: mark them at the end of the phase they name
+        at = max((sp[1] for (ph, _), sp in spans.items() if ph == (e.get("phase") or "").split(" #")[0]),
+                 default=rows[-1][0])
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": sec(at), "x1": sec(at), "y0": 0,
+                       "y1": 1, "line": {"color": "#d62728", "width": 2, "dash": "dash"}})
+        notes.append({"x": sec(at), "y": 0.95, "xref": "x", "yref": "paper", "showarrow": True,
+                      "text": f"✗ {e['kind']}", "hovertext": e.get("message") or "", "font": {"color": "#d62728"}})
+    where = f" on host {host}" if host else ""
+    more = f" ({left_out} more host{'s' if left_out > 1 else ''} sampled, not drawn)" if left_out else ""
+    title = (f"cell {cell.cell_id}: {cell.target} · {cell.workload} · {_clients(cell.clients)} "
+             f"(rep. {cell.repetition + 1}) — probes per second{where}{more}")
+    layout = _layout(title, "seconds since the cell's first sample", "MiB/s", shapes=shapes, annotations=notes,
+                     yaxis={"title": {"text": "MiB/s"}, "rangemode": "tozero"},
+                     yaxis2={"title": {"text": "CPU busy %"}, "overlaying": "y", "side": "right",
+                             "range": [0, 100], "autorange": False, "tickmode": "linear", "dtick": 25},
+                     legend={"orientation": "h", "y": -0.32})
+    layout["margin"].update(r=70, t=90, b=90)
+    return title, {"data": data, "layout": layout}
 
 
 def _phase_spans(cell: CellRow) -> dict[tuple[str, int], list[int]]:
