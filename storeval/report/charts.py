@@ -23,6 +23,7 @@ FAULT_EVENTS = ("error", "timeout", "died", "interrupted", "cell-failed")
 MAX_TIMELINES = 24
 MAX_HOST_TIMELINES = 8  # hosts drawn per cell: beyond that the per-host table compares them
 MAX_FAIRNESS = 24
+MAX_CLIENT_BARS = 64  # clients drawn as a bar each in the fairness charts; beyond, their distribution
 
 
 def _layout(title: str, x: str, y: str, **more: Any) -> dict[str, Any]:
@@ -124,6 +125,9 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
             rel = sorted(((int(r), t) for r, t in f["relative_time"].items()), key=lambda rt: rt[1])
             time_order = [r for r, _ in rel]
             times_of = dict(rel)
+            if len(rank_order) > MAX_CLIENT_BARS:  # a bar per client is unreadable: draw the distribution
+                out += _fairness_distribution(label, unit, scale, f, rows, group_of, names, outliers)
+                continue
             rates, times = [], []
             for name in names or [None]:  # one trace per client group: its colour and its legend entry
                 mine = [r for r in rank_order if group_of[r] == name] if name else rank_order
@@ -152,6 +156,46 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
             out.append((title, {"data": times, "layout": _layout(title, "client", "time / fastest client's",
                                                                  barmode="overlay",
                                                                  xaxis={"title": {"text": "client"}, **order})}))
+    return out
+
+
+def _fairness_distribution(label: str, unit: str, scale: float, f: dict, rows: dict, group_of: dict,
+                           names: list, outliers: set) -> list[tuple[str, dict]]:
+    """The fairness charts of a phase with more than MAX_CLIENT_BARS clients: each client group's per-client
+    rates (and times relative to the fastest client) sorted, against the share of its clients at or below —
+    a curve whose flat part is the bulk and whose tails are the stragglers — outliers marked with their client
+    and host."""
+    def curve(values: list[tuple[int, float]], name: str | None, color: str) -> list[dict]:
+        values = sorted(values, key=lambda rv: rv[1])
+        n = len(values)
+        xs = [100.0 * (i + 1) / n for i in range(n)]
+        traces = [{"type": "scatter", "mode": "lines", "name": f"group {name}" if name else "clients",
+                   "x": xs, "y": [v for _, v in values], "line": {"color": color}}]
+        marked = [(x, r, v) for x, (r, v) in zip(xs, values) if r in outliers]
+        if marked:
+            traces.append({"type": "scatter", "mode": "markers", "name": "outliers" + (f" ({name})" if name else ""),
+                           "x": [x for x, _, _ in marked], "y": [v for _, _, v in marked],
+                           "text": [f"client {r} · {rows[r]['host']}" for _, r, _ in marked],
+                           "marker": {"color": "#d62728", "size": 8}})
+        return traces
+
+    rel = {int(r): t for r, t in f["relative_time"].items()}
+    rates, times = [], []
+    for name in names or [None]:
+        color = GROUP_COLORS[names.index(name) % len(GROUP_COLORS)] if name else "#1f77b4"
+        mine = [r for r in rows if group_of[r] == name] if name else list(rows)
+        rates += curve([(r, rows[r][f["unit"]] * scale) for r in mine], name, color)
+        times += curve([(r, rel[r]) for r in mine if r in rel], name, color)
+    n = len(rows)
+    per_group = "".join(f", {g} Jain {b['jain']:.3f}" for g, b in (f.get("groups") or {}).items()
+                        if b and b.get("jain") is not None)
+    x = "% of clients at or below"
+    title = (f"{label}: per-client {unit}, distribution of {n} clients (Jain {f['jain']:.3f}{per_group}, "
+             f"spread {f['spread']:.1%})")
+    out = [(title, {"data": rates, "layout": _layout(title, x, unit, xaxis={"title": {"text": x}, "range": [0, 100]})})]
+    title = f"{label}: time relative to the fastest client, distribution of {n} clients"
+    out.append((title, {"data": times, "layout": _layout(title, x, "time / fastest client's",
+                                                         xaxis={"title": {"text": x}, "range": [0, 100]})}))
     return out
 
 

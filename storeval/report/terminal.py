@@ -367,6 +367,27 @@ def _where(r: ConfigSummary) -> str:
     return f"{r.target} · {r.workload}" + (f" {factors}" if factors else "")
 
 
+MAX_HOST_ROWS = 8  # hosts listed one per row for a phase; beyond that its ends and the distribution between
+HOST_ENDS = 3
+
+
+def _few_hosts(rows: list[tuple[float, float, str, list[str]]]) -> list[list[str]]:
+    """One phase's per-host rows ((rate per client, aggregate, unit, row)): all of them up to MAX_HOST_ROWS,
+    else the HOST_ENDS slowest and fastest (per client) and one row saying how the hosts between spread."""
+    if len(rows) <= MAX_HOST_ROWS:
+        return [row for *_, row in rows]
+    rows = sorted(rows, key=lambda x: x[0])
+    middle = sorted(x[1] for x in rows[HOST_ENDS:-HOST_ENDS])
+    unit = rows[0][2]
+
+    def pct(q: float) -> str:
+        return sig(middle[min(len(middle) - 1, round(q * (len(middle) - 1)))])
+
+    between = [*rows[0][3][:3], f"… {len(middle)} hosts between", "–",
+               f"p10 {pct(0.1)} · p50 {pct(0.5)} · p90 {pct(0.9)} {unit}", "–", "–", "–", *rows[0][3][9:]]
+    return [row for *_, row in rows[:HOST_ENDS]] + [between] + [row for *_, row in rows[-HOST_ENDS:]]
+
+
 def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
     """Issue 17's tables (terminal and HTML): fairness per client group, each emulated link's traffic per phase
     (saturation, drops, queue), and the RTT each group measured beside the one requested."""
@@ -412,6 +433,7 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
     per_host = []
     for r in summary:
         spread = r.host_spread or {}
+        rows = []
         for host, h in r.hosts.items():
             rate = h["MiBps"] if r.kind != "metadata" and h["MiBps"] and h["MiBps"].mean else h["ops_per_s"]
             unit = "MiB/s" if rate is h["MiBps"] else "ops/s"
@@ -419,10 +441,13 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
             rx = h["net_rx_bytes"].mean / (1 << 20) / seconds if h.get("net_rx_bytes") and seconds else None
             tx = h["net_tx_bytes"].mean / (1 << 20) / seconds if h.get("net_tx_bytes") and seconds else None
             load = h.get("other_load")
-            per_host.append([_where(r), str(r.clients), r.phase, host, str(h["clients"]), f"{fmt_summary(rate)} {unit}",
-                             sig(rx), sig(tx), "–" if load is None else f"{load:.0%}",
-                             fmt_summary(spread.get("spread"), 100.0) + " %" if spread.get("spread") else "–",
-                             fmt_summary(spread.get("jain"))])
+            per_client = (rate.mean or 0.0) / max(h["clients"], 1)
+            rows.append((per_client, rate.mean or 0.0, unit, [
+                _where(r), str(r.clients), r.phase, host, str(h["clients"]), f"{fmt_summary(rate)} {unit}",
+                sig(rx), sig(tx), "–" if load is None else f"{load:.0%}",
+                fmt_summary(spread.get("spread"), 100.0) + " %" if spread.get("spread") else "–",
+                fmt_summary(spread.get("jain"))]))
+        per_host += _few_hosts(rows)
     if per_host:
         tables.append({"id": "hosts-table", "title": "Per host — clients on several hosts",
                        "columns": ["configuration", "clients", "phase", "host", "host clients", "aggregate",
@@ -433,7 +458,9 @@ def network_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
                                    "other load: the share of the host's CPU other processes used; host spread = "
                                    "fastest / slowest host per client − 1, host Jain over the hosts' per-client "
                                    "rates (the same on every row of a configuration); mean ± stderr over "
-                                   "repetitions."]})
+                                   f"repetitions. Beyond {MAX_HOST_ROWS} hosts a phase shows its {HOST_ENDS} slowest "
+                                   f"and {HOST_ENDS} fastest hosts (per client) and one row for the hosts between: "
+                                   "their aggregates' 10th, 50th and 90th percentiles."]})
     rtt: dict[tuple, list[str]] = {}
     for r in summary:
         for group, x in r.rtt.items():
