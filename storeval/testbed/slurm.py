@@ -4,7 +4,7 @@ Sites run storeval from their batch system across their worker nodes; here the w
 (:mod:`.network`, :mod:`.mpilaunch`): ``storeval testbed up slurm --servers N`` makes the hosts ``slurmctl`` and
 ``node1`` … ``nodeN`` if they are missing, and starts
 
-* ``munged`` with a key of its own (a UNIX socket under the root: every namespace reaches it, no port);
+* ``munged`` with a key of its own (a UNIX socket: every namespace reaches it, no port);
 * ``slurmctld`` on ``slurmctl``, and ``slurmd -N nodeI`` on each node — each in its host's network namespace
   and in a UTS namespace of its own named after the host, so a job's tasks see their node's host name, address
   and link, as on a cluster. ``nsenter --net`` (not ``ip netns exec``, which mounts a fresh ``/sys`` without the
@@ -12,7 +12,8 @@ Sites run storeval from their batch system across their worker nodes; here the w
   daemon's own.
 
 The configuration keeps Slurm to itself: its ``slurm.conf`` under the root (``SLURM_CONF`` names it), state,
-spool, pid and log files under the root, ``proctrack/linuxproc`` and ``task/none`` (no cgroups are made),
+pid and log files under the root, munge's socket and the spools (job steps' sockets) in a short directory of their
+own (:attr:`SlurmServer.sockets_home`), ``proctrack/linuxproc`` and ``task/none`` (no cgroups are made),
 no accounting, one partition ``storeval`` holding every node, ``OverSubscribe``. Nothing listens outside the
 emulated network. A command from this machine's own namespace reaches slurmctld and the slurmds through the
 controller's veth; ``SLURM_SRUN_COMM_HOST`` (the controller's address) tells the nodes where ``srun`` listens,
@@ -28,6 +29,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +84,22 @@ class SlurmServer(Server):
         return self.root / "slurm.conf"
 
     @property
+    def sockets_home(self) -> Path:
+        """Where munged's socket and the slurmds' spools (which hold each job step's socket) live: a short
+        directory of their own under /var/tmp, a second anchor of the ledger. A UNIX socket's path is at most
+        108 bytes and slurmstepd's are ``<spool>/<node>/<node>_<job>.<step>``: under a testbed directory as
+        deep as a test's, the job's launch failed and Slurm held it for ever."""
+        if "sockets_home" not in self.state.info:
+            base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
+            home = Path(tempfile.mkdtemp(prefix="storeval-slurm-", dir=base))
+            self.ledger.adopt_new(home)  # made exclusively just now: recorded at once
+            home.chmod(0o755)
+            self.state.info["sockets_home"] = str(home)
+        return Path(self.state.info["sockets_home"])
+
+    @property
     def socket(self) -> Path:
-        return self.root / "munge" / "munge.socket"
+        return self.sockets_home / "munge" / "munge.socket"
 
     def environment(self) -> dict[str, str]:
         """What a command needs to use this Slurm from this machine's namespace (no secret in it)."""
@@ -107,11 +123,11 @@ class SlurmServer(Server):
         hosts = net["hosts"]
         nodes = self.nodes
         self.make_root()
-        munge = self.mkdir(self.root / "munge", MUNGE)
+        munge = self.mkdir(self.sockets_home / "munge", MUNGE)
         os.chmod(munge, 0o755)  # munged wants its socket's directory searchable by all
         state = self.mkdir(self.root / "state", STATE)
         logs = self.mkdir(self.root / "log", LOGS)
-        spool = self.mkdir(self.root / "spool")
+        spool = self.mkdir(self.sockets_home / "spool")
         for node in nodes:
             self.mkdir(spool / node, SPOOL)
         key = munge / "munge.key"
