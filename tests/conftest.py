@@ -156,6 +156,50 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(limit))
 
 
+# ------------------------------------------------------------------------------------------------ side by side
+# The suite runs on several pytest-xdist workers (README: -n 3): tests mostly wait on servers, sockets and timed
+# phases, not on the CPU. A test marked ``exclusive`` judges something the whole machine shares (a block device's
+# counters, every process's CPU, the page cache) and runs alone: workers hold a shared lock on a file for the
+# duration of each test, an exclusive test an exclusive one. A waiting exclusive test first takes a gate that
+# new tests must pass, so it is not starved by a stream of short ones.
+
+
+def _lock_dir(config) -> Path | None:
+    """The directory every worker of this run shares (the controller's base temporary directory), or None when
+    the tests do not run side by side."""
+    if not hasattr(config, "workerinput"):
+        return None
+    return Path(config.workerinput["storeval_lock_dir"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):  # xdist's controller, once per worker it starts
+    node.workerinput["storeval_lock_dir"] = str(node.config._tmp_path_factory.getbasetemp())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import fcntl
+
+    where = _lock_dir(item.config)
+    if where is None:
+        yield
+        return
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with open(where / "side-by-side.gate", "a+b") as gate, open(where / "side-by-side.lock", "a+b") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
 # ------------------------------------------------------------------------------------------------ skip policy
 # A skipped test is not a passed one. In a strict run (CI=true, STOREVAL_STRICT_SKIPS=1, or --strict-skips) a skip
 # is an error unless its reason matches a line of tests/skips-allowed.txt: a missing required part (the native
@@ -176,7 +220,12 @@ def _allowed_skip_patterns() -> list[re.Pattern]:
     return [re.compile(line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
+_config = None  # this session's config: the report hooks are not given it
+
+
 def pytest_configure(config):
+    global _config
+    _config = config
     config._storeval_strict_skips = (config.getoption("strict_skips") or _truthy(os.environ.get("CI"))
                                      or _truthy(os.environ.get("STOREVAL_STRICT_SKIPS")))
     config._storeval_allowed_skips = _allowed_skip_patterns()
@@ -193,12 +242,13 @@ def _skip_reason(report) -> str:
 
 
 def _judge_skip(config, report) -> None:
-    """Note a skip; in a strict run turn one whose reason is not allowed into a failure naming it."""
+    """Note a skip on its report (an xdist worker's reports carry it to the controller, which lists it); in a
+    strict run turn one whose reason is not allowed into a failure naming it."""
     if not report.skipped or hasattr(report, "wasxfail"):
         return
     reason = _skip_reason(report)
     allowed = any(p.search(reason) for p in config._storeval_allowed_skips)
-    config._storeval_skips.append((report.nodeid, reason, allowed))
+    report.storeval_skip = [reason, allowed]
     if config._storeval_strict_skips and not allowed:
         report.outcome = "failed"
         report.longrepr = (f"skipped in a strict run: {reason}\n(a required part is missing; only the reasons in "
@@ -215,6 +265,19 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     _judge_skip(collector.config, outcome.get_result())
+
+
+def _list_skip(config, report) -> None:
+    if not hasattr(config, "workerinput") and getattr(report, "storeval_skip", None):
+        config._storeval_skips.append((report.nodeid, *report.storeval_skip))
+
+
+def pytest_runtest_logreport(report):
+    _list_skip(_config, report)
+
+
+def pytest_collectreport(report):
+    _list_skip(_config, report)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import secrets
 import signal
 import subprocess
 import sys
@@ -168,7 +169,7 @@ def _running(marker: str) -> list[int]:
 
 
 def test_a_hanging_command_is_killed_at_its_timeout_with_its_children(tmp_path, target):
-    marker = f"sleep {4000 + os.getpid() % 1000}"
+    marker = f"sleep {4000 + secrets.randbelow(1000)}.{secrets.randbelow(1000):03d}"
     path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"hangs": {"command": {
         "run": f"sh -c '{marker} & {marker}; echo never'", "files_per_client": 1, "file_size": 4096,
         "timeout": "1s"}}})
@@ -179,7 +180,7 @@ def test_a_hanging_command_is_killed_at_its_timeout_with_its_children(tmp_path, 
 
 
 def test_a_stopped_run_kills_the_commands_it_started(tmp_path, target):
-    marker = f"sleep {5000 + os.getpid() % 1000}"
+    marker = f"sleep {5000 + secrets.randbelow(1000)}.{secrets.randbelow(1000):03d}"
     path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"hangs": {"command": {
         "run": marker, "files_per_client": 1, "file_size": 4096}}}, clients=[2])
     # a shell's background jobs ignore SIGINT and children inherit that (storeval keeps an ignored SIGINT ignored,
@@ -390,7 +391,9 @@ def _sigkill_mid_command(tmp_path: Path, targets: dict, copy: str, data: Path) -
     """The review's scenario: a write command that waits, then copies; ``storeval run`` SIGKILLed while it waits.
     After the run's stderr ends (the watchdog's last line), nothing of the script may run, nothing may reach the
     target, no local source may be left — observed until the script's wait would have ended."""
-    wait = 20 + os.getpid() % 7  # its sleep, recognisable in the process table
+    # its sleep, recognisable in the process table: 20–26 s to a millisecond drawn for this test alone (a whole
+    # number of seconds also matched a neighbour's `sleep 240` when tests run side by side)
+    wait = f"{20 + secrets.randbelow(6000) / 1000:.3f}"
     script = tmp_path / "slow.sh"
     script.write_text(f"#!/bin/sh\nsleep {wait}\nexec {copy} \"$1\" \"$2\"\n")
     script.chmod(0o755)
@@ -414,7 +417,7 @@ def _sigkill_mid_command(tmp_path: Path, targets: dict, copy: str, data: Path) -
     assert proc.returncode == -signal.SIGKILL
     assert "storeval removed its files" in err, err
     # until the scripts would have copied (and a while more), nothing of them runs and nothing reaches the target
-    while time.monotonic() < started + wait + 5:
+    while time.monotonic() < started + float(wait) + 5:
         assert _running(str(script)) == [] and _running(f"sleep {wait}") == []
         assert _scratch(data) == []
         time.sleep(0.2)
@@ -433,7 +436,7 @@ def test_a_killed_run_leaves_no_command_running_and_nothing_on_the_xrootd_server
 
 
 def test_a_daemon_a_command_leaves_is_killed_at_the_phase_end_and_named(tmp_path, target):
-    marker = f"sleep {7000 + os.getpid() % 1000}"
+    marker = f"sleep {7000 + secrets.randbelow(1000)}.{secrets.randbelow(1000):03d}"  # this test's alone
     script = tmp_path / "daemon.sh"
     script.write_text(f"#!/bin/sh\nsetsid {marker} &\nsleep 1\nexit 0\n")  # the review's daemon.sh
     script.chmod(0o755)
@@ -454,7 +457,7 @@ def test_a_daemon_a_command_leaves_is_killed_at_the_phase_end_and_named(tmp_path
 def test_the_processes_of_a_run_are_found_by_their_mark_wherever_they_went(tmp_path):
     from storeval.workloads.command import MARK, kill_commands_of_run
 
-    marker = f"sleep {8000 + os.getpid() % 1000}"
+    marker = f"sleep {8000 + secrets.randbelow(1000)}.{secrets.randbelow(1000):03d}"
     env = {**os.environ, MARK: f"storeval-test{os.getpid()}:0:ab12"}
     other = {**os.environ, MARK: f"storeval-test{os.getpid()}x:0:cd34"}  # another run whose name starts alike
     # a daemon in a session of its own, its parent gone: found by its environment only

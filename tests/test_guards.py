@@ -160,6 +160,7 @@ ARGS = ("--target", "null://", "--workload", "bandwidth", "--set", "file_size=64
 
 
 @pytest.mark.skipif(not HAS_PSI, reason="the kernel reports no CPU pressure (/proc/pressure/cpu)")
+@pytest.mark.exclusive  # the foreign CPU must be the burners', not a neighbouring test's
 def test_a_run_beside_cpu_burners_is_flagged_busy_host(tmp_path, burners):
     time.sleep(0.2)  # the burners are running
     (p,) = phase_list(run(tmp_path, *ARGS))
@@ -211,6 +212,7 @@ def run_sampled(tmp_path: Path, *args: str) -> tuple[dict, list[tuple[int, float
     return load_json(out), samples
 
 
+@pytest.mark.exclusive  # compares its own measure of foreign CPU with storeval's over one window
 def test_a_run_on_a_quiet_host_is_not_flagged_busy_host(tmp_path):
     """The share of the host's CPU storeval calls foreign is the one this test measures on its own: the host's
     user CPU less that of storeval's process tree, over the phase's probe window, bracketed by samples taken

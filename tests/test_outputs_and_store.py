@@ -322,7 +322,7 @@ def test_a_results_disk_that_fills_mid_run_holds_the_cells_until_there_is_room(s
     finally:
         proc.kill() if proc.poll() is None else None
         con.close()
-    assert rc == 0, lines
+    assert rc == 0, "the run's stderr:\n" + "\n".join(lines)
     full = [line for line in lines if "is full" in line]
     assert full and full[0].startswith(f"warning: the file system holding {res / DB_NAME}")
     assert "(No space left on device)" in full[0] and f"kept in {spill}/storeval-held-" in full[0]

@@ -241,7 +241,7 @@ def test_first_screen_command_1_runs_and_writes_what_the_readme_says(clone):
     ./storeval-data/, and nothing else: its scratch directory is gone."""
     c1, c2 = [c.text for c in FIRST]
     assert c1 == "python3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/storeval run"
-    assert c2.endswith(".venv/bin/python -m pytest -q")
+    assert c2.endswith(".venv/bin/python -m pytest -q -n 3 --dist loadfile")
     run = Command(FIRST[0].line, c1.rsplit("&& ", 1)[1].removeprefix(".venv/bin/"))
     before = set(os.listdir(clone))
     proc = _run(run, "first screen, command 1", clone)

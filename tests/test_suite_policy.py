@@ -80,3 +80,47 @@ def test_a_hanging_test_is_stopped_by_its_own_limit_and_named(tmp_path):
 def test_the_repository_bounds_every_test_and_prints_the_slowest():
     text = (REPO / "pyproject.toml").read_text()
     assert "\ntimeout = " in text and "--durations=10" in text
+
+
+STAMPED = '''
+import os, time
+import pytest
+
+def _stamp(name):
+    start = time.monotonic()
+    time.sleep(0.4)
+    with open(os.environ["STAMPS"], "a") as f:
+        f.write(f"{name} {start} {time.monotonic()} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+'''
+
+
+def test_side_by_side_an_exclusive_test_runs_alone_and_skips_are_still_judged_and_listed(tmp_path):
+    """The suite's own run (README: -n 3 --dist loadfile) on the throw-away tree: every test of three files runs
+    on its worker, the exclusive one never overlaps another; a worker's skips are failed or allowed as in one
+    process, and the controller lists them."""
+    files = {f"test_plain{k}.py": STAMPED + "".join(f"\ndef test_{k}_{i}():\n    _stamp('p{k}.{i}')\n"
+                                                   for i in range(4)) for k in range(2)}
+    files["test_alone.py"] = STAMPED + ("\ndef test_first():\n    _stamp('before')\n"
+                                        "\n@pytest.mark.exclusive\ndef test_alone():\n    _stamp('alone')\n")
+    files["test_mixed.py"] = MIXED
+    tree = _tree(tmp_path, files)
+    stamps = tmp_path / "stamps"
+    os.environ["STAMPS"] = str(stamps)
+    try:
+        r = _pytest(tree, "-n", "3", "--dist", "loadfile", ci=True)
+    finally:
+        del os.environ["STAMPS"]
+    out = r.stdout
+    assert r.returncode == 1 and "1 failed, 11 passed, 1 skipped" in out, out[-3000:]
+    assert "FAILED test_mixed.py::test_missing_part - skipped in a strict run: xrootd cannot be installed here" in out
+    assert "test_mixed.py::test_allowed_skip: dropping the page cache needs root [allowed]" in out, out[-3000:]
+    assert "test_mixed.py::test_missing_part: xrootd cannot be installed here: apt-get failed [FAILED: not allowed]" in out
+    lines = [line.split() for line in stamps.read_text().splitlines()]
+    spans = {name: (float(a), float(b)) for name, a, b, _ in lines}
+    assert len(spans) == 10
+    alone = spans.pop("alone")
+    assert all(b <= alone[0] or a >= alone[1] for a, b in spans.values()), (alone, spans)
+    # side by side otherwise: a file's tests on one worker, the files on several
+    worker = {name: w for name, _, _, w in lines}
+    assert len({worker[f"p0.{i}"] for i in range(4)}) == 1 and len({worker[f"p1.{i}"] for i in range(4)}) == 1
+    assert len(set(worker.values())) >= 2, worker

@@ -355,7 +355,7 @@ def test_down_after_a_killed_up_removes_everything(tmp_path):
         mnt = d / "glusterfs" / "mnt"
         up = subprocess.Popen([sys.executable, "-m", "storeval", "testbed", "up", "glusterfs", "--servers", "2",
                                "--type", "replicate", "--dir", str(d)], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+                              stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
         try:
             killed = kill_once_mounted(up, mnt, 300)
         finally:
@@ -364,7 +364,7 @@ def test_down_after_a_killed_up_removes_everything(tmp_path):
                 up.wait()
         if killed:
             break
-        assert up.returncode == 0
+        assert up.returncode == 0, up.stderr.read().decode(errors="replace")
         assert storeval("testbed", "down", "--dir", str(d), cwd=tmp_path, timeout=300).rc == 0
     else:
         pytest.fail("`storeval testbed up` finished before it could be killed three times")
