@@ -4,11 +4,13 @@ real ``mpiexec`` (MPICH's hydra, through the launcher the testbed writes), again
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+import duckdb
 import pytest
 import yaml
 
@@ -119,3 +121,59 @@ def test_mpiexec_across_emulated_nodes_each_with_its_host_name_and_link(tmp_path
     r = storeval("testbed", "mpiexec", "--dir", str(bed), "-n", "1", "true", cwd=tmp_path)
     assert (r.rc, r.err.strip()) == (2, f"error: no emulated network in {bed} (`storeval testbed nodes up N --dir "
                                         f"{bed}` makes nodes)"), r
+
+
+def test_a_node_killed_mid_phase_is_named_and_leaves_nothing_running(tmp_path):
+    """A study's fault plan crashes emulated host node2 (its interface down, every process on it SIGKILLed) two
+    seconds into a metadata phase of ranks on node1 and node2. Nothing tells mpiexec (the node's proxy died behind a
+    dead link), so rank 0 finds the rank silent, names it, its node and the phase, stores the cell as failed and
+    aborts the job (MPICH has no fault tolerance: a job cannot go on without a rank), leaving nothing behind; the
+    node comes back with `fault host.node2 start`."""
+    bed = tmp_path / "bed"
+    r = storeval("testbed", "nodes", "up", "2", "--dir", str(bed), cwd=tmp_path)
+    try:
+        assert r.rc == 0, r.err
+        handles = storeval("testbed", "faults", "--dir", str(bed), cwd=tmp_path)
+        assert handles.rc == 0 and "host.node2" in handles.out and "every process in its network namespace" in handles.out
+        target = tmp_path / "target"
+        target.mkdir()
+        study = tmp_path / "crash.yaml"
+        study.write_text(yaml.safe_dump({
+            "testbed": str(bed), "targets": {"local": {"url": f"file://{target}"}},
+            # empty files, created for up to a minute (mdtest -W): the kill comes 2 s in, whatever the machine's speed
+            "workloads": {"md": {"metadata": {"items": 2_000_000, "deadline": "60s", "files_only": True,
+                                              "phases": ["file-create", "file-remove"]},
+                                 "faults": [{"at": "2s", "phase": "file-create", "action": "kill",
+                                             "server": "host.node2"}]}},
+            "clients": [2]}))
+        run = _mpiexec(bed, "node1,node2", 2, "run", str(study), "--results", str(tmp_path / "res"), "--no-html",
+                       cwd=tmp_path)
+        # node2's proxy died with its network: mpiexec hears nothing (no FIN crosses a dead link), so rank 0 finds
+        # rank 1 silent past 30 s, names it, removes the cell's files, stores the cell and aborts the job
+        assert run.returncode != 0
+        said = [line for line in (run.stderr + run.stdout).splitlines() if line.startswith("error:")]
+        assert len(said) == 1 and said[0].startswith(
+            "error: client 1 (rank 1 on node2) stopped answering in file-create: no word from it for 30 s (a host "
+            "down, or a rank gone without its launcher knowing); the job is aborted"), run.stderr[-3000:]
+        with duckdb.connect(str(tmp_path / "res" / "storeval.duckdb"), read_only=True) as con:
+            (status, error), = con.execute("SELECT status, error FROM cells").fetchall()
+        assert status == "failed" and error.startswith("client 1 (rank 1 on node2) stopped answering in file-create")
+        assert os.listdir(target) == []  # the cell's files and the run's scratch removed by the watchdog
+        net = _network(bed)
+        assert net.host_pids("node2") == [] and net.host_pids("node1") == []  # nothing of the job runs on
+        assert not net.host_up("node2")
+        r = storeval("testbed", "fault", "host.node2", "start", "--dir", str(bed), cwd=tmp_path)
+        assert r.rc == 0 and "interface is up again" in r.out, r.err
+        again = _mpiexec(bed, "node1,node2", 2, "run", "--target", f"file://{target}", "--workload", "bandwidth",
+                         "--set", "file_size=1MiB", "--set", "phases=write", "--quiet", "--no-html",
+                         "--results", str(tmp_path / "res"), cwd=tmp_path)
+        assert again.returncode in (0, 1), again.stderr[-3000:]  # node2 is back: ranks run there again
+    finally:
+        down = storeval("testbed", "down", "--dir", str(bed), cwd=tmp_path, timeout=600)
+    assert down.rc == 0, down.err
+
+
+def _network(bed: Path):
+    from storeval.testbed import Testbed
+
+    return Testbed(bed).network()

@@ -37,6 +37,18 @@ def host_facts() -> dict[str, Any]:
             "ram_bytes": psutil.virtual_memory().total}
 
 
+def process_view() -> str:
+    """Which processes this one can see and follow by PID: its kernel's boot and its PID namespace. Ranks on
+    emulated nodes (network and UTS namespaces of their own) share both with the coordinator, though their host
+    names differ; real hosts, or containers with PID namespaces of their own, do not."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return f"{socket.gethostname()}:unknown"
+
+
 def set_process_name(name: str) -> None:
     """Name this process for ps/top (Linux comm, 15 characters): storeval's clients are easy to tell apart."""
     try:

@@ -40,13 +40,15 @@ from .watch import GRACE_SECONDS, HangClock, Watch
 from ..core.job import Job
 from ..core.oplog import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS
 from ..core.outcome import CellOutcome, PhaseWatcher
-from ..core.process import host_facts, set_process_name
+from ..core.process import host_facts, process_view, set_process_name
 from ..core.stop import STOP, ClientStopped
 
 TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT = 101, 102, 103, 104, 105
 POLL = 0.001
 CLOCK_PATIENCE = 2.0  # seconds rank 0 waits for the end-of-cell clock answers of all participants together
 BEAT_EVERY = 0.2  # seconds between two progress reports of a rank, at most
+ALIVE_EVERY = 1.0  # seconds between two reports of a rank that made no progress: it still answers
+SILENCE = 30.0  # seconds without a word from a working rank before it is taken for lost (its host down or gone)
 WAITING, FINISHED = 1, 2  # a rank's state in its progress report (0: working)
 MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD")
 
@@ -169,7 +171,7 @@ def _listen(comm: MpiComm, stop: threading.Event) -> None:
             comm.abort()
         now = time.monotonic()
         beat = (p[base + P_BEAT], WAITING if p[base + P_WAIT] else 0)
-        if beat != sent and now - sent_at >= BEAT_EVERY:
+        if (beat != sent and now - sent_at >= BEAT_EVERY) or now - sent_at >= ALIVE_EVERY:
             comm.world.send((comm.cell, *beat), dest=0, tag=TAG_BEAT)
             sent, sent_at = beat, now
         time.sleep(0.01)
@@ -352,7 +354,8 @@ class MpiEngine:
         # a pipe only this rank writes to: it reads EOF the moment the rank's files are released on exit,
         # before MPI or the launcher can react (the watchdog opens its read end through /proc)
         self._hup_read, self._hup_write = os.pipe()
-        self.procs = w.allgather((os.getpid(), psutil.Process().create_time(), os.uname().nodename, self._hup_read))
+        self.procs = w.allgather((os.getpid(), psutil.Process().create_time(), os.uname().nodename, self._hup_read,
+                                  process_view()))
         self.placement, self.per_host = placement, clients_per_host
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
@@ -363,8 +366,8 @@ class MpiEngine:
 
     def processes(self) -> list[dict[str, Any]]:
         """Every rank's PID, start time and host (the watchdog follows this host's ranks from the start)."""
-        return [{"rank": r, "pid": pid, "created": created, "host": host, "coordinator": r == 0, "hup": hup}
-                for r, (pid, created, host, hup) in enumerate(self.procs)]
+        return [{"rank": r, "pid": pid, "created": created, "host": host, "coordinator": r == 0, "hup": hup,
+                 "view": view} for r, (pid, created, host, hup, view) in enumerate(self.procs)]
 
     def capacity(self) -> int:
         return len(self.order)
@@ -557,6 +560,7 @@ class _MpiWatch(Watch):
         self.results: dict[int, list[tuple]] = {}
         self.unanswered: list[int] = []
         self.local_pids = local_pids
+        self.heard = {r: time.monotonic() for r in ranks}  # when each rank's last word came
 
     def step_of_rank(self, rank: int) -> tuple[str, int] | None:
         return self.step_of(self.done_steps.get(self.ranks[rank] if rank < len(self.ranks) else rank, 0))
@@ -575,6 +579,7 @@ class _MpiWatch(Watch):
                 if msg[0] != self.cell or source not in self.done_steps:  # an older cell's
                     continue
                 got = True
+                self.heard[source] = time.monotonic()
                 if tag == TAG_DONE:
                     self.done_steps[source] = msg[1]
                 else:
@@ -613,6 +618,7 @@ class _MpiWatch(Watch):
                     self.unanswered = [r for r in self.ranks[1:] if r not in self.results]
                     return
             else:
+                self.check_answering()
                 hung = [r for r in self.ranks if self.beats[r][1] == 0 and r not in self.results
                         and clock.hung(r, self.beats[r][0])]
                 if hung:
@@ -621,6 +627,20 @@ class _MpiWatch(Watch):
                     raise RankHung(f"{who} hung in {self.label(step)} (no progress for the phase timeout of "
                                    f"{self.timeout:g} s)", hung, step)
             time.sleep(0.05)
+
+    def check_answering(self) -> None:
+        """A rank that has not finished and sent no word for SILENCE seconds (its listener reports at least every
+        ALIVE_EVERY, whatever its client does) is lost: its host went down, or its process is gone while the
+        launcher does not know (a node whose network died takes its FIN packets with it). RankHung naming it."""
+        now = time.monotonic()
+        lost = [r for r in self.ranks[1:] if r not in self.results and self.beats[r][1] != FINISHED
+                and now - self.heard[r] > SILENCE]
+        if lost:
+            step = self.step_of(min(self.done_steps[r] for r in lost))
+            who = ", ".join(f"client {self.ranks.index(r)} (rank {r} on {self.hosts[r]})" for r in lost)
+            raise RankHung(f"{who} stopped answering in {self.label(step)}: no word from "
+                           f"{'it' if len(lost) == 1 else 'them'} for {SILENCE:g} s (a host down, or a rank gone "
+                           "without its launcher knowing)", lost, step)
 
     def client0_started(self, msg: tuple) -> None:
         """Rank 0 (a thread of this process, on this clock) began a phase's timed region."""

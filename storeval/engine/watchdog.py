@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 
 from ..core.cell import Cell
-from ..core.process import alive, run_bounded
+from ..core.process import alive, process_view, run_bounded
 from ..redact import redact_text, visible
 from ..units import plural
 
@@ -136,7 +136,8 @@ def _hup(pid: int, fd: int, created: float | None) -> int | None:
 
 
 class _Deaths:
-    """Death signals of this host's clients and, under MPI, of all this host's ranks, and who ended first.
+    """Death signals of this host's clients and, under MPI, of every rank this process can see (this host's,
+    and those of emulated nodes on this kernel: core.process.process_view), and who ended first.
 
     An MPI rank is followed through its death pipe: EOF comes as the dying rank's files are released, which
     is also when its MPI peers and the launcher can first notice — so the first EOF is the first death.
@@ -151,10 +152,11 @@ class _Deaths:
         cell = state.get("cell") or {}
         if cell.get("index") != self.cell:  # a client that died in an earlier cell is that cell's story
             self.cell, self.first = cell.get("index"), []
-        host = os.uname().nodename
+        host, view = os.uname().nodename, process_view()
         wanted: dict[tuple[str, int], dict[str, Any]] = {}
         for c in [*state.get("job", []), *cell.get("clients", [])]:
-            if c.get("pid") and c.get("host") == host and (c.get("hup") is not None or not c.get("coordinator")):
+            seen = c.get("host") == host or c.get("view") == view
+            if c.get("pid") and seen and (c.get("hup") is not None or not c.get("coordinator")):
                 key = ("coordinator" if c.get("coordinator") else str(c["rank"]), c["pid"])
                 wanted[key] = {**wanted.get(key, {}), **c}
         for key in [k for k in self.watching if k not in wanted]:

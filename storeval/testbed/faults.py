@@ -10,6 +10,13 @@ calls :func:`act` at the planned moment. A handle is the bare kind for a whole s
   PID and start time, in the old slot) so ``testbed status`` and ``testbed down`` keep working on it.
 * ``restart`` — ``kill`` then ``start``.
 
+An emulated host of the testbed's network (``storeval testbed nodes up``, a server's ``--host``) is ``host.<name>``:
+a whole node. ``kill`` takes its own interface down (nothing reaches it or leaves it) and SIGKILLs every process in
+its network namespace — the ranks and commands launched onto it, a server placed there: a node that crashed;
+``stop``/``cont`` freeze and thaw them (a node that stops answering, its link up); ``start`` brings its interface
+back up (the node is reachable again, with nothing running on it). Those processes were launched onto the node,
+not by the testbed, and the name of the node is the user's word for all of them.
+
 HDFS runs every datanode inside the MiniDFSCluster's one JVM: a datanode is shut down and started again through
 the launcher's control port (``kill``/``start``/``restart``), never by a signal; the JVM as a whole (``hdfs``)
 takes the signals. A killed JVM cannot ``start`` again with its data (the launcher formats a new namespace).
@@ -35,6 +42,7 @@ import psutil
 
 from . import Testbed
 from .base import Proc, Server, TestbedError, port_open
+from .network import Network
 from .owned import NotOwned
 
 ACTIONS = ("stop", "cont", "kill", "start", "restart")
@@ -57,11 +65,12 @@ class _Target:
     """What a handle acts on: processes of a server (indices of ``state.procs``), or one HDFS datanode."""
 
     handle: FaultHandle
-    server: Server
+    server: Server | None  # None: an emulated host (``host``)
     label: str  # for messages: "minio-ec node 2"
     procs: list[int] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     datanode: int | None = None  # 1-based
+    host: str | None = None  # an emulated host (a whole node: its namespace's processes and its interface)
     node: str | None = None  # a FaultNode of the server (start/restart through Server.start_node)
     why_not: dict[str, str] = field(default_factory=dict)  # action -> why it is not supported
 
@@ -71,11 +80,21 @@ _HDFS_NO_START = ("the launcher formats a new namespace when it starts, so a kil
 _DATANODE_NO_SIGNAL = "its datanodes run inside one JVM, so one cannot be frozen alone (`hdfs` freezes the whole JVM)"
 
 
-def _targets(servers: dict[str, Server]) -> dict[str, _Target]:
+HOST_ACTIONS = ("stop", "cont", "kill", "start")
+_HOST_NO_RESTART = "a crashed node comes back empty: `start` brings its link up, then launch onto it again"
+
+
+def _targets(servers: dict[str, Server], net: Network | None = None) -> dict[str, _Target]:
     out: dict[str, _Target] = {}
 
     def add(t: _Target) -> None:
         out[t.handle.name] = t
+
+    for name, info in (net.hosts.items() if net is not None else ()):
+        add(_Target(FaultHandle(f"host.{name}", "host", HOST_ACTIONS,
+                                f"emulated host {name} ({info.address}): every process in its network namespace and "
+                                "its own interface"), None, f"emulated host {name}", host=name,
+                    why_not={"restart": _HOST_NO_RESTART}))
 
     for kind, server in servers.items():
         state = server.state
@@ -139,7 +158,8 @@ def _load(bed: Testbed) -> dict[str, Server]:
 def fault_handles(directory: str | Path) -> dict[str, FaultHandle]:
     """Every fault handle of the running testbed in `directory` (read-only; raises TestbedError with one line
     naming the fix when there is no testbed there)."""
-    return {name: t.handle for name, t in _targets(_load(Testbed(directory))).items()}
+    bed = Testbed(directory)
+    return {name: t.handle for name, t in _targets(_load(bed), bed.network()).items()}
 
 
 @contextlib.contextmanager
@@ -182,13 +202,15 @@ def act(directory: str | Path, name: str, action: str) -> str:
     node 2 (pid 1234)"). Raise TestbedError (one line, names the problem and the fix) for an unknown name
     (listing the known ones), an unsupported action (listing the supported ones), or a failure."""
     bed = Testbed(directory)
-    target = _resolve(_targets(_load(bed)), bed, name, action)
+    target = _resolve(_targets(_load(bed), bed.network()), bed, name, action)
+    if target.host is not None:
+        return _host(bed.network(), target.host, action)
     if target.datanode is not None:
         return _datanode(target, action)
     if action in SIGNAL_ACTIONS:
         return _signal(target, action)
     with _locked(bed):
-        target = _resolve(_targets(_load(bed)), bed, name, action)  # the state as it is now, under the lock
+        target = _resolve(_targets(_load(bed), bed.network()), bed, name, action)  # the state now, under the lock
         said = _signal(target, "kill") if action == "restart" and _alive(target) else None
         started = _start(target, action)
         bed._update_targets(bed._servers, lambda message: None)  # the new PIDs, in the targets file storeval wrote
@@ -289,6 +311,43 @@ def _start(target: _Target, action: str) -> str:
              else target.ports)
     where = f" on the same port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else ""
     return f"started {label} again ({_pids(new)}){where} with its data"
+
+
+# ------------------------------------------------------------------------------------------------ emulated hosts
+def _host(net: Network, host: str, action: str) -> str:
+    """A whole emulated node: its processes (everything in its network namespace) and its own interface."""
+    if action == "start":
+        if net.host_up(host):
+            raise TestbedError(f"host.{host}: emulated host {host} is up: nothing to start")
+        net.set_host_up(host, True)
+        return f"emulated host {host}'s interface is up again (nothing runs on it: launch onto it again)"
+    if action == "kill":
+        net.set_host_up(host, False)  # first: nothing more leaves it, not even a dying process's last words
+    pids = net.host_pids(host)
+    sig = {"stop": signal.SIGSTOP, "cont": signal.SIGCONT, "kill": signal.SIGKILL}[action]
+    sent = []
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            sent.append(pid)
+        except ProcessLookupError:
+            continue
+    if action == "kill":
+        deadline = time.monotonic() + SIGNAL_WAIT
+        while net.host_pids(host) and time.monotonic() < deadline:  # (a process being launched onto it now too)
+            for pid in net.host_pids(host):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        left = net.host_pids(host)
+        if left:
+            raise TestbedError(f"host.{host}: pids {', '.join(map(str, left))} still run on emulated host {host} "
+                               f"{SIGNAL_WAIT:g} s after SIGKILL")
+        return (f"emulated host {host} crashed: its interface is down and SIGKILL reached its "
+                f"{len(sent)} process{'es' if len(sent) != 1 else ''}" + (f" (pids {', '.join(map(str, sent))})" if sent else ""))
+    what = "froze" if action == "stop" else "thawed"
+    return (f"{sig.name} to emulated host {host}: {what} its {len(sent)} process{'es' if len(sent) != 1 else ''}"
+            + (f" (pids {', '.join(map(str, sent))})" if sent else ""))
 
 
 # ------------------------------------------------------------------------------------------------ datanodes

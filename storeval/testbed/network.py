@@ -426,6 +426,36 @@ class Network:
     def link_settings(self, host: str) -> LinkSettings:
         return LinkSettings.from_json(self._host(host).settings)
 
+    # -- a node's faults (handles host.NAME: testbed/faults.py) ----------------------------------------------
+    def host_pids(self, host: str) -> list[int]:
+        """Every process in the host's network namespace now: what runs on that node (the ranks and commands
+        launched onto it, a server placed there). Its link's relay runs in the switch's namespace: not among them."""
+        info = self._host(host)
+        try:
+            ns = os.stat(f"/run/netns/{info.netns}")
+        except FileNotFoundError:
+            raise TestbedError(f"emulated host {host}'s namespace {info.netns} is gone") from None
+        out = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and int(pid) != os.getpid():
+                try:
+                    st = os.stat(f"/proc/{pid}/ns/net")
+                except OSError:
+                    continue
+                if (st.st_ino, st.st_dev) == (ns.st_ino, ns.st_dev):
+                    out.append(int(pid))
+        return out
+
+    def host_up(self, host: str) -> bool:
+        """Whether the host's own interface (eth0 in its namespace) is up."""
+        out = _json(run_tool(["ip", "-n", self._host(host).netns, "-j", "link", "show", "eth0"], check=False).stdout)
+        return bool(out) and "UP" in out[0].get("flags", [])
+
+    def set_host_up(self, host: str, up: bool) -> None:
+        """Take the host's own interface down (nothing reaches it or leaves it: a node gone from the network) or
+        up again."""
+        _ip("-n", self._host(host).netns, "link", "set", "eth0", "up" if up else "down")
+
     # -- looking -------------------------------------------------------------------------------------------
     def broken(self) -> list[str]:
         """What of the network is gone now (the switch, a host's namespace, a link's relay), one phrase each."""
