@@ -30,6 +30,7 @@ def start_fork_server() -> None:
     this process's path)."""
     from multiprocessing import forkserver, resource_tracker
 
+    _short_temp_dir()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SHIELD)
     safe = os.environ.get("PYTHONSAFEPATH")
     os.environ["PYTHONSAFEPATH"] = "1"
@@ -43,3 +44,28 @@ def start_fork_server() -> None:
         else:
             os.environ["PYTHONSAFEPATH"] = safe
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+SUN_PATH = 107  # bytes of a UNIX socket's path (sun_path: 108 with the NUL)
+LISTENER = len("/pymp-xxxxxxxx/listener-xxxxxxxx")  # what multiprocessing adds to the temporary directory
+
+
+def _short_temp_dir() -> None:
+    """multiprocessing puts the fork server's socket in a directory of its own under $TMPDIR: under a TMPDIR
+    deeper than about 75 bytes that path passes 108 bytes and every cell failed with "AF_UNIX path too long".
+    Then make that directory under /tmp (or /dev/shm) instead — before multiprocessing makes one — and leave
+    $TMPDIR, which the clients use for their own files, as it is."""
+    import tempfile
+    from multiprocessing import util
+
+    if len(os.fsencode(tempfile.gettempdir())) + LISTENER <= SUN_PATH:
+        return
+    for base in ("/tmp", "/dev/shm", "/var/tmp"):
+        if os.access(base, os.W_OK | os.X_OK):
+            saved = tempfile.tempdir
+            tempfile.tempdir = base
+            try:
+                util.get_temp_dir()  # made (and removed at exit) by multiprocessing itself, now under base
+            finally:
+                tempfile.tempdir = saved
+            return

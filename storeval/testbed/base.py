@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import threading
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -522,6 +523,18 @@ class Server(ABC):
     def make_root(self) -> Path:
         """Create ``self.root`` (or take it if empty; anything else there is refused) as the server's anchor."""
         return self.ledger.anchor(self.root)
+
+    def short_home(self) -> Path:
+        """A short directory of this server's own under /var/tmp (a second anchor of its ledger, recorded in its
+        state) for what needs a short path whatever ``--dir`` is: a UNIX socket's path holds 108 bytes at most, and
+        a testbed directory as deep as a test's or a user's project leaves too few of them."""
+        if "short_home" not in self.state.info:
+            base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
+            home = Path(tempfile.mkdtemp(prefix=f"storeval-{self.kind}-", dir=base))
+            self.ledger.adopt_new(home)  # made exclusively just now: recorded at once
+            home.chmod(0o755)
+            self.state.info["short_home"] = str(home)
+        return Path(self.state.info["short_home"])
 
     def mkdir(self, path: Path, rule: str | None = None) -> Path:
         """Create a directory under the root; ``rule`` hands it to the server (see :meth:`claims`)."""

@@ -12,7 +12,9 @@ Design, and why:
   /run/netns): it vanishes when the last of them exits. The mount is made with ``nsenter --net`` of that
   namespace, so the FUSE client joins it while the mount itself appears in the host's mount table.
 * **The CLI talks to this glusterd only**, through its own socket file
-  (``option glusterd-sockfile``, ``gluster --glusterd-sock``): never a system glusterd, never another testbed.
+  (``option glusterd-sockfile``, ``gluster --glusterd-sock``): never a system glusterd, never another testbed. The
+  socket lives in the server's short home under /var/tmp (``Server.short_home``: a socket path holds 108 bytes,
+  and glusterd refused one of 107 under a deep ``--dir``).
 * **State stays under the server's root**: ``working-directory`` (volume definitions, hooks: the system's
   samba/ganesha hooks in /var/lib/glusterd/hooks never run), ``run-directory`` (pid files),
   ``logging-directory`` (brick, self-heal and CLI logs), the mount's ``log-file``. What glusterd still makes
@@ -65,7 +67,6 @@ SYSTEM_PATHS = ("/var/lib/glusterd/geo-replication/gsyncd_template.conf", "/var/
 SOCKET_DIRS = ("/var/run/gluster", "/run/gluster")
 START_TIMEOUT = 120.0  # glusterd answering, bricks online, the mount: generous, the machine may be busy
 CLI_TIMEOUT = 180.0
-SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL: glusterd's CLI socket must fit
 
 
 
@@ -165,8 +166,13 @@ class GlusterServer(Server):
         return self.root / "log"
 
     @property
+    def sock_dir(self) -> Path:
+        """glusterd's CLI socket's directory: in the server's short home (a socket path holds 108 bytes)."""
+        return self.short_home() / "run"
+
+    @property
     def sock_file(self) -> Path:
-        return self.run_dir / "glusterd.socket"
+        return self.sock_dir / "glusterd.socket"
 
     @property
     def mountpoint(self) -> Path:
@@ -278,9 +284,6 @@ class GlusterServer(Server):
         if any(c.isspace() or c in ":,;\"'#" for c in root):
             raise TestbedError(f"glusterfs: {root} holds a space or one of :,;\"'# which glusterd's volume files and "
                                "brick names cannot carry; choose a --dir without them")
-        if len(os.fsencode(self.sock_file.absolute())) > SOCKET_PATH_MAX:
-            raise TestbedError(f"glusterfs: {self.sock_file.absolute()} is longer than the {SOCKET_PATH_MAX} bytes a "
-                               "socket path may have; choose a shorter --dir")
         n, kind = opts["servers"], opts["type"]
         self.state.info.update({"volume": VOLUME, "type": kind, "host": host, "mountpoint": str(self.mountpoint),
                                 "replica": n if kind == "replicate" else 1})
@@ -288,7 +291,7 @@ class GlusterServer(Server):
             self.state.info.update({"disperse": n, "redundancy": opts["redundancy"]})
         self._note_system_paths()
         self.make_root()
-        for d in (self.work_dir, self.run_dir, self.log_dir):
+        for d in (self.work_dir, self.run_dir, self.log_dir, self.sock_dir):
             self.mkdir(d, rule=GLUSTERD_STATE)
         self.mkdir(self.root / "bricks")
         for i in range(1, n + 1):

@@ -29,7 +29,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -85,17 +84,10 @@ class SlurmServer(Server):
 
     @property
     def sockets_home(self) -> Path:
-        """Where munged's socket and the slurmds' spools (which hold each job step's socket) live: a short
-        directory of their own under /var/tmp, a second anchor of the ledger. A UNIX socket's path is at most
-        108 bytes and slurmstepd's are ``<spool>/<node>/<node>_<job>.<step>``: under a testbed directory as
-        deep as a test's, the job's launch failed and Slurm held it for ever."""
-        if "sockets_home" not in self.state.info:
-            base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
-            home = Path(tempfile.mkdtemp(prefix="storeval-slurm-", dir=base))
-            self.ledger.adopt_new(home)  # made exclusively just now: recorded at once
-            home.chmod(0o755)
-            self.state.info["sockets_home"] = str(home)
-        return Path(self.state.info["sockets_home"])
+        """Where munged's socket and the slurmds' spools (which hold each job step's socket) live: the server's
+        short home. slurmstepd's sockets are ``<spool>/<node>/<node>_<job>.<step>``: under a testbed directory as
+        deep as a test's they passed 108 bytes, the job's launch failed and Slurm held it for ever."""
+        return self.short_home()
 
     @property
     def socket(self) -> Path:
