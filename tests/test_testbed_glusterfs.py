@@ -72,8 +72,11 @@ def wait_for(check, timeout: float, what: str, interval: float = 0.2):
 
 def brick_status(d: Path) -> dict[str, bool]:
     """What glusterd itself says of each brick (online or not), through the testbed's own CLI socket."""
+    from storeval.testbed import Testbed
+
     g = d / "glusterfs"
-    out = subprocess.run(["gluster", "--mode=script", f"--glusterd-sock={g / 'run' / 'glusterd.socket'}",
+    sock = Testbed(d).load()["glusterfs"].sock_file  # in the server's short home under /var/tmp
+    out = subprocess.run(["gluster", "--mode=script", f"--glusterd-sock={sock}",
                           f"--log-file={g / 'log' / 'cli.log'}", "volume", "status", "storeval", "--xml"],
                          capture_output=True, text=True, timeout=120).stdout
     import xml.etree.ElementTree as ET
