@@ -423,6 +423,12 @@ class Testbed:
         self.load()
         return self._net
 
+    @property
+    def loaded_network(self) -> Network | None:
+        """The emulated network as the last :meth:`load` read it, without reading the state again (which would
+        make new server objects and lose what was done with the loaded ones)."""
+        return self._net
+
     def network_down(self, *, log=print) -> list[Left]:
         """Remove the emulated network (its servers keep running where they are, if any: stop them first); with
         no server left, the testbed directory goes too. TestbedError names what stays."""

@@ -159,7 +159,8 @@ def fault_handles(directory: str | Path) -> dict[str, FaultHandle]:
     """Every fault handle of the running testbed in `directory` (read-only; raises TestbedError with one line
     naming the fix when there is no testbed there)."""
     bed = Testbed(directory)
-    return {name: t.handle for name, t in _targets(_load(bed), bed.network()).items()}
+    servers = _load(bed)
+    return {name: t.handle for name, t in _targets(servers, bed.loaded_network).items()}
 
 
 @contextlib.contextmanager
@@ -202,15 +203,17 @@ def act(directory: str | Path, name: str, action: str) -> str:
     node 2 (pid 1234)"). Raise TestbedError (one line, names the problem and the fix) for an unknown name
     (listing the known ones), an unsupported action (listing the supported ones), or a failure."""
     bed = Testbed(directory)
-    target = _resolve(_targets(_load(bed), bed.network()), bed, name, action)
+    servers = _load(bed)
+    target = _resolve(_targets(servers, bed.loaded_network), bed, name, action)
     if target.host is not None:
-        return _host(bed.network(), target.host, action)
+        return _host(bed.loaded_network, target.host, action)
     if target.datanode is not None:
         return _datanode(target, action)
     if action in SIGNAL_ACTIONS:
         return _signal(target, action)
     with _locked(bed):
-        target = _resolve(_targets(_load(bed), bed.network()), bed, name, action)  # the state now, under the lock
+        servers = _load(bed)  # the state as it is now, under the lock
+        target = _resolve(_targets(servers, bed.loaded_network), bed, name, action)
         said = _signal(target, "kill") if action == "restart" and _alive(target) else None
         started = _start(target, action)
         bed._update_targets(bed._servers, lambda message: None)  # the new PIDs, in the targets file storeval wrote
