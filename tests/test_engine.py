@@ -133,3 +133,34 @@ def test_clients_import_the_installed_storeval_not_a_tree_in_the_working_directo
     doc = load_json(tmp_path / "o.json")
     assert [c["status"] for c in doc["cells"]] == ["ok"]
     assert all(p["bytes"] == 2 * 4 << 20 for p in doc["cells"][0]["phases"])
+
+
+def test_a_stop_that_arrives_while_a_client_queues_a_message_is_raised_after_it_is_queued():
+    """The race the frozen-server test met: the stop's ``ClientStopped`` raised inside ``Queue.put`` as the
+    queue's feeder thread started left that thread half-started (a threading traceback on stderr) and the
+    message lost. Here the stop arrives inside ``put`` every time; a second stop is not raised again."""
+    from storeval.core.stop import STOP, ClientStopped
+    from storeval.engine.local import StopHandler
+
+    stop = StopHandler()
+
+    class Queue:
+        def __init__(self):
+            self.done = []
+
+        def put(self, msg):
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)  # a handler that could run here would have run
+            self.done.append(msg)
+
+    old = signal.signal(signal.SIGHUP, stop)
+    try:
+        out = Queue()
+        with pytest.raises(ClientStopped, match="^stopped by SIGHUP$"):
+            stop.put(out, ("partial", 0))
+        assert out.done == [("partial", 0)]
+        stop.put(out, ("stopped", 0, "write"))  # the client says so; the second SIGHUP raises nothing
+        assert out.done == [("partial", 0), ("stopped", 0, "write")]
+    finally:
+        signal.signal(signal.SIGHUP, old)
+        STOP.clear()

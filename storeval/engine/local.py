@@ -81,32 +81,67 @@ class LocalComm:
         self._barrier.abort()
 
 
+STOPS = (ENGINE_STOP, signal.SIGTERM, signal.SIGHUP)  # what stops a client process
+
+
+class StopHandler:
+    """A client's stop handler: the first stop signal raises ``ClientStopped`` where the client is, except while
+    a message is being queued. Raised inside ``Queue.put`` as its feeder thread starts, it left that thread
+    half-started ("KeyError" from threading on stderr) and the message lost; so there it is held and raised
+    right after. A flag, not a signal mask: Python runs handlers in the main thread whichever thread the kernel
+    picked, so blocking the signal in the main thread alone does not keep the handler out."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.queueing = False
+        self.held = False
+
+    def reason(self) -> str:
+        if self.signum == ENGINE_STOP:
+            return "stopped by the engine"
+        return f"stopped by {interrupts.signal_name(self.signum)}"
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if STOP.is_set():
+            return
+        STOP.set()
+        self.signum = signum
+        if self.queueing:
+            self.held = True
+            return
+        raise ClientStopped(self.reason())
+
+    def put(self, out: Any, msg: tuple) -> None:
+        """``out.put(msg)``, whole, with a stop that arrives meanwhile raised after it."""
+        self.queueing = True
+        try:
+            out.put(msg)
+        finally:
+            self.queueing = False
+        if self.held:
+            self.held = False
+            raise ClientStopped(self.reason())
+
+
 def _ignore_stops() -> None:
-    for sig in (ENGINE_STOP, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOPS:
         signal.signal(sig, signal.SIG_IGN)
 
 
 def _client_entry(job: Job, rank: int, size: int, barrier: Any, shared: Any, out: Any, progress: Any) -> None:
     """Entry point of a client process (born with the stop signals blocked, see the module's docstring)."""
-    stopped_by: list[int] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        if not STOP.is_set():
-            STOP.set()
-            stopped_by.append(signum)
-            raise ClientStopped("stopped by the engine" if signum == ENGINE_STOP
-                                else f"stopped by {interrupts.signal_name(signum)}")
+    stop = StopHandler()
 
     def send(msg: tuple) -> None:
-        if msg[0] == "stopped" and stopped_by and stopped_by[0] != ENGINE_STOP:  # stopped from outside storeval
-            msg = (*msg[:3], interrupts.signal_name(stopped_by[0]))
-        out.put(msg)
+        if msg[0] == "stopped" and stop.signum not in (None, ENGINE_STOP):  # stopped from outside storeval
+            msg = (*msg[:3], interrupts.signal_name(stop.signum))
+        stop.put(out, msg)
 
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
-        for sig in (ENGINE_STOP, signal.SIGTERM, signal.SIGHUP):
+        for sig in STOPS:
             signal.signal(sig, stop)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, (ENGINE_STOP, signal.SIGTERM, signal.SIGHUP))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         progress[PROGRESS_SLOTS * rank + P_BEAT] = time.monotonic_ns()
         set_process_name("storeval-client")
         from .clients import run_client
@@ -117,7 +152,7 @@ def _client_entry(job: Job, rank: int, size: int, barrier: Any, shared: Any, out
     finally:
         try:
             _ignore_stops()  # reported: now only flush; SIGKILL if this hangs
-        except ClientStopped:  # the one stop (``stop`` raises once) arrived as this client was ending anyway
+        except ClientStopped:  # the one stop (it raises once) arrived as this client was ending anyway
             _ignore_stops()
         out.close()
         out.join_thread()
