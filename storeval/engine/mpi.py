@@ -619,14 +619,34 @@ class _MpiWatch(Watch):
                     return
             else:
                 self.check_answering()
-                hung = [r for r in self.ranks if self.beats[r][1] == 0 and r not in self.results
-                        and clock.hung(r, self.beats[r][0])]
-                if hung:
-                    step = self.step_of(min(self.done_steps[r] for r in hung))
-                    who = ", ".join(f"client {self.ranks.index(r)} (rank {r} on {self.hosts[r]})" for r in hung)
-                    raise RankHung(f"{who} hung in {self.label(step)} (no progress for the phase timeout of "
-                                   f"{self.timeout:g} s)", hung, step)
+                self.check_hung(clock)
             time.sleep(0.05)
+
+    def check_hung(self, clock: HangClock) -> None:
+        """A working rank without progress for the phase timeout has hung (RankHung). A rank waiting at a barrier
+        is excused while its peers are on their way; once a peer has finished the cell that barrier can never
+        complete, and the wait is timed like work."""
+        finished = [r for r in self.ranks if self.beats[r][1] == FINISHED or r in self.results]
+        timed = []
+        for r in self.ranks:
+            state = self.beats[r][1]
+            if r in self.results or state == FINISHED or (state == WAITING and not finished):
+                clock.forget(r)
+            else:
+                timed.append(r)
+        stuck = [r for r in timed if clock.hung(r, self.beats[r][0])]
+        if not stuck:
+            return
+        step = self.step_of(min(self.done_steps[r] for r in stuck))
+        who = ", ".join(f"client {self.ranks.index(r)} (rank {r} on {self.hosts[r]})" for r in stuck)
+        if any(self.beats[r][1] == 0 for r in stuck):
+            raise RankHung(f"{who} hung in {self.label(step)} (no progress for the phase timeout of "
+                           f"{self.timeout:g} s)", stuck, step)
+        done = ", ".join(f"client {self.ranks.index(r)}" for r in finished)
+        where = f"in {self.label(step)}" if step is not None else f"after {self.label(self.steps[-1])}"
+        raise RankHung(f"{who} waited at a barrier {where} for the phase timeout of {self.timeout:g} s after {done} "
+                       "had finished the cell: the clients did not take the same steps (a workload that calls "
+                       "comm.barrier() a different number of times on different clients)", stuck, step)
 
     def check_answering(self) -> None:
         """A rank that has not finished and sent no word for SILENCE seconds (its listener reports at least every

@@ -263,22 +263,36 @@ class Watch:
                 self.fail("failed", step, f"client {rank} {exit_reason(code)} during {self.label(step)}")
 
     def _check_hung(self) -> None:
+        """A working client without progress for the phase timeout has hung. A client waiting at a barrier is
+        excused while its peers are still on their way; once a peer has finished the cell, that barrier can never
+        complete, and the wait is timed like work."""
         hung: list[int] = []
+        stranded: list[int] = []
         for r in range(self.n):
             base = PROGRESS_SLOTS * r
-            if r in self.reported or self.progress[base + P_WAIT]:  # done, or waiting for a peer
+            waiting = self.progress[base + P_WAIT]
+            if r in self.reported or (waiting and not self.finished):  # done, or waiting for a peer
                 self.clock.forget(r)
                 continue
             if self.clock.hung(r, self.progress[base + P_BEAT]):
-                hung.append(r)
-        if not hung:
+                (stranded if waiting else hung).append(r)
+        if not hung and not stranded:
             return
-        step = self.step_of(min(self.progress[PROGRESS_SLOTS * r + P_DONE] for r in hung))
-        who = ", ".join(str(r) for r in hung)
-        self.events.append({"kind": "timeout", "rank": hung[0], "phase": self.label(step),
+        stuck = hung or stranded
+        step = self.step_of(min(self.progress[PROGRESS_SLOTS * r + P_DONE] for r in stuck))
+        who = ", ".join(str(r) for r in stuck)
+        self.events.append({"kind": "timeout", "rank": stuck[0], "phase": self.label(step),
                             "message": f"phase timeout {self.timeout:g} s"})
-        self.fail("failed", step, f"client {who} hung in {self.label(step)} (no progress for the phase timeout "
-                                  f"of {self.timeout:g} s); all clients stopped")
+        if hung:
+            self.fail("failed", step, f"client {who} hung in {self.label(step)} (no progress for the phase timeout "
+                                      f"of {self.timeout:g} s); all clients stopped")
+        else:
+            done = ", ".join(str(r) for r in sorted(self.finished))
+            where = f"in {self.label(step)}" if step is not None else f"after {self.label(self.steps[-1])}"
+            self.fail("failed", step, f"client {who} waited at a barrier {where} for the phase timeout "
+                                      f"of {self.timeout:g} s after client {done} had finished the cell: the clients "
+                                      "did not take the same steps (a workload that calls comm.barrier() a different "
+                                      "number of times on different clients); all clients stopped")
 
     def wait_for_exit(self, procs: list, out: Any) -> None:
         """Clients that finished exit once their last messages are flushed; wait while they do."""
