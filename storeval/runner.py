@@ -45,7 +45,7 @@ from .spec import Study
 from .traces.recorded import render as render_trace, write_new
 from .store import Store, now
 from .systems import Systems
-from .workloads import make_workload
+from .workloads import make_workload, preload_of
 
 
 def new_run_id() -> str:
@@ -67,7 +67,7 @@ class Runner:
                  engine: Any = None, run_id: str | None = None, regenerate: bool = False) -> None:
         self.study, self.cells, self.store, self.ui = study, cells, store, ui
         self.command_line = command_line
-        self.engine = engine or LocalEngine()
+        self.engine = engine or LocalEngine(preload_of(c.kind for c in cells))
         self.run_id = run_id or new_run_id()
         self.scratch = f"storeval-{self.run_id}"
         self.drivers: dict[str, Driver] = {}

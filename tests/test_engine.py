@@ -164,3 +164,20 @@ def test_a_stop_that_arrives_while_a_client_queues_a_message_is_raised_after_it_
     finally:
         signal.signal(signal.SIGHUP, old)
         STOP.clear()
+
+
+def test_the_fork_server_preloads_what_the_runs_workloads_declare_and_nothing_heavy_otherwise():
+    """uproot and awkward cost ~0.6 s of CPU to import: only a run with a workload that reads ROOT files has its
+    fork server import them (before any client, so no client imports them inside a timed region)."""
+    from storeval.engine.forkserver import PRELOAD, client_context
+    from storeval.workloads import preload_of
+
+    assert preload_of(["bandwidth", "metadata", "copy", "command"]) == ()
+    assert preload_of(["bandwidth", "skim", "jobs", "skim", "replay"]) == ("awkward", "uproot")
+    from multiprocessing import forkserver
+
+    client_context(preload_of(["skim"]))  # the fork server is one per process: what its next start imports
+    assert forkserver._forkserver._preload_modules == [*PRELOAD, "awkward", "uproot"]
+    client_context(preload_of(["bandwidth"]))
+    assert forkserver._forkserver._preload_modules == list(PRELOAD)
+    assert "uproot" not in PRELOAD and "storeval.engine.local" in PRELOAD

@@ -163,8 +163,8 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self) -> None:
-        self.ctx = client_context()
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+        self.ctx = client_context(preload)
 
     def describe_hosts(self) -> list[dict[str, Any]]:
         """The one host every client runs on."""

@@ -4,6 +4,8 @@ and report (``Workload.report``); a class that declares no report figures is ref
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..errors import InputError
 from ..plugins import Plugin, Registry
 from .base import ClientContext, Params, Workload, check_workload
@@ -47,4 +49,9 @@ def make_workload(kind: str, params: dict | Params) -> Workload:
     return cls(params if isinstance(params, cls.Params) else cls.Params.model_validate(params))
 
 
-__all__ = ["WORKLOADS", "make_workload", "register_workload", "workload_class", "Workload", "Params", "ClientContext"]
+def preload_of(kinds: Iterable[str]) -> tuple[str, ...]:
+    """The heavy modules the clients of these workload kinds use (``Workload.preload``), each once, in order."""
+    return tuple(dict.fromkeys(m for kind in dict.fromkeys(kinds) for m in workload_class(kind).preload))
+
+
+__all__ = ["WORKLOADS", "make_workload", "preload_of", "register_workload", "workload_class", "Workload", "Params", "ClientContext"]

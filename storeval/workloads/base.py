@@ -405,6 +405,10 @@ class Workload(ABC):
     PHASES: ClassVar[tuple[str, ...]]
     summary: ClassVar[str] = ""
     report: ClassVar[Report | None] = None  # what the reports show of it (required: see check_workload)
+    # heavy modules its clients use (imported on first use, storeval.lazy): the fork server imports them before a
+    # run's first client is born, so no client pays that import inside a timed region, and a run without this
+    # workload does not pay it at all
+    preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: Params) -> None:
         self.p = params

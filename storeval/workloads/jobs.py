@@ -126,6 +126,7 @@ def output_tree(selected: Any) -> dict[str, Any]:
 
 class Jobs(Workload):
     kind = "jobs"
+    preload = ("awkward", "uproot")  # the ROOT files' reader
     Params = JobsParams
     PHASES = ("jobs",)
     summary = "HEPiX fixed-time jobs: events/s per job and in aggregate in the steady window, write-back (seed 000 §6)"

@@ -502,6 +502,7 @@ def _bytes_text(r: Any) -> str:
 
 class Replay(Workload):
     kind = "replay"
+    preload = ("awkward", "uproot")  # the ROOT files' reader
     Params = ReplayParams
     PHASES = ("replay",)
     summary = "a recorded application's reads and writes replayed open- or closed-loop (seed 003)"

@@ -302,6 +302,7 @@ def burn_cpu(seconds: float) -> None:
 
 class Skim(Workload):
     kind = "skim"
+    preload = ("awkward", "uproot")  # the ROOT files' reader
     Params = SkimParams
     PHASES = ("skim",)
     summary = "a ROOT physics skim through uproot: events/s, CPU efficiency, read amplification (seeds 000, 003)"
