@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
 import re
 import sys
@@ -16,17 +19,41 @@ ALLOWED_SKIPS_FILE = Path(__file__).with_name("skips-allowed.txt")
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+@contextlib.contextmanager
+def _exclusively(lock: Path):
+    """Hold an exclusive ``flock`` on ``lock``: what one worker of a side-by-side run makes for all of them."""
+    import fcntl
+
+    with open(lock, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
-def default_study_run(tmp_path_factory):
+def default_study_run(tmp_path_factory, pytestconfig):
     """`storeval run` with no arguments, once per session: the default quick study (bandwidth, metadata and skim at
     1 and 2 clients, 3 repetitions) on the file system of a fresh directory — what command 1 runs. Every test that
     checks what that run leaves, prints or draws reads this one run: (its directory, its result, its JSON path
-    outside that directory)."""
-    from .helpers import storeval
+    outside that directory). Side by side, the first worker that needs it runs it and the others read the same
+    run (they only read it)."""
+    from .helpers import Result, storeval
 
-    work = tmp_path_factory.mktemp("default-run")
-    out = tmp_path_factory.mktemp("default-run-json") / "out.json"
-    return work, storeval("run", "--json", str(out), cwd=work, timeout=900), out
+    shared = _lock_dir(pytestconfig)
+    if shared is None:
+        work = tmp_path_factory.mktemp("default-run")
+        out = tmp_path_factory.mktemp("default-run-json") / "out.json"
+        return work, storeval("run", "--json", str(out), cwd=work, timeout=900), out
+    base = shared / "default-run"
+    work, out, saved = base / "work", base / "out.json", base / "result.json"
+    with _exclusively(shared / "default-run.lock"):
+        if not saved.exists():
+            work.mkdir(parents=True, exist_ok=True)
+            r = storeval("run", "--json", str(out), cwd=work, timeout=900)
+            saved.write_text(json.dumps(dataclasses.asdict(r)), encoding="utf-8")
+    return work, Result(**json.loads(saved.read_text(encoding="utf-8"))), out
 
 
 @pytest.fixture
@@ -37,18 +64,48 @@ def target(tmp_path: Path) -> Path:
     return d
 
 
+TESTBED_KINDS, TESTBED_OPTIONS = ["minio", "xrootd", "hdfs"], {"hdfs": {"datanodes": 1}}
+
+
 @pytest.fixture(scope="session")
-def testbed(tmp_path_factory):
-    """MinIO, XRootD and HDFS started once for the whole test session by storeval's own testbed code."""
+def testbed(tmp_path_factory, pytestconfig):
+    """MinIO, XRootD and HDFS started once for the whole test session by storeval's own testbed code. Side by
+    side, every worker uses the same testbed: the first that needs it brings it up, the last that leaves takes it
+    down (a count of its users beside it); tests only read it or work under prefixes of their own."""
     from storeval.testbed import Testbed
 
-    base = tmp_path_factory.mktemp("testbed")
+    quiet = lambda message: None  # noqa: E731
+    shared = _lock_dir(pytestconfig)
+    if shared is None:
+        base = tmp_path_factory.mktemp("testbed")
+        bed = Testbed(base / "servers", targets_file=base / "storeval-testbed.yaml")
+        try:
+            bed.up(TESTBED_KINDS, TESTBED_OPTIONS, log=quiet)
+            yield bed
+        finally:
+            bed.down(log=quiet)
+        return
+    base, lock = shared / "testbed", shared / "testbed.lock"
+    users = base / "users"
     bed = Testbed(base / "servers", targets_file=base / "storeval-testbed.yaml")
+    with _exclusively(lock):
+        base.mkdir(exist_ok=True)
+        count = int(users.read_text()) if users.exists() else 0
+        if count == 0:
+            try:
+                bed.up(TESTBED_KINDS, TESTBED_OPTIONS, log=quiet)
+            except BaseException:
+                bed.down(log=quiet)
+                raise
+        users.write_text(str(count + 1))
     try:
-        bed.up(["minio", "xrootd", "hdfs"], {"hdfs": {"datanodes": 1}}, log=lambda message: None)
         yield bed
     finally:
-        bed.down(log=lambda message: None)
+        with _exclusively(lock):
+            count = int(users.read_text()) - 1
+            users.write_text(str(count))
+            if count == 0:
+                bed.down(log=quiet)
 
 
 @pytest.fixture(scope="session")
@@ -127,10 +184,25 @@ def _install_test_environment() -> list[str]:
     return lines
 
 
+def _compile_storeval() -> None:
+    """Byte-compile storeval's own modules once. An editable install leaves them as sources, and where
+    PYTHONDONTWRITEBYTECODE is set (as on CI's machines) every one of the suite's thousands of storeval processes
+    would compile them again (~0.2 s of CPU each)."""
+    import compileall
+
+    import storeval
+
+    compileall.compile_dir(Path(storeval.__file__).parent, quiet=1, workers=1)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     config = session.config
-    if hasattr(config, "workerinput") or not _truthy(os.environ.get("STOREVAL_TEST_INSTALL", "1")):
-        return  # an xdist worker: the controller installed before it started
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller compiled and installed before it started
+    _compile_storeval()
+    if not _truthy(os.environ.get("STOREVAL_TEST_INSTALL", "1")):
+        return
     import time
 
     t0 = time.monotonic()
@@ -152,10 +224,12 @@ LONG_TESTS_S = {"test_readme.py": 2400, "test_seed_studies.py": 2400, "test_netw
 # The files that take longest (seconds of their tests, measured side by side on 2 cores), run first: xdist hands
 # files to workers in collection order, and a long file started last would leave the other workers idle while it
 # finishes. Any file not listed follows, in its usual order.
-SLOWEST_FILES = {"test_readme.py": 810, "test_seed_studies.py": 300, "test_report_page.py": 300,
-                 "test_fault_studies.py": 250, "test_testbed_cli.py": 200, "test_skim.py": 190,
-                 "test_network_targets.py": 185, "test_network_studies.py": 175, "test_replay.py": 165,
-                 "test_store_and_cli.py": 160, "test_command.py": 155, "test_jobs.py": 150, "test_report.py": 120}
+SLOWEST_FILES = {"test_readme.py": 860, "test_skim.py": 370, "test_report_page.py": 300, "test_seed_studies.py": 290,
+                 "test_report.py": 280, "test_jobs.py": 280, "test_fault_studies.py": 240,
+                 "test_outputs_and_store.py": 235, "test_network_targets.py": 215, "test_testbed_cli.py": 210,
+                 "test_command.py": 180, "test_store_and_cli.py": 180, "test_network_studies.py": 165,
+                 "test_replay.py": 150, "test_mpi.py": 120, "test_server_counters.py": 115, "test_testbed_ceph.py": 105,
+                 "test_testbed_ownership.py": 105, "test_mpi_nodes.py": 100, "test_testbed_glusterfs.py": 100}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -210,6 +284,20 @@ def pytest_runtest_protocol(item, nextitem):
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """The controller of a side-by-side run takes down the shared testbed if a worker that used it died before
+    leaving it (the last worker out takes it down otherwise)."""
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    base = config._tmp_path_factory.getbasetemp() / "testbed"
+    if (base / "servers").exists():
+        from storeval.testbed import Testbed
+
+        Testbed(base / "servers", targets_file=base / "storeval-testbed.yaml").down(log=lambda message: None)
+
+
 # ------------------------------------------------------------------------------------------------ skip policy
 # A skipped test is not a passed one. In a strict run (CI=true, STOREVAL_STRICT_SKIPS=1, or --strict-skips) a skip
 # is an error unless its reason matches a line of tests/skips-allowed.txt: a missing required part (the native
@@ -236,6 +324,8 @@ _config = None  # this session's config: the report hooks are not given it
 def pytest_configure(config):
     global _config
     _config = config
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # keep SLOWEST_FILES' order (xdist would sort files by test count)
     config._storeval_strict_skips = (config.getoption("strict_skips") or _truthy(os.environ.get("CI"))
                                      or _truthy(os.environ.get("STOREVAL_STRICT_SKIPS")))
     config._storeval_allowed_skips = _allowed_skip_patterns()

@@ -124,3 +124,22 @@ def test_side_by_side_an_exclusive_test_runs_alone_and_skips_are_still_judged_an
     worker = {name: w for name, _, _, w in lines}
     assert len({worker[f"p0.{i}"] for i in range(4)}) == 1 and len({worker[f"p1.{i}"] for i in range(4)}) == 1
     assert len(set(worker.values())) >= 2, worker
+
+
+def test_side_by_side_the_longest_files_start_first_whatever_their_test_counts(tmp_path):
+    """xdist sorts files by their number of tests unless told not to; the suite keeps its own order (conftest's
+    SLOWEST_FILES, the longest first), so no long file starts last. Here one worker takes the files in turn:
+    the two listed files first, longest first, though another file has more tests."""
+    files = {"test_many.py": STAMPED + "".join(f"\ndef test_m{i}():\n    _stamp('many')\n" for i in range(6)),
+             "test_skim.py": STAMPED + "\ndef test_s():\n    _stamp('skim')\n",
+             "test_readme.py": STAMPED + "\ndef test_r():\n    _stamp('readme')\n"}
+    tree = _tree(tmp_path, files)
+    stamps = tmp_path / "stamps"
+    os.environ["STAMPS"] = str(stamps)
+    try:
+        r = _pytest(tree, "-n", "1", "--dist", "loadfile", ci=True)
+    finally:
+        del os.environ["STAMPS"]
+    assert r.returncode == 0, r.stdout[-3000:]
+    order = [line.split()[0] for line in stamps.read_text().splitlines()]
+    assert order == ["readme", "skim"] + ["many"] * 6
