@@ -64,48 +64,20 @@ def target(tmp_path: Path) -> Path:
     return d
 
 
-TESTBED_KINDS, TESTBED_OPTIONS = ["minio", "xrootd", "hdfs"], {"hdfs": {"datanodes": 1}}
-
-
 @pytest.fixture(scope="session")
-def testbed(tmp_path_factory, pytestconfig):
+def testbed(tmp_path_factory):
     """MinIO, XRootD and HDFS started once for the whole test session by storeval's own testbed code. Side by
-    side, every worker uses the same testbed: the first that needs it brings it up, the last that leaves takes it
-    down (a count of its users beside it); tests only read it or work under prefixes of their own."""
+    side, each worker has its own: many tests compare a server's own counters (MinIO's metrics, a datanode's JMX)
+    with exactly what their clients moved, which another worker's traffic would change."""
     from storeval.testbed import Testbed
 
-    quiet = lambda message: None  # noqa: E731
-    shared = _lock_dir(pytestconfig)
-    if shared is None:
-        base = tmp_path_factory.mktemp("testbed")
-        bed = Testbed(base / "servers", targets_file=base / "storeval-testbed.yaml")
-        try:
-            bed.up(TESTBED_KINDS, TESTBED_OPTIONS, log=quiet)
-            yield bed
-        finally:
-            bed.down(log=quiet)
-        return
-    base, lock = shared / "testbed", shared / "testbed.lock"
-    users = base / "users"
+    base = tmp_path_factory.mktemp("testbed")
     bed = Testbed(base / "servers", targets_file=base / "storeval-testbed.yaml")
-    with _exclusively(lock):
-        base.mkdir(exist_ok=True)
-        count = int(users.read_text()) if users.exists() else 0
-        if count == 0:
-            try:
-                bed.up(TESTBED_KINDS, TESTBED_OPTIONS, log=quiet)
-            except BaseException:
-                bed.down(log=quiet)
-                raise
-        users.write_text(str(count + 1))
     try:
+        bed.up(["minio", "xrootd", "hdfs"], {"hdfs": {"datanodes": 1}}, log=lambda message: None)
         yield bed
     finally:
-        with _exclusively(lock):
-            count = int(users.read_text()) - 1
-            users.write_text(str(count))
-            if count == 0:
-                bed.down(log=quiet)
+        bed.down(log=lambda message: None)
 
 
 @pytest.fixture(scope="session")
@@ -282,20 +254,6 @@ def pytest_runtest_protocol(item, nextitem):
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session, exitstatus):
-    """The controller of a side-by-side run takes down the shared testbed if a worker that used it died before
-    leaving it (the last worker out takes it down otherwise)."""
-    config = session.config
-    if hasattr(config, "workerinput"):
-        return
-    base = config._tmp_path_factory.getbasetemp() / "testbed"
-    if (base / "servers").exists():
-        from storeval.testbed import Testbed
-
-        Testbed(base / "servers", targets_file=base / "storeval-testbed.yaml").down(log=lambda message: None)
 
 
 # ------------------------------------------------------------------------------------------------ skip policy
