@@ -141,6 +141,31 @@ def test_a_hung_rank_is_named_and_the_job_aborted(tmp_path):
     assert f"cell 0 (broken · bw · 4 clients) failed: {message}" in r.out.replace("\n", "")
 
 
+@needs_mpiexec
+def test_a_rank_stranded_at_a_barrier_its_peers_never_reach_is_named_and_the_job_aborted(tmp_path):
+    """A plug-in whose client 0 takes one barrier more than the others: they finish the cell, rank 0 waits at
+    a barrier nobody will reach, and the wait is timed like work from then on."""
+    from .test_plugins import WORKLOAD, make_package
+
+    uneven = WORKLOAD.replace("        log.flush()\n", "        log.flush()\n        if c.rank == 0:\n"
+                                                         "            c.comm.barrier()\n")
+    site = make_package(tmp_path / "site", uneven)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "s.yaml").write_text(f"targets: {{t: {{url: 'dir://{tmp_path / 't'}'}}}}\nworkloads: {{w: touch}}\n"
+                                     "clients: [2]\nphase_timeout: 3s\n")
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(site)}
+    r = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "storeval", "run", "s.yaml", "--quiet"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)  # a hang guard only
+    assert r.returncode != 0
+    message = (f"client 0 (rank 0 on {HOST}) waited at a barrier after touch for the phase timeout of 3 s after "
+               "client 1 had finished the cell: the clients did not take the same steps (a workload that calls "
+               "comm.barrier() a different number of times on different clients)")
+    assert f"error: {message}; the job is aborted" in r.stderr, r.stderr
+    with duckdb.connect(str(tmp_path / "storeval-results" / "storeval.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT status, error FROM cells").fetchall() == [("failed", message)]
+    assert os.listdir(tmp_path / "t") == []
+
+
 def _watch_file(proc: subprocess.Popen, results: Path, phase: str, target: Path) -> dict:
     """The coordinator's watchdog state once the cell is in ``phase`` (the clients' PIDs are there) and its
     clients have written data — waited for as long as the run goes on (a busy machine is slow)."""
