@@ -54,4 +54,5 @@ def preload_of(kinds: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m for kind in dict.fromkeys(kinds) for m in workload_class(kind).preload))
 
 
-__all__ = ["WORKLOADS", "make_workload", "preload_of", "register_workload", "workload_class", "Workload", "Params", "ClientContext"]
+__all__ = ["WORKLOADS", "make_workload", "preload_of", "register_workload", "workload_class", "Workload", "Params",
+           "ClientContext"]
