@@ -49,7 +49,9 @@ CLOCK_PATIENCE = 2.0  # seconds rank 0 waits for the end-of-cell clock answers o
 BEAT_EVERY = 0.2  # seconds between two progress reports of a rank, at most
 ALIVE_EVERY = 1.0  # seconds between two reports of a rank that made no progress: it still answers
 SILENCE = 30.0  # seconds without a word from a working rank before it is taken for lost (its host down or gone)
-WAITING, FINISHED = 1, 2  # a rank's state in its progress report (0: working)
+# a rank's state in its progress report (0: working); DONE: its client finished the cell, its clocks and results
+# follow (not timed like work, and a peer still waiting at a barrier then waits for nothing)
+WAITING, FINISHED, DONE = 1, 2, 3
 MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "HYDRA_CONTROL_FD")
 
 
@@ -324,6 +326,7 @@ def participate(job: Job, ranks: list[int], leaders: set[int],
     finally:
         stop.set()
         listener.join(timeout=1)
+        w.send((comm.cell, progress[comm.base + P_BEAT], DONE), dest=0, tag=TAG_BEAT)
         if sampler is not None:
             rows = sampler.stop(GRACE_SECONDS if not (STOP.is_set() or comm.aborted.is_set()) else 1.0)
     # the offsets again: how far the clocks drifted over the cell (a rank that failed may not answer)
@@ -626,11 +629,11 @@ class _MpiWatch(Watch):
         """A working rank without progress for the phase timeout has hung (RankHung). A rank waiting at a barrier
         is excused while its peers are on their way; once a peer has finished the cell that barrier can never
         complete, and the wait is timed like work."""
-        finished = [r for r in self.ranks if self.beats[r][1] == FINISHED or r in self.results]
+        finished = [r for r in self.ranks if self.beats[r][1] in (DONE, FINISHED) or r in self.results]
         timed = []
         for r in self.ranks:
             state = self.beats[r][1]
-            if r in self.results or state == FINISHED or (state == WAITING and not finished):
+            if r in self.results or state in (DONE, FINISHED) or (state == WAITING and not finished):
                 clock.forget(r)
             else:
                 timed.append(r)
