@@ -409,6 +409,7 @@ class MpiEngine:
             watch.loop(t, on_progress, sampler)
         except RankHung as e:  # the job cannot go on: the caller cleans up, stores and aborts it
             STOP.set()
+            t.join(GRACE_SECONDS)  # rank 0's own client removes what it made: not while the caller cleans the cell
             if sampler is not None:
                 sampler.stop(1.0)
             return CellOutcome(status="failed", error=str(e), failed_step=e.step, fatal=True,
@@ -646,10 +647,7 @@ class _MpiWatch(Watch):
             raise RankHung(f"{who} hung in {self.label(step)} (no progress for the phase timeout of "
                            f"{self.timeout:g} s)", stuck, step)
         done = ", ".join(f"client {self.ranks.index(r)}" for r in finished)
-        where = f"in {self.label(step)}" if step is not None else f"after {self.label(self.steps[-1])}"
-        raise RankHung(f"{who} waited at a barrier {where} for the phase timeout of {self.timeout:g} s after {done} "
-                       "had finished the cell: the clients did not take the same steps (a workload that calls "
-                       "comm.barrier() a different number of times on different clients)", stuck, step)
+        raise RankHung(self.stranded(who, step, done), stuck, step)
 
     def check_answering(self) -> None:
         """A rank that has not finished and sent no word for SILENCE seconds (its listener reports at least every
