@@ -94,6 +94,18 @@ def _stamp(name):
 '''
 
 
+def _stamped_run(tmp_path: Path, files: dict[str, str], workers: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """The throw-away tree of ``files`` run on ``workers`` xdist workers in a strict run; the file its tests
+    stamped (name, start, end, worker per line)."""
+    tree = _tree(tmp_path, files)
+    stamps = tmp_path / "stamps"
+    os.environ["STAMPS"] = str(stamps)
+    try:
+        return _pytest(tree, "-n", workers, "--dist", "loadfile", ci=True), stamps
+    finally:
+        del os.environ["STAMPS"]
+
+
 def test_side_by_side_an_exclusive_test_runs_alone_and_skips_are_still_judged_and_listed(tmp_path):
     """The suite's own run (README: -n 3 --dist loadfile) on the throw-away tree: every test of three files runs
     on its worker, the exclusive one never overlaps another; a worker's skips are failed or allowed as in one
@@ -103,13 +115,7 @@ def test_side_by_side_an_exclusive_test_runs_alone_and_skips_are_still_judged_an
     files["test_alone.py"] = STAMPED + ("\ndef test_first():\n    _stamp('before')\n"
                                         "\n@pytest.mark.exclusive\ndef test_alone():\n    _stamp('alone')\n")
     files["test_mixed.py"] = MIXED
-    tree = _tree(tmp_path, files)
-    stamps = tmp_path / "stamps"
-    os.environ["STAMPS"] = str(stamps)
-    try:
-        r = _pytest(tree, "-n", "3", "--dist", "loadfile", ci=True)
-    finally:
-        del os.environ["STAMPS"]
+    r, stamps = _stamped_run(tmp_path, files, "3")
     out = r.stdout
     assert r.returncode == 1 and "1 failed, 11 passed, 1 skipped" in out, out[-3000:]
     assert "FAILED test_mixed.py::test_missing_part - skipped in a strict run: xrootd cannot be installed here" in out
@@ -133,13 +139,7 @@ def test_side_by_side_the_longest_files_start_first_whatever_their_test_counts(t
     files = {"test_many.py": STAMPED + "".join(f"\ndef test_m{i}():\n    _stamp('many')\n" for i in range(6)),
              "test_skim.py": STAMPED + "\ndef test_s():\n    _stamp('skim')\n",
              "test_readme.py": STAMPED + "\ndef test_r():\n    _stamp('readme')\n"}
-    tree = _tree(tmp_path, files)
-    stamps = tmp_path / "stamps"
-    os.environ["STAMPS"] = str(stamps)
-    try:
-        r = _pytest(tree, "-n", "1", "--dist", "loadfile", ci=True)
-    finally:
-        del os.environ["STAMPS"]
+    r, stamps = _stamped_run(tmp_path, files, "1")
     assert r.returncode == 0, r.stdout[-3000:]
     order = [line.split()[0] for line in stamps.read_text().splitlines()]
     assert order == ["readme", "skim"] + ["many"] * 6

@@ -288,11 +288,15 @@ class Watch:
                                       f"of {self.timeout:g} s); all clients stopped")
         else:
             done = ", ".join(str(r) for r in sorted(self.finished))
-            where = f"in {self.label(step)}" if step is not None else f"after {self.label(self.steps[-1])}"
-            self.fail("failed", step, f"client {who} waited at a barrier {where} for the phase timeout "
-                                      f"of {self.timeout:g} s after client {done} had finished the cell: the clients "
-                                      "did not take the same steps (a workload that calls comm.barrier() a different "
-                                      "number of times on different clients); all clients stopped")
+            self.fail("failed", step, f"{self.stranded(f'client {who}', step, f'client {done}')}; all clients stopped")
+
+    def stranded(self, who: str, step: tuple[str, int] | None, done: str) -> str:
+        """Why clients ``who`` failed: they waited at a barrier in (or after) ``step`` that ``done``, having
+        finished the cell, will never reach."""
+        where = f"in {self.label(step)}" if step is not None else f"after {self.label(self.steps[-1])}"
+        return (f"{who} waited at a barrier {where} for the phase timeout of {self.timeout:g} s after {done} had "
+                "finished the cell: the clients did not take the same steps (a workload that calls comm.barrier() "
+                "a different number of times on different clients)")
 
     def wait_for_exit(self, procs: list, out: Any) -> None:
         """Clients that finished exit once their last messages are flushed; wait while they do."""
