@@ -83,6 +83,7 @@ def test_writes_without_fsync_are_warned_about(tmp_path, target):
     assert "write-back" in [w["code"] for w in phases(doc)["write"]["warnings"]]
 
 
+@pytest.mark.exclusive  # another test's run drops the whole machine's page cache and reads the same device
 @needs_root
 @needs_device
 def test_reread_after_a_drop_comes_from_the_device_and_with_keep_cache_from_memory(tmp_path, target):

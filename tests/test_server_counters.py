@@ -147,6 +147,7 @@ def test_foreign_loopback_traffic_does_not_change_what_the_server_moved(tmp_path
     assert not any(w["code"] == "shared-interface" for p in phases(doc).values() for w in p["warnings"])
 
 
+@pytest.mark.exclusive  # another test's run drops the whole machine's page cache between the write and the read
 @needs_root
 def test_a_read_served_by_the_servers_page_cache_is_flagged_and_a_cold_one_is_not(tmp_path, xrootd):
     entry = xrootd.targets()["xrootd"]
