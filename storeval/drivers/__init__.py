@@ -1,32 +1,23 @@
 """Drivers by URL scheme, and turning a target URL into a driver.
 
-Drivers are storeval's own and every installed package's, registered through the ``storeval.drivers``
-entry points (the name is the URL scheme; see ``storeval/plugins.py``). Each is imported on first use:
-`storeval --help` stays fast, and a client library that is missing (an extra not installed: ``pip install
-'storeval[s3]'``) or fails to load affects only the targets of its scheme. Every target URL is split by
-``drivers/url.py`` against the parts its driver declares (``Driver.url_parts``): what a driver would ignore
-is refused, never dropped.
+Drivers are storeval's own and every installed package's, registered only through the ``storeval.drivers``
+entry points (the name is the URL scheme; see ``storeval/plugins.py``; storeval's own are in its
+``pyproject.toml``). Each is imported on first use: `storeval --help` stays fast, and a client library that
+is missing (an extra not installed: ``pip install 'storeval[s3]'``) or fails to load affects only the targets
+of its scheme. Every target URL is split by ``drivers/url.py`` against the parts its driver declares
+(``Driver.url_parts``): what a driver would ignore is refused, never dropped.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
 from urllib.parse import quote, urlsplit
 
 from ..errors import InputError
-from ..plugins import MissingExtra, Plugin, PluginError, entry_points
+from ..plugins import MissingExtra, Plugin, PluginError, Registry
 from ..redact import redact_text, visible
 from .base import Capabilities, Driver, DriverOptions, FastOps, Handle, StatResult, join
 from .url import ParsedUrl, parse_url
-
-BUILTIN: dict[str, str] = {
-    "file": "storeval.drivers.posix:PosixDriver",
-    "null": "storeval.drivers.null:NullDriver",
-    "s3": "storeval.drivers.s3:S3Driver",
-    "root": "storeval.drivers.xrootd:XrootdDriver",
-    "hdfs": "storeval.drivers.hdfs:HdfsDriver",
-}
 
 
 class NeedsExtra(InputError):
@@ -37,38 +28,6 @@ class NeedsExtra(InputError):
         super().__init__(f"target {shown} {self.need}")
 
 
-class _Drivers(Mapping):
-    """URL scheme → ``module:Class`` of its driver, read from the entry points on first use (nothing imported)."""
-
-    def __init__(self) -> None:
-        self._plugins: dict[str, Plugin] | None = None
-        self.classes: dict[str, type[Driver]] = {}
-
-    def plugins(self) -> dict[str, Plugin]:
-        if self._plugins is None:
-            self._plugins = entry_points("drivers", BUILTIN)
-        return self._plugins
-
-    def __getitem__(self, scheme: str) -> str:
-        return self.plugins()[scheme].value
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.plugins())
-
-    def __len__(self) -> int:
-        return len(self.plugins())
-
-
-DRIVERS = _Drivers()
-
-
-def register_driver(cls: type[Driver], package: str = "?") -> None:
-    """Add a driver class under its ``scheme`` (PluginError, one line, if it is not a Driver)."""
-    _check_driver(cls, Plugin(getattr(cls, "scheme", "?"), f"{cls.__module__}:{cls.__qualname__}", package))
-    DRIVERS.plugins()[cls.scheme] = Plugin(cls.scheme, f"{cls.__module__}:{cls.__qualname__}", package)
-    DRIVERS.classes[cls.scheme] = cls
-
-
 def _check_driver(cls: object, plugin: Plugin) -> None:
     where = f"driver '{plugin.name}://' of package {plugin.package}"
     if not (isinstance(cls, type) and issubclass(cls, Driver)):
@@ -76,6 +35,15 @@ def _check_driver(cls: object, plugin: Plugin) -> None:
     if getattr(cls, "scheme", None) != plugin.name:
         raise PluginError(f"{where}: its class says scheme = {getattr(cls, 'scheme', None)!r}; the entry point's "
                           f"name and the class's scheme must be the same")
+
+
+# scheme -> driver class; every scheme is listed without importing anything, each driver imported when used
+DRIVERS: Registry = Registry("drivers", _check_driver, lazy=True)
+
+
+def register_driver(cls: type[Driver], package: str = "?") -> None:
+    """Add a driver class under its ``scheme`` (PluginError, one line, if it is not a Driver)."""
+    DRIVERS.register(getattr(cls, "scheme", "?"), cls, package)
 
 
 def normalize_url(url: str) -> str:
@@ -88,25 +56,20 @@ def normalize_url(url: str) -> str:
 def driver_class(url: str) -> type[Driver]:
     scheme = urlsplit(url).scheme
     shown = visible(redact_text(url))
-    if scheme in DRIVERS.classes:
-        return DRIVERS.classes[scheme]
     if scheme not in DRIVERS:
         known = ", ".join(f"{s}://" for s in sorted(DRIVERS))
         raise InputError(f"target {shown}: unknown scheme '{visible(scheme)}://' (known: {known})")
-    plugin = DRIVERS.plugins()[scheme]
     try:
-        cls = plugin.load()
-        _check_driver(cls, plugin)
+        return DRIVERS[scheme]
     except MissingExtra as e:
         raise NeedsExtra(shown, e) from None
     except PluginError as e:
         raise InputError(f"target {shown}: {e}") from None
     except Exception as e:  # noqa: BLE001 - a driver package's own failure, whatever it is, is one line
+        package = DRIVERS.plugins()[scheme].package
         first = (str(e).strip().splitlines() or [""])[0]
-        raise InputError(f"target {shown}: the {scheme}:// driver of package {plugin.package} cannot load "
-                         f"({type(e).__name__}{': ' + first if first else ''}); reinstall {plugin.package}") from None
-    DRIVERS.classes[scheme] = cls
-    return cls
+        raise InputError(f"target {shown}: the {scheme}:// driver of package {package} cannot load "
+                         f"({type(e).__name__}{': ' + first if first else ''}); reinstall {package}") from None
 
 
 def target_url(url: str) -> ParsedUrl:

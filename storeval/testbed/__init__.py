@@ -26,7 +26,6 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -38,22 +37,28 @@ from typing import Any
 
 import yaml
 
-from .base import Server, ServerState, TestbedError, save_json
+from ..plugins import Plugin, PluginError, Registry
+from .base import Server, ServerState, TestbedError, save_json, use_registry
 from .netns import Taken
 from .network import LinkSettings, Network
 from .owned import FOREIGN, Ledger, Left, NotOwned, describe
 
-# kind -> "module:Class"; imported on use so a missing optional piece only affects its own server
-SERVERS: dict[str, str] = {
-    "minio": "storeval.testbed.minio:MinioServer",
-    "minio-ec": "storeval.testbed.minio:MinioECServer",
-    "xrootd": "storeval.testbed.xrootd:XrootdServer",
-    "hdfs": "storeval.testbed.hdfs:HdfsServer",
-    "glusterfs": "storeval.testbed.glusterfs:GlusterServer",
-    "ceph": "storeval.testbed.ceph:CephServer",
-    "nfs": "storeval.testbed.nfs:NfsServer",
-    "slurm": "storeval.testbed.slurm:SlurmServer",
-}
+# storeval's own systems in the order every list names them (the entry points' metadata is sorted by name);
+# tests/test_registry.py holds it equal to the storeval.testbed entry points of pyproject.toml
+LISTED = ("minio", "minio-ec", "xrootd", "hdfs", "glusterfs", "ceph", "nfs", "slurm")
+
+
+def _check_server(cls: object, plugin: Plugin) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Server)):
+        raise PluginError(f"testbed system '{plugin.name}' of package {plugin.package} is not a "
+                          "storeval.testbed.base.Server subclass; it is left out")
+
+
+# kind -> Server class: storeval's own and every installed package's, through the storeval.testbed entry points
+# only (storeval/plugins.py), imported on first use; one that fails to load is left out with one warning line
+SERVERS: Registry = Registry("testbed", _check_server, first=LISTED, warn_refused=True)
+use_registry(lambda: SERVERS.values())  # base.placeable_kinds reads the classes through this
+
 DEFAULT_DIR = "storeval-testbed"
 TARGETS_FILE = "storeval-testbed.yaml"
 STATE_FILE = "state.json"
@@ -70,9 +75,10 @@ def _settings(options: dict[str, Any]) -> str:
 
 def server_class(kind: str) -> type[Server]:
     if kind not in SERVERS:
-        raise TestbedError(f"unknown testbed server '{kind}' (known: {', '.join(SERVERS)})")
-    module, name = SERVERS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+        why = SERVERS.refused.get(kind)
+        raise TestbedError(f"testbed system '{kind}' cannot be used: {why}" if why else
+                           f"unknown testbed server '{kind}' (known: {', '.join(SERVERS)})")
+    return SERVERS[kind]
 
 
 def _claims_state(rule: str, parts: tuple[str, ...], st: os.stat_result) -> bool:

@@ -1,6 +1,7 @@
 """Workloads by kind: storeval's own and every installed package's, through the ``storeval.workloads`` entry
-points (see ``storeval/plugins.py``), loaded on first use. A workload is one file: its parameters, steps
-and report (``Workload.report``); a class that declares no report figures is refused in one line."""
+points only (``storeval/plugins.py``; storeval's own are in its ``pyproject.toml``), loaded on first use. A
+workload is one file: its parameters, steps and report (``Workload.report``); a class that declares no report
+figures is refused in one line."""
 
 from __future__ import annotations
 
@@ -10,22 +11,12 @@ from ..errors import InputError
 from ..plugins import Plugin, Registry
 from .base import ClientContext, Params, Workload, check_workload
 
-BUILTIN = {
-    "bandwidth": "storeval.workloads.bandwidth:Bandwidth",
-    "metadata": "storeval.workloads.metadata:Metadata",
-    "copy": "storeval.workloads.copy:Copy",
-    "skim": "storeval.workloads.skim:Skim",
-    "command": "storeval.workloads.command:Command",
-    "jobs": "storeval.workloads.jobs:Jobs",
-    "replay": "storeval.workloads.replay:Replay",
-}
-
 
 def _check(cls: object, plugin: Plugin) -> None:
     check_workload(cls, plugin.name, plugin.package)
 
 
-WORKLOADS: Registry = Registry("workloads", BUILTIN, _check)
+WORKLOADS: Registry = Registry("workloads", _check)
 
 
 def register_workload(cls: type[Workload], package: str = "?") -> None:
