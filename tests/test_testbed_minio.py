@@ -22,6 +22,7 @@ from obstore.store import S3Store
 
 from storeval.testbed import Testbed
 import storeval.testbed.minio as minio_module
+import storeval.testbed.base as base_module
 from storeval.testbed.base import ServerState, TestbedError, cache_dir, port_open
 from storeval.testbed.minio import (BUCKET, MINIO_VERSION, MinioECServer, MinioServer, create_bucket,
                                     install_minio)
@@ -207,7 +208,7 @@ def test_stop_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_start_retries_on_a_taken_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_pick = minio_module._pick_ports
+    real_pick = base_module.pick_ports
     calls: list[list[int]] = []
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
@@ -219,7 +220,7 @@ def test_start_retries_on_a_taken_port(tmp_path: Path, monkeypatch: pytest.Monke
             calls.append(ports)
             return [busy, *ports[1:]] if len(calls) == 1 else ports
 
-        monkeypatch.setattr(minio_module, "_pick_ports", pick)
+        monkeypatch.setattr(base_module, "pick_ports", pick)
         server = MinioServer(tmp_path / "minio")
         try:
             server.start()
@@ -282,7 +283,7 @@ def test_ec_round_trip_and_node_failure(minio_ec: MinioECServer) -> None:
     assert obstore.get(store, "testbed/ec.bin").bytes().to_bytes() == data  # EC:2 — one node may be missing
     obstore.put(store, "testbed/ec-degraded.bin", b"written with node 3 down")  # write quorum is 3 of 4
 
-    minio_ec.start_node(3)
+    minio_ec.start_node("node3")
     assert minio_ec.node_alive(3) and minio_ec.alive()
     assert minio_ec.state.procs[2].pid != old.pid
     minio_ec.wait_ready(timeout=60)
@@ -299,7 +300,7 @@ def test_ec_state_round_trips(minio_ec: MinioECServer) -> None:
     old = minio_ec.state.procs[0]
     again.stop_node(1)
     assert not old.alive() and not again.node_alive(1)
-    again.start_node(1)
+    again.start_node("node1")
     minio_ec.state = again.state  # the fixture's teardown must stop the new node 1
     assert again.node_alive(1) and again.state.procs[0].pid != old.pid
     again.wait_ready(timeout=60)

@@ -325,7 +325,7 @@ def _restart(name: str, server: Server) -> list[int]:
         return [0]
     if name == "minio-ec":
         _kill(server, 1)
-        server.start_node(2, timeout=BOUND)
+        server.start_node("node2", timeout=BOUND)
         return [1]
     if name == "xrootd":
         _kill(server, 0)

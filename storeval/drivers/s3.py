@@ -104,9 +104,10 @@ def _bucket_prefix(url: str) -> tuple[str, str]:
     return parsed.host, parsed.path.strip("/")
 
 
-def _credentials(o: S3Options) -> tuple[str | None, str | None, str]:
+def credentials(o: S3Options) -> tuple[str | None, str | None, str]:
     """(access key, secret key, where they came from) — the source is safe to show, the keys are not (they are
-    registered, so every message and record of this process masks them)."""
+    registered, so every message and record of this process masks them). The one place S3 keys are read: the
+    driver, and whatever else needs a target's keys (the server's metrics, probes/reported.py), call this."""
     if o.access_key_env or o.secret_key_env:
         key, secret = os.environ.get(o.access_key_env or ""), os.environ.get(o.secret_key_env or "")
         source = f"environment variables {o.access_key_env}/{o.secret_key_env}"
@@ -169,7 +170,7 @@ class S3Driver(Driver):
                 raise InputError(f"credentials_file {path} has no profile [{options.profile}] with aws_access_key_id")
         if options.part_size < 5 << 20:
             raise InputError("part_size must be at least 5MiB (the S3 minimum for multipart parts)")
-        _credentials(options)  # known from now on, so nothing this process stores or prints can show them
+        credentials(options)  # known from now on, so nothing this process stores or prints can show them
 
     # -- sessions ---------------------------------------------------------------------------------
     def address(self) -> str:
@@ -205,7 +206,7 @@ class S3Driver(Driver):
 
     def connect(self) -> None:
         o = self.options
-        key, secret, self._source = _credentials(o)
+        key, secret, self._source = credentials(o)
         kwargs: dict[str, Any] = {"region": o.region, "virtual_hosted_style_request": o.virtual_hosted}
         if o.endpoint:
             kwargs["endpoint"] = o.endpoint
@@ -260,9 +261,9 @@ class S3Driver(Driver):
 
     def tool_env(self) -> dict[str, str]:
         """The standard AWS variables from this target's credentials, endpoint and region (aws-cli ≥ 1.29 reads
-        AWS_ENDPOINT_URL). The keys were registered with ``redact`` when they were read (``_credentials``)."""
+        AWS_ENDPOINT_URL). The keys were registered with ``redact`` when they were read (``credentials``)."""
         o = self.options
-        key, secret, source = _credentials(o)
+        key, secret, source = credentials(o)
         env = {"AWS_DEFAULT_REGION": o.region, "AWS_REGION": o.region}
         if o.endpoint:
             env["AWS_ENDPOINT_URL"] = o.endpoint

@@ -24,6 +24,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import random
 import re
 import secrets
 import signal
@@ -33,6 +34,7 @@ import threading
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -141,11 +143,76 @@ def check_host_name(kind: str, host: Any) -> str:
     return host
 
 
+# The registered server classes, in the registry's order: the registry (the package, testbed/__init__.py) hands
+# them over with use_registry when it is imported, so this module, which the package imports, never imports it.
+_registered: Callable[[], Iterable[type[Server]]] = tuple
+
+
+def use_registry(classes: Callable[[], Iterable[type[Server]]]) -> None:
+    """Called by the registry of testbed kinds: ``classes()`` yields every registered Server class in order."""
+    global _registered
+    _registered = classes
+
+
 def placeable_kinds() -> list[str]:
     """The testbed kinds that can run on an emulated host (``host`` in their settings)."""
-    from . import SERVERS, server_class  # imported on use: the package imports this module
+    return [cls.kind for cls in _registered() if HOST_OPTION in cls.options_help]
 
-    return [k for k in SERVERS if HOST_OPTION in server_class(k).options_help]
+
+def _bind(family: int, host: str, port: int) -> socket.socket | None:
+    """A socket bound to ``host``:``port`` (held, so nothing else takes the port meanwhile), or None if taken."""
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.bind((host, port))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def pick_ports(n: int, host: str = LOCALHOST, netns: str | None = None) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 *and* ::1 (and ``host``, inside network namespace ``netns`` when
+    given: a placed server's), below the ephemeral port range when possible — for servers that bind every
+    loopback address, and for several ports that must all be free at once (:func:`free_ports` takes any).
+
+    MinIO binds its API port on every loopback address (127.0.0.1 and [::1], see getServerListenAddrs in
+    cmd/server-main.go), so a port free on 127.0.0.1 alone can still fail with "Specified port is already
+    in use" — the failure seen once on a "free" port. Ports below the ephemeral range are also never taken
+    as source ports by outgoing connections (nodes that dial each other) between choice and bind.
+    All ``n`` ports are held at once so none is returned twice."""
+    if netns is not None:
+        return in_netns(netns, lambda: pick_ports(n, host))
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    lo, hi = (20000, low - 1) if low > 21000 else (1024, 65535)
+    ipv6 = socket.has_ipv6 and (probe := _bind(socket.AF_INET6, "::1", 0)) is not None
+    if ipv6:
+        probe.close()
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        for _ in range(100 * n):
+            if len(ports) == n:
+                return ports
+            port = random.randint(lo, hi)
+            if port in ports or (s4 := _bind(socket.AF_INET, LOCALHOST, port)) is None:
+                continue
+            held.append(s4)
+            if host != LOCALHOST:
+                if (sh := _bind(socket.AF_INET, host, port)) is None:
+                    continue
+                held.append(sh)
+            if ipv6:
+                if (s6 := _bind(socket.AF_INET6, "::1", port)) is None:
+                    continue
+                held.append(s6)
+            ports.append(port)
+        raise TestbedError(f"no {n} free ports on {host} between {lo} and {hi}")
+    finally:
+        for s in held:
+            s.close()
 
 
 def wait_until(check, timeout: float, what: str, *, log: Path | None = None, interval: float = 0.2) -> None:
@@ -349,18 +416,27 @@ def apt_install(*packages: str) -> None:
             "apt-get install", env=env)
 
 
+FAULT_ACTIONS = ("stop", "cont", "kill", "start", "restart")  # what a fault plan may do to a server or a node
+SIGNAL_ACTIONS = ("stop", "cont", "kill")  # SIGSTOP, SIGCONT, SIGKILL to the recorded processes
+RESPAWN_WAIT = 120.0  # seconds a start of a killed server or node waits for it to answer again
+
+
 @dataclass
 class FaultNode:
-    """One part of a server that a fault plan can act on alone — a brick, an OSD, a data server. Its handle
-    is ``<kind>.<name>``; stop, cont and kill signal ``procs`` (indices of ``state.procs``); start and
-    restart call :meth:`Server.start_node`."""
+    """What a fault plan can act on: the whole server (:meth:`Server.fault_server`, its handle is the kind) or one
+    part of it alone — a brick, an OSD, a data server, a datanode (:meth:`Server.fault_nodes`, handle
+    ``<kind>.<name>``). stop, cont and kill signal ``procs`` (indices of ``state.procs``); start and restart call
+    :meth:`Server.respawn` (the whole server) or :meth:`Server.start_node`. A node that is no process of its own
+    (``inside``: a datanode in its cluster's JVM) is acted on by :meth:`Server.act_on_node` instead."""
 
-    name: str  # "brick2", "osd1", "ds2"
+    name: str  # "brick2", "osd1", "ds2"; the kind for the whole server
     description: str  # one line: "GlusterFS brick 2 of 4 (port 49153, /…/brick2)"
     procs: list[int]
     ports: list[int] = field(default_factory=list)
-    actions: tuple[str, ...] = ("stop", "cont", "kill", "start", "restart")
+    actions: tuple[str, ...] = FAULT_ACTIONS
     why_not: dict[str, str] = field(default_factory=dict)  # action -> why it is not offered
+    label: str = ""  # how messages name it ("minio-ec node 2"); default: "<kind> <name>", or the kind
+    inside: bool = False  # no process of its own: every action goes through Server.act_on_node
 
 
 def mounted(path: str | Path) -> bool:
@@ -511,6 +587,10 @@ class Server(ABC):
         """A TCP port free now where the server listens (its address, in its namespace)."""
         return free_port(self.address, self.netns_name)
 
+    def pick_ports(self, n: int) -> list[int]:
+        """``n`` ports free now where the server listens and on every loopback address (:func:`pick_ports`)."""
+        return pick_ports(n, self.address, self.netns_name) if self.placement else pick_ports(n)
+
     def _journal(self) -> None:
         if self.on_change is not None:
             self.on_change()
@@ -631,15 +711,49 @@ class Server(ABC):
         there is none, so `status` right after `up` finds it answering)."""
         return [f"{k} {v}" for k, v in self.state.ports.items() if not port_open(v, self.address)]
 
+    # -- faults: what `storeval testbed fault` and a study's fault plan act on (testbed/faults.py) ----------------
+    # The protocol: fault_server (the whole server), fault_nodes (its parts), respawn (the whole server again
+    # after a kill), start_node (one part again), act_on_node (a part that is no process of its own),
+    # fault_names (the handles that bring exited processes back). faults.py knows no kind: it signals the
+    # processes these name, and calls these methods for the rest.
+    no_respawn: ClassVar[str] = ""  # why a killed server of this kind cannot start again with its data, if known
+
+    @property
+    def respawns(self) -> bool:
+        """Whether a killed server of this kind starts again with its data (it implements :meth:`respawn`)."""
+        return type(self).respawn is not Server.respawn
+
+    def fault_server(self) -> FaultNode:
+        """The whole server as one fault handle, named by its kind: every process, the ports it was given; start
+        and restart where it :meth:`respawns`. Kinds override it for a better description or label."""
+        n = len(self.state.procs)
+        why = {"start": self.no_respawn, "restart": self.no_respawn} if self.no_respawn else {}
+        return FaultNode(self.kind, f"{self.kind} testbed server ({n} process{'es' if n > 1 else ''})",
+                         list(range(n)), [int(p) for p in self.state.ports.values()],
+                         FAULT_ACTIONS if self.respawns else SIGNAL_ACTIONS, why_not=why, label=self.kind)
+
     def fault_nodes(self) -> list[FaultNode]:
         """The parts of this server a fault plan can act on alone (:mod:`.faults` adds ``<kind>.<name>``
         handles for them); empty where only the whole server can be signalled."""
         return []
 
-    def start_node(self, name: str, timeout: float) -> None:
-        """Start the dead processes of the fault node ``name`` again with their data (replacing their entries
-        of ``state.procs``, journalled), and return once it answers; raise TestbedError otherwise."""
+    def respawn(self, dead: list[int] | None = None, timeout: float = RESPAWN_WAIT) -> None:
+        """Start the exited processes ``dead`` (indices of ``state.procs``; None: every exited one) again after a
+        fault killed them: the same command, ports and data, each recorded in its old slot (journalled); return
+        once the server answers. This kind cannot: one TestbedError line saying so and what to do instead."""
+        why = self.no_respawn or (f"`storeval testbed down {self.kind}`, then `storeval testbed up {self.kind}`")
+        raise TestbedError(f"{self.kind}: a killed {self.kind} cannot be started again with its data: {why}")
+
+    def start_node(self, name: str, timeout: float = RESPAWN_WAIT) -> None:
+        """Start the dead processes of the fault node ``name`` (a :meth:`fault_nodes` name: ``node2``, ``osd1``)
+        again with their data (replacing their entries of ``state.procs``, journalled), and return once it
+        answers; raise TestbedError otherwise."""
         raise TestbedError(f"{self.kind}: {name} cannot be started again here")
+
+    def act_on_node(self, name: str, action: str) -> str:
+        """Do ``action`` to the fault node ``name`` that is no process of its own (``FaultNode.inside``) now;
+        return one line saying what was done, or raise TestbedError (one line naming the fix)."""
+        raise TestbedError(f"{self.kind}: {name} has processes of its own; signal them")
 
     # -- mounts: recorded before they are made, so an interrupted `up` leaves nothing `down` cannot find ---------
     def record_mount(self, mountpoint: Path) -> None:

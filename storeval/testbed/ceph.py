@@ -38,9 +38,9 @@ from urllib.parse import quote
 
 import psutil
 
-from .base import (LOCALHOST, FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted,
-                   port_open, terminate)
-from .minio import BUCKET, REGION, _pick_ports, create_bucket, new_credentials, read_credentials
+from .base import (LOCALHOST, RESPAWN_WAIT, FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install,
+                   mounted, port_open, terminate)
+from .minio import BUCKET, REGION, create_bucket, new_credentials, read_credentials
 
 PACKAGES = ("ceph", "ceph-mds", "ceph-fuse", "radosgw")
 DAEMON_DATA, RUN, LOGS = "ceph-daemon-data", "ceph-run", "ceph-logs"  # ledger rules, see CephServer.claims
@@ -330,7 +330,7 @@ class CephServer(Server):
         self._journal()
         self._prepare()
         fsid = str(uuid.uuid4())
-        mon_port, rgw_port = _pick_ports(2)
+        mon_port, rgw_port = self.pick_ports(2)
         self.state.info.update({"fsid": fsid, "conf": str(self.conf)})
         self.state.ports = {"mon": mon_port, "rgw": rgw_port}
         self._write_conf(fsid, mon_port, rgw_port, osds)
@@ -491,7 +491,7 @@ class CephServer(Server):
         dead = [self.state.procs[i].name for i in exited]
         return [names[n] for n in dead] if dead and all(n in names for n in dead) else []
 
-    def start_node(self, name: str, timeout: float) -> None:
+    def start_node(self, name: str, timeout: float = RESPAWN_WAIT) -> None:
         ids = self._osd_ids()
         try:
             n = int(name.removeprefix("osd"))

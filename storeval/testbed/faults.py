@@ -17,9 +17,11 @@ its network namespace — the ranks and commands launched onto it, a server plac
 back up (the node is reachable again, with nothing running on it). Those processes were launched onto the node,
 not by the testbed, and the name of the node is the user's word for all of them.
 
-HDFS runs every datanode inside the MiniDFSCluster's one JVM: a datanode is shut down and started again through
-the launcher's control port (``kill``/``start``/``restart``), never by a signal; the JVM as a whole (``hdfs``)
-takes the signals. A killed JVM cannot ``start`` again with its data (the launcher formats a new namespace).
+What a server offers is its own word (the fault protocol of :class:`~.base.Server`): ``fault_server()`` the whole
+server, ``fault_nodes()`` its parts (their processes, ports, actions and why an action is not offered),
+``respawn``/``start_node`` to bring them back; this module knows no kind. A part that is no process of its own
+(``FaultNode.inside``: HDFS's datanodes share the MiniDFSCluster's one JVM) is never signalled: the server acts on
+it (``act_on_node``), while its whole server takes the signals.
 
 Only PIDs the testbed started and still owns are signalled (:meth:`Proc.process` checks PID *and* start time),
 never anything found by name. Signals change nothing in the state and act at once, without the testbed's lock
@@ -41,12 +43,11 @@ from pathlib import Path
 import psutil
 
 from . import Testbed
-from .base import Proc, Server, TestbedError, port_open
+from .base import FAULT_ACTIONS, SIGNAL_ACTIONS, FaultNode, Proc, Server, TestbedError, port_open
 from .network import Network
 from .owned import NotOwned
 
-ACTIONS = ("stop", "cont", "kill", "start", "restart")
-SIGNAL_ACTIONS = ("stop", "cont", "kill")
+ACTIONS = FAULT_ACTIONS
 LOCK_WAIT = 600.0  # seconds a start waits for another testbed command (an `up`, another start) to finish
 SIGNAL_WAIT = 30.0  # seconds for a signalled process to be seen stopped or gone (a busy machine)
 START_WAIT = 180.0  # seconds for a started process to answer again
@@ -62,26 +63,29 @@ class FaultHandle:
 
 @dataclass
 class _Target:
-    """What a handle acts on: processes of a server (indices of ``state.procs``), or one HDFS datanode."""
+    """What a handle acts on: processes of a server (indices of ``state.procs``), a part of a server that is no
+    process of its own (``inside``: the server acts on it), or an emulated host."""
 
     handle: FaultHandle
     server: Server | None  # None: an emulated host (``host``)
     label: str  # for messages: "minio-ec node 2"
     procs: list[int] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
-    datanode: int | None = None  # 1-based
     host: str | None = None  # an emulated host (a whole node: its namespace's processes and its interface)
     node: str | None = None  # a FaultNode of the server (start/restart through Server.start_node)
+    inside: bool = False  # the node is no process of its own: every action through Server.act_on_node
     why_not: dict[str, str] = field(default_factory=dict)  # action -> why it is not supported
-
-
-_HDFS_NO_START = ("the launcher formats a new namespace when it starts, so a killed HDFS cannot come back with its "
-                  "data: `storeval testbed down hdfs`, then `storeval testbed up hdfs`")
-_DATANODE_NO_SIGNAL = "its datanodes run inside one JVM, so one cannot be frozen alone (`hdfs` freezes the whole JVM)"
 
 
 HOST_ACTIONS = ("stop", "cont", "kill", "start")
 _HOST_NO_RESTART = "a crashed node comes back empty: `start` brings its link up, then launch onto it again"
+
+
+def _target(kind: str, server: Server, part: FaultNode, node: bool) -> _Target:
+    name = f"{kind}.{part.name}" if node else kind
+    label = part.label or (f"{kind} {part.name}" if node else kind)
+    return _Target(FaultHandle(name, kind, tuple(part.actions), part.description), server, label, list(part.procs),
+                   list(part.ports), node=part.name if node else None, inside=part.inside, why_not=dict(part.why_not))
 
 
 def _targets(servers: dict[str, Server], net: Network | None = None) -> dict[str, _Target]:
@@ -97,50 +101,11 @@ def _targets(servers: dict[str, Server], net: Network | None = None) -> dict[str
                     why_not={"restart": _HOST_NO_RESTART}))
 
     for kind, server in servers.items():
-        state = server.state
-        if not state.procs:
+        if not server.state.procs:
             continue  # stopped: only data a user left is there
-        everything = list(range(len(state.procs)))
-        restartable = hasattr(server, "respawn")
-        whole = ACTIONS if restartable else SIGNAL_ACTIONS
-        if kind == "minio-ec":
-            nodes = state.info.get("nodes", [])
-            ports = [int(n["port"]) for n in nodes]
-            add(_Target(FaultHandle(kind, kind, ACTIONS, f"MinIO erasure-coded cluster, all {len(nodes)} nodes "
-                                    f"(API ports {', '.join(map(str, ports))})"),
-                        server, f"all {len(nodes)} {kind} nodes", everything, ports))
-            for i, node in enumerate(nodes, start=1):
-                add(_Target(FaultHandle(f"{kind}.node{i}", kind, ACTIONS,
-                                        f"MinIO-EC node {i} of {len(nodes)} (API port {node['port']})"),
-                            server, f"{kind} node {i}", [int(node["proc"])], [int(node["port"])]))
-        elif kind == "minio":
-            port = int(state.ports.get("api", 0))
-            add(_Target(FaultHandle(kind, kind, whole, f"MinIO server, one process (API port {port})"),
-                        server, kind, everything, [port]))
-        elif kind == "xrootd":
-            port = int(state.ports.get("xrootd", 0))
-            add(_Target(FaultHandle(kind, kind, whole, f"XRootD server (port {port})"), server, kind, everything, [port]))
-        elif kind == "hdfs":
-            dns = [int(p) for p in state.info.get("datanode_ports", [])]
-            rpc = int(state.ports.get("rpc", 0))
-            add(_Target(FaultHandle(kind, kind, SIGNAL_ACTIONS, f"HDFS MiniDFSCluster JVM: NameNode and {len(dns)} "
-                                    f"datanode{'s' if len(dns) != 1 else ''} (RPC port {rpc})"), server, "the HDFS JVM", everything,
-                        [int(p) for p in state.ports.values()],
-                        why_not={"start": _HDFS_NO_START, "restart": _HDFS_NO_START}))
-            for i, port in enumerate(dns, start=1):
-                add(_Target(FaultHandle(f"{kind}.datanode{i}", kind, ("kill", "start", "restart"),
-                                        f"HDFS datanode {i} of {len(dns)} (transfer port {port}), shut down and "
-                                        "started inside the JVM"),
-                            server, f"HDFS datanode {i}", [], [port], datanode=i,
-                            why_not={"stop": _DATANODE_NO_SIGNAL, "cont": _DATANODE_NO_SIGNAL}))
-        else:  # a server kind added later: its processes take signals, and come back if it can respawn
-            add(_Target(FaultHandle(kind, kind, whole, f"{kind} testbed server ({len(state.procs)} process"
-                                    f"{'es' if len(state.procs) > 1 else ''})"), server, kind, everything,
-                        [int(p) for p in state.ports.values()]))
-        for node in server.fault_nodes():  # the parts it lets a fault act on alone: bricks, OSDs, data servers
-            add(_Target(FaultHandle(f"{kind}.{node.name}", kind, node.actions, node.description), server,
-                        f"{kind} {node.name}", list(node.procs), list(node.ports), why_not=dict(node.why_not),
-                        node=node.name))
+        add(_target(kind, server, server.fault_server(), node=False))
+        for part in server.fault_nodes():  # the parts it lets a fault act on alone: nodes, bricks, OSDs, datanodes
+            add(_target(kind, server, part, node=True))
     return out
 
 
@@ -207,8 +172,8 @@ def act(directory: str | Path, name: str, action: str) -> str:
     target = _resolve(_targets(servers, bed.loaded_network), bed, name, action)
     if target.host is not None:
         return _host(bed.loaded_network, target.host, action)
-    if target.datanode is not None:
-        return _datanode(target, action)
+    if target.inside:
+        return target.server.act_on_node(target.node, action)
     if action in SIGNAL_ACTIONS:
         return _signal(target, action)
     with _locked(bed):
@@ -305,10 +270,8 @@ def _start(target: _Target, action: str) -> str:
                            "kills it and starts it again)")
     if target.node is not None:
         server.start_node(target.node, timeout=START_WAIT)
-    elif server.kind == "xrootd":
-        server.respawn(timeout=START_WAIT)  # type: ignore[attr-defined]
     else:
-        server.respawn(dead, timeout=START_WAIT)  # type: ignore[attr-defined]
+        server.respawn(dead, timeout=START_WAIT)
     new = [server.state.procs[i] for i in dead]
     ports = ([target.ports[target.procs.index(i)] for i in dead] if len(target.ports) == len(target.procs)
              else target.ports)
@@ -351,43 +314,6 @@ def _host(net: Network, host: str, action: str) -> str:
     what = "froze" if action == "stop" else "thawed"
     return (f"{sig.name} to emulated host {host}: {what} its {len(sent)} process{'es' if len(sent) != 1 else ''}"
             + (f" (pids {', '.join(map(str, sent))})" if sent else ""))
-
-
-# ------------------------------------------------------------------------------------------------ datanodes
-def _datanode(target: _Target, action: str) -> str:
-    """kill / start / restart one datanode through the launcher's control port (the JVM keeps running)."""
-    from .hdfs import HdfsServer
-
-    server = target.server
-    assert isinstance(server, HdfsServer) and target.datanode is not None
-    name, label, port = target.handle.name, target.label, target.ports[0]
-    jvm = server.state.procs[0]
-    condition = jvm.condition()
-    if condition == "stopped":
-        raise TestbedError(f"{name}: the HDFS JVM (pid {jvm.pid}) is frozen (SIGSTOP), its control port cannot "
-                           "answer: `storeval testbed fault hdfs cont` first")
-    if condition == "exited":
-        raise TestbedError(f"{name}: the HDFS JVM (pid {jvm.pid}) is not running, its datanodes are gone with it: "
-                           "`storeval testbed down hdfs`, then `storeval testbed up hdfs`")
-    alive = {d["port"]: d["alive"] for d in server.datanodes(timeout=30.0)}
-    if port not in alive:
-        raise TestbedError(f"{name}: the HDFS launcher knows no datanode with transfer port {port} "
-                           f"(it lists {', '.join(map(str, alive))})")
-    said = []
-    if action in ("kill", "restart"):
-        if alive[port]:
-            server.stop_datanode(port)
-            said.append(f"shut down {label} (transfer port {port}) inside the JVM (pid {jvm.pid})")
-        elif action == "kill":
-            raise TestbedError(f"{name}: {label} is DOWN already: nothing to kill; "
-                               f"`storeval testbed fault {name} start` starts it again")
-    if action in ("start", "restart"):
-        if action == "start" and alive[port]:
-            raise TestbedError(f"{name}: {label} is running: nothing to start (`storeval testbed fault {name} "
-                               "restart` shuts it down and starts it again)")
-        server.start_datanode(port)
-        said.append(f"started {label} again on transfer port {port} with its data (JVM pid {jvm.pid})")
-    return "; ".join(said)
 
 
 __all__ = ["ACTIONS", "FaultHandle", "fault_handles", "act"]

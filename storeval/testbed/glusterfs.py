@@ -50,7 +50,8 @@ from typing import Any
 
 import psutil
 
-from .base import FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted, wait_until
+from .base import (RESPAWN_WAIT, FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted,
+                   wait_until)
 
 PACKAGES = ("glusterfs-server", "glusterfs-client")
 TOOLS = ("glusterd", "gluster", "glusterfsd", "mount.glusterfs")
@@ -442,7 +443,7 @@ class GlusterServer(Server):
             return []  # glusterd, the self-heal daemon or the client: no single brick start brings it back
         return [f"{self.kind}.{by_proc[i]}" for i in exited]
 
-    def start_node(self, name: str, timeout: float) -> None:
+    def start_node(self, name: str, timeout: float = RESPAWN_WAIT) -> None:
         """``gluster volume start VOL force`` until glusterd says the brick is online (a killed brick may linger
         as a zombie for a moment, and glusterd takes a PID that still exists for a running brick), then record
         its new process in the brick's slot; the self-heal daemon is recorded anew if glusterd replaced it."""

@@ -37,6 +37,7 @@ import psutil
 
 from .base import (
     HOST_HELP,
+    FaultNode,
     LOCALHOST,
     Left,
     Server,
@@ -91,6 +92,9 @@ def _argfile_ok(argfile: Path) -> bool:
     return bool(m) and all(os.path.exists(p) for p in m.group(1).split(os.pathsep) if p)
 
 
+_DATANODE_NO_SIGNAL = "its datanodes run inside one JVM, so one cannot be frozen alone (`hdfs` freezes the whole JVM)"
+
+
 class HdfsServer(Server):
     """HDFS (MiniDFSCluster ``org.apache.hadoop:hadoop-minicluster:3.4.1``) with ``datanodes`` DataNodes.
 
@@ -101,6 +105,8 @@ class HdfsServer(Server):
 
     kind = "hdfs"
     summary = f"HDFS {HADOOP_VERSION} MiniDFSCluster (NameNode + N DataNodes in one JVM)"
+    no_respawn = ("the launcher formats a new namespace when it starts, so a killed HDFS cannot come back with its "
+                  "data: `storeval testbed down hdfs`, then `storeval testbed up hdfs`")
 
     target_schemes = {"hdfs": "hdfs"}
     options_help = {"servers": "datanodes, 1-16 (default 1)", "datanodes": "the same as servers",
@@ -363,6 +369,59 @@ class HdfsServer(Server):
         port = self._port(index_or_port)
         self.control(f"start-datanode {port}")
         return port
+
+    # -- faults: the JVM takes the signals; a datanode is shut down and started inside it ----------------------
+    def fault_server(self) -> FaultNode:
+        dns = [int(p) for p in self.state.info.get("datanode_ports", [])]
+        rpc = int(self.state.ports.get("rpc", 0))
+        node = super().fault_server()
+        node.description = (f"HDFS MiniDFSCluster JVM: NameNode and {len(dns)} datanode{'s' if len(dns) != 1 else ''} "
+                             f"(RPC port {rpc})")
+        node.label = "the HDFS JVM"
+        return node
+
+    def fault_nodes(self) -> list[FaultNode]:
+        """Each datanode, ``datanode1`` … ``datanodeN``: no process of its own (they share the JVM), so it is shut
+        down and started inside the JVM through the control port (:meth:`act_on_node`), never signalled."""
+        dns = [int(p) for p in self.state.info.get("datanode_ports", [])]
+        return [FaultNode(f"datanode{i}", f"HDFS datanode {i} of {len(dns)} (transfer port {port}), shut down and "
+                                          "started inside the JVM", [], [port], ("kill", "start", "restart"),
+                          {"stop": _DATANODE_NO_SIGNAL, "cont": _DATANODE_NO_SIGNAL}, f"HDFS datanode {i}", inside=True)
+                for i, port in enumerate(dns, start=1)]
+
+    def act_on_node(self, name: str, action: str) -> str:
+        """kill / start / restart one datanode through the launcher's control port (the JVM keeps running)."""
+        node = next((n for n in self.fault_nodes() if n.name == name), None)
+        if node is None:
+            raise TestbedError(f"hdfs: no node {name} (datanode1..datanode{len(self.fault_nodes())})")
+        handle, label, port = f"{self.kind}.{name}", node.label, node.ports[0]
+        jvm = self.state.procs[0]
+        condition = jvm.condition()
+        if condition == "stopped":
+            raise TestbedError(f"{handle}: the HDFS JVM (pid {jvm.pid}) is frozen (SIGSTOP), its control port cannot "
+                               "answer: `storeval testbed fault hdfs cont` first")
+        if condition == "exited":
+            raise TestbedError(f"{handle}: the HDFS JVM (pid {jvm.pid}) is not running, its datanodes are gone with "
+                               "it: `storeval testbed down hdfs`, then `storeval testbed up hdfs`")
+        alive = {d["port"]: d["alive"] for d in self.datanodes(timeout=30.0)}
+        if port not in alive:
+            raise TestbedError(f"{handle}: the HDFS launcher knows no datanode with transfer port {port} "
+                               f"(it lists {', '.join(map(str, alive))})")
+        said = []
+        if action in ("kill", "restart"):
+            if alive[port]:
+                self.stop_datanode(port)
+                said.append(f"shut down {label} (transfer port {port}) inside the JVM (pid {jvm.pid})")
+            elif action == "kill":
+                raise TestbedError(f"{handle}: {label} is DOWN already: nothing to kill; "
+                                   f"`storeval testbed fault {handle} start` starts it again")
+        if action in ("start", "restart"):
+            if action == "start" and alive[port]:
+                raise TestbedError(f"{handle}: {label} is running: nothing to start (`storeval testbed fault {handle} "
+                                   "restart` shuts it down and starts it again)")
+            self.start_datanode(port)
+            said.append(f"started {label} again on transfer port {port} with its data (JVM pid {jvm.pid})")
+        return "; ".join(said)
 
     def blocks(self, path: str) -> list[dict[str, Any]]:
         """Block locations of a file: ``[{"offset": .., "length": .., "ports": [transfer ports]}, ...]``."""

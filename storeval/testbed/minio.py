@@ -20,11 +20,9 @@ import datetime
 import hashlib
 import http.client
 import os
-import random
 import re
 import secrets
 import stat
-import socket
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -36,11 +34,12 @@ from .base import (
     HOST_HELP,
     LOCALHOST,
     READY_QUIET,
+    RESPAWN_WAIT,
+    FaultNode,
     Proc,
     Server,
     TestbedError,
     TestbedOptionError,
-    in_netns,
     port_open,
     wait_progressing,
     wait_until,
@@ -132,60 +131,6 @@ def _http_status(port: int, path: str, timeout: float = 2.0, host: str = LOCALHO
         conn.close()
 
 
-def _bind(family: int, host: str, port: int) -> socket.socket | None:
-    s = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        s.bind((host, port))
-        return s
-    except OSError:
-        s.close()
-        return None
-
-
-def _pick_ports(n: int, host: str = LOCALHOST, netns: str | None = None) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 *and* ::1 (and ``host``, inside network namespace ``netns`` when
-    given: a placed server's), below the ephemeral port range when possible.
-
-    MinIO binds its API port on every loopback address (127.0.0.1 and [::1], see getServerListenAddrs in
-    cmd/server-main.go), so a port free on 127.0.0.1 alone can still fail with "Specified port is already
-    in use" — the failure seen once on a "free" port. Ports below the ephemeral range are also never taken
-    as source ports by outgoing connections (the MinIO nodes dial each other) between choice and bind.
-    All ``n`` ports are held at once so none is returned twice."""
-    if netns is not None:
-        return in_netns(netns, lambda: _pick_ports(n, host))
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    lo, hi = (20000, low - 1) if low > 21000 else (1024, 65535)
-    ipv6 = socket.has_ipv6 and (probe := _bind(socket.AF_INET6, "::1", 0)) is not None
-    if ipv6:
-        probe.close()
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        for _ in range(100 * n):
-            if len(ports) == n:
-                return ports
-            port = random.randint(lo, hi)
-            if port in ports or (s4 := _bind(socket.AF_INET, LOCALHOST, port)) is None:
-                continue
-            held.append(s4)
-            if host != LOCALHOST:
-                if (sh := _bind(socket.AF_INET, host, port)) is None:
-                    continue
-                held.append(sh)
-            if ipv6:
-                if (s6 := _bind(socket.AF_INET6, "::1", port)) is None:
-                    continue
-                held.append(s6)
-            ports.append(port)
-        raise TestbedError(f"no {n} free ports on {host} between {lo} and {hi}")
-    finally:
-        for s in held:
-            s.close()
-
-
 # ------------------------------------------------------------------------------------------------ servers
 class MinioServer(Server):
     """One MinIO server process on one data directory (``<root>/data``), bucket ``storeval``."""
@@ -241,12 +186,8 @@ class MinioServer(Server):
         return [[self._binary(), "server", str(self.root / "data"), "--address", f"{self.address}:{ports['api']}",
                  "--console-address", f"{self.address}:{ports['console']}"]]
 
-    def _ports(self, n: int) -> list[int]:
-        """``n`` free ports where the server listens (in its host's namespace when placed)."""
-        return _pick_ports(n, self.address, self.netns_name) if self.placement else _pick_ports(n)
-
     def _new_ports(self) -> dict[str, int]:
-        api, console = self._ports(2)
+        api, console = self.pick_ports(2)
         return {"api": api, "console": console}
 
     def _listen_ports(self) -> list[int]:
@@ -364,13 +305,18 @@ class MinioServer(Server):
         return {self.target_name: {"url": f"s3://{BUCKET}/testbed", "endpoint": self.endpoint, "region": REGION,
                                    "credentials_file": str(self.credentials_file), **self.server_counters()}}
 
-    def respawn(self, indices: list[int], timeout: float = 120.0) -> list[Proc]:
-        """Start the exited processes ``indices`` (of ``state.procs``) again after a fault killed them: the same
-        command, ports, drives and credentials, each recorded in its old slot. Returns when each answers (and,
-        see :meth:`_after_respawn`, takes writes); a port still held by the dying server's connections is
-        retried until ``timeout``. Running processes are left alone."""
+    def fault_server(self) -> FaultNode:
+        port = int(self.state.ports.get("api", 0))
+        return FaultNode(self.kind, f"MinIO server, one process (API port {port})", list(range(len(self.state.procs))),
+                         [port], label=self.kind)
+
+    def respawn(self, dead: list[int] | None = None, timeout: float = RESPAWN_WAIT) -> None:
+        """Start the exited processes ``dead`` (of ``state.procs``; None: every exited one) again after a fault
+        killed them: the same command, ports, drives and credentials, each recorded in its old slot. Returns when
+        each answers (and, see :meth:`_after_respawn`, takes writes); a port still held by the dying server's
+        connections is retried until ``timeout``. Running processes are left alone."""
         deadline = time.monotonic() + timeout
-        started: list[Proc] = []
+        indices = [i for i, p in enumerate(self.state.procs) if not p.alive()] if dead is None else list(dead)
         for idx in indices:
             if self.state.procs[idx].alive():
                 continue
@@ -386,7 +332,6 @@ class MinioServer(Server):
                     raise TestbedError(f"{self.kind}: {name} did not start again on port {port} within "
                                        f"{timeout:g} s; see {log}")
                 time.sleep(0.5)  # the port was still in use: try again
-            started.append(proc)
         # `testbed status` looks at every port of the server: a console opens after its API — once the cluster
         # has its quorum, so only after every node is up again, later still on a busy machine
         for idx in indices:
@@ -394,7 +339,6 @@ class MinioServer(Server):
                        max(10.0, deadline - time.monotonic()), f"{self._names()[idx]}'s ports",
                        log=self._logs()[idx])
         self._after_respawn(max(10.0, deadline - time.monotonic()))
-        return started
 
     def _ports_of(self, idx: int) -> list[int]:
         """Every port process ``idx`` listens on (its API and its console)."""
@@ -468,7 +412,7 @@ class MinioECServer(MinioServer):
         return range(1, self.nodes + 1)
 
     def _new_ports(self) -> dict[str, int]:
-        ports = self._ports(2 * self.nodes)
+        ports = self.pick_ports(2 * self.nodes)
         out: dict[str, int] = {}
         for i in self._node_ids():
             out[f"node{i}"], out[f"console{i}"] = ports[2 * (i - 1)], ports[2 * (i - 1) + 1]
@@ -581,25 +525,34 @@ class MinioECServer(MinioServer):
         """Stop node ``i`` (1–4): its process only; its data stays, so :meth:`start_node` brings it back."""
         self.state.procs[self._node(i)["proc"]].stop()
 
-    def start_node(self, i: int, timeout: float = 120.0) -> None:
-        """Start node ``i`` (1–4) again with the same ports, drives and credentials; wait until it answers
-        and every running node accepts writes again (see :meth:`writable`)."""
-        node = self._node(i)
-        idx = node["proc"]
-        if self.state.procs[idx].alive():
-            return
-        log = Path(node["log"])
-        proc = self._spawn(self._node_command(node), name=f"minio node{i}", log=log, env=self._proc_env(idx), slot=idx)
+    def fault_server(self) -> FaultNode:
+        nodes = self.state.info.get("nodes", [])
+        ports = [int(n["port"]) for n in nodes]
+        return FaultNode(self.kind, f"MinIO erasure-coded cluster, all {len(nodes)} nodes (API ports "
+                                    f"{', '.join(map(str, ports))})", list(range(len(self.state.procs))), ports,
+                         label=f"all {len(nodes)} {self.kind} nodes")
 
-        def up() -> bool:
-            if not proc.alive():
-                raise TestbedError(f"{self.kind}: node {i} exited while restarting; see {log}")
-            return _http_status(node["port"], "/minio/health/live", host=self.address) == 200 \
-                and port_open(node["console_port"], self.address)
+    def fault_nodes(self) -> list[FaultNode]:
+        """Each node, ``node1`` … ``nodeN``: its one MinIO process."""
+        nodes = self.state.info.get("nodes", [])
+        return [FaultNode(f"node{i}", f"MinIO-EC node {i} of {len(nodes)} (API port {node['port']})",
+                          [int(node["proc"])], [int(node["port"])], label=f"{self.kind} node {i}")
+                for i, node in enumerate(nodes, start=1)]
 
-        start = time.monotonic()
-        wait_until(up, timeout, f"{self.kind} node {i}", log=log)
-        self.wait_writable(max(10.0, timeout - (time.monotonic() - start)))
+    def _node_number(self, name: str) -> int:
+        """``node3`` → 3; one TestbedError line for a name that is no node's."""
+        number = name.removeprefix("node")
+        if not name.startswith("node") or not number.isdigit():
+            raise TestbedError(f"{self.kind}: no node {name} (node1..node{self.nodes})")
+        return int(number)
+
+    def start_node(self, name: str, timeout: float = RESPAWN_WAIT) -> None:
+        """Start node ``name`` (``node1`` … ``nodeN``) again with the same ports, drives and credentials (through
+        :meth:`respawn`: a port the killed node's connections still hold is tried again); wait until it answers
+        and, once a write quorum runs, every running node accepts writes again (see :meth:`writable`)."""
+        idx = self._node(self._node_number(name))["proc"]
+        if not self.state.procs[idx].alive():
+            self.respawn([idx], timeout)
 
     def fault_names(self, exited: list[int]) -> list[str]:
         if len(exited) == len(self.state.procs):

@@ -42,7 +42,7 @@ from typing import Any
 
 import psutil
 
-from .base import HOST_HELP, Proc, Server, TestbedError, TestbedOptionError, apt_install, port_open
+from .base import HOST_HELP, RESPAWN_WAIT, Proc, Server, TestbedError, TestbedOptionError, apt_install, port_open
 
 PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs")
 PSEUDO = "/export"  # the export's NFSv4 path
@@ -243,7 +243,7 @@ class NfsServer(Server):
     def fault_names(self, exited: list[int]) -> list[str]:
         return [self.kind] if exited else []
 
-    def respawn(self, dead: list[int], timeout: float = 120.0) -> list[Proc]:
+    def respawn(self, dead: list[int] | None = None, timeout: float = RESPAWN_WAIT) -> None:
         """Start Ganesha again after a fault killed it: the same port, configuration, export and recovery
         records, in its old slot of ``state.procs``. A port still held by the killed server's connections is
         tried again until ``timeout``. Raises TestbedError if it is running."""
@@ -255,7 +255,7 @@ class NfsServer(Server):
         while True:
             outcome, why = self._launch(0)
             if outcome == "ok":
-                return [self.state.procs[0]]
+                return
             if outcome != "port" or time.monotonic() >= deadline:
                 raise TestbedError(f"nfs: Ganesha did not start again on port {self.port}: {why or 'no message'}; "
                                    f"see {self.log_file}")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Server, TestbedError, TestbedOptionError, apt_install, free_port
+from .mpilaunch import OVERSUBSCRIBED
 
 PACKAGES = ("slurmd", "slurmctld", "slurm-client", "munge")
 CONTROLLER_HOST = "slurmctl"
@@ -97,7 +98,9 @@ class SlurmServer(Server):
         """What a command needs to use this Slurm from this machine's namespace (no secret in it)."""
         net = self.state.info["network"]
         # a batch script runs on a node, where the network's interface is eth0 (SBATCH_EXPORT: sbatch's --export)
-        return {"SLURM_CONF": str(self.conf), "SLURM_SRUN_COMM_HOST": net["controller_addr"],
+        # its nodes share this machine's CPUs: MPI ranks yield instead of spinning (mpilaunch.OVERSUBSCRIBED)
+        return {**{k: os.environ.get(k, v) for k, v in OVERSUBSCRIBED.items()},
+                "SLURM_CONF": str(self.conf), "SLURM_SRUN_COMM_HOST": net["controller_addr"],
                 "HYDRA_IFACE": net["controller_if"], "SBATCH_EXPORT": "ALL,HYDRA_IFACE=eth0"}
 
     # -- install -------------------------------------------------------------------------------------------

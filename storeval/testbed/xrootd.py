@@ -74,6 +74,7 @@ import psutil
 
 from .base import (
     HOST_HELP,
+    RESPAWN_WAIT,
     FaultNode,
     Proc,
     Server,
@@ -526,11 +527,16 @@ class XrootdServer(Server):
                                "then `storeval testbed up xrootd`")
         return self.state.info.get("user")
 
-    def respawn(self, timeout: float = 120.0) -> Proc:
+    def fault_server(self) -> FaultNode:
+        port = int(self.state.ports.get("xrootd", 0))
+        return FaultNode(self.kind, f"XRootD server (port {port})", list(range(len(self.state.procs))), [port],
+                         label=self.kind)
+
+    def respawn(self, dead: list[int] | None = None, timeout: float = RESPAWN_WAIT) -> None:
         """Start the server again after a fault killed it: the same namespace, port, configuration and data,
-        recorded in its old slot of ``state.procs``; a cluster's dead daemons node by node, the redirector first.
-        A port still held by the killed server's connections is retried until ``timeout``. Raises
-        TestbedError if everything runs."""
+        recorded in its old slot of ``state.procs``; a cluster's dead daemons node by node, the redirector first
+        (every exited process: ``dead`` changes nothing). A port still held by the killed server's connections is
+        retried until ``timeout``. Raises TestbedError if everything runs."""
         if self.state.procs and all(p.alive() for p in self.state.procs):
             raise TestbedError("xrootd: it is running; nothing to start")
         user = self._check_restartable()
@@ -539,7 +545,7 @@ class XrootdServer(Server):
             for node in self.nodes():
                 self._restart_node(user, node, deadline)
             self.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
-            return self.state.procs[0]
+            return
         log = self.log_file
         while True:
             (self.home / "run" / "xrootd.pid").unlink(missing_ok=True)  # the killed server's, in its own directory
@@ -550,7 +556,7 @@ class XrootdServer(Server):
                 proc = self._spawn(self._command(user), name="xrootd", log=log, cwd=self.home)
             outcome, why = self._await_start(proc, log, mark)
             if outcome == "ok":
-                return proc
+                return
             proc.stop(grace=5)
             if outcome != "port" or time.monotonic() >= deadline:
                 raise TestbedError(f"xrootd did not start again on port {self.port}: {why or 'no message'}; see {log}")
@@ -566,7 +572,7 @@ class XrootdServer(Server):
                 raise TestbedError(f"xrootd: {node} was never started here: `storeval testbed down xrootd`, then up")
             self._launch(user, node, daemon, slot=slot if slot < len(self.state.procs) else None, deadline=deadline)
 
-    def start_node(self, name: str, timeout: float) -> None:
+    def start_node(self, name: str, timeout: float = RESPAWN_WAIT) -> None:
         """Data server ``name`` (``ds2``) again with its data on its port, once the redirector finds it."""
         if name not in self.nodes()[1:]:
             raise TestbedError(f"xrootd: no data server {name} (it has {', '.join(self.nodes()[1:]) or 'none'})")
