@@ -10,7 +10,8 @@ import pytest
 
 from storeval.core.oplog import OpLog, PhaseRecorder
 from storeval.workloads import kernel
-from storeval.workloads.bandwidth import BandwidthParams, IOFailure, run_ops
+from storeval.workloads.bandwidth import BandwidthParams
+from storeval.workloads.toolkit import IOFailure, run_ops
 from storeval.workloads.degraded import Degraded, PhaseErrors
 
 SIZE = 10

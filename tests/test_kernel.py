@@ -180,7 +180,7 @@ def test_stonewall_deadline_then_wear_out(tmp_path, engine):
 def test_python_kernel_reports_the_failing_offset(tmp_path):
     """A failing transfer is raised with its offset and kind; what ran before it is folded."""
     from storeval.core.oplog import OpLog
-    from storeval.workloads.bandwidth import IOFailure, run_ops
+    from storeval.workloads.toolkit import IOFailure, run_ops
 
     log = OpLog(0, 4)
 
@@ -205,7 +205,7 @@ def test_native_errors_are_the_python_errors(tmp_path):
     f = d / "x"
     f.write_bytes(bytes(64 * KiB))
     from storeval.core.oplog import OpLog
-    from storeval.workloads.bandwidth import IOFailure, run_ops
+    from storeval.workloads.toolkit import IOFailure, run_ops
     from storeval.workloads.payload import aligned_buffer
 
     fd = os.open(f, os.O_RDONLY)

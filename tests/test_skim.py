@@ -90,7 +90,7 @@ def test_half_the_bytes_and_strategy_request_patterns(tmp_path, target):
     g = GenParams(files=3, file_size=4 << 20, cluster_size=512 << 10, compression=params["compression"],
                   compression_level=params["compression_level"], seed=params["random_seed"])
     total = selected_baskets = 0
-    from storeval.workloads.skim import baskets, select_branches
+    from storeval.workloads.toolkit import baskets, select_branches
 
     for entry in json.loads((target / g.directory() / "manifest.json").read_text())["files"]:
         tree = uproot.open(target / g.directory() / entry["name"])["Events"]

@@ -9,7 +9,9 @@ the first death and it can tell which rank died *first* (the one the user or the
 others were killed by the launcher after it). When the run ends the state file says so and it leaves.
 When the coordinator disappears first, the watchdog:
 
-1. stops any client of the cell still running on this host (by PID *and* start time, never by name);
+1. stops any client of the cell still running on this host (by PID *and* start time, never by name), and
+   what the clients started and left running, through each workload kind's ``kill_orphans`` hook (only
+   processes it can prove the run started);
 2. removes the cell's files and the run's scratch directories through the targets' drivers — storeval's
    own names only, as the coordinator would have;
 3. stores the cell and the run as failed in the results store, and
@@ -228,11 +230,8 @@ def main(path: str, pid: int, created: float) -> int:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
                 pass
-    # what the clients started and left (the command workload's programs and their daemons) must not write after
-    # the cleanup below: killed now, found by the mark they carry in their environment
-    from ..workloads.command import kill_commands_of_run
-
-    kill_commands_of_run(state.get("scratch") or "storeval-")
+    if state.get("scratch"):  # without the run's name nothing can be proven the run's
+        _kill_orphans(state["scratch"])
     message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
     undone = _undo(state, "undo")  # the faults in force first: a stopped server answers the cleanup
     removed = _clean(state)
@@ -251,6 +250,23 @@ def main(path: str, pid: int, created: float) -> int:
     except OSError:
         pass
     return 1
+
+
+def _kill_orphans(run: str) -> None:
+    """What the clients started and left (the command workload's programs and their daemons) must not write after
+    the cleanup: each workload kind kills its own, those it can prove the run ``run`` started
+    (``Workload.kill_orphans``). One kind's failure stops neither the others nor the cleanup."""
+    from ..workloads import WORKLOADS
+
+    try:
+        kinds = list(WORKLOADS)
+    except Exception:  # noqa: BLE001 - the registry failed to load: the cleanup goes on without it
+        return
+    for kind in kinds:
+        try:
+            WORKLOADS[kind].kill_orphans(run)
+        except Exception:  # noqa: BLE001 - best effort, as the cleanup
+            pass
 
 
 def _say_ready() -> None:

@@ -22,11 +22,13 @@ from pydantic import Field, model_validator
 from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..core.stop import ClientStopped
-from ..errors import DirectIOUnsupported, StorevalError, error_kind, one_line
+from ..errors import DirectIOUnsupported, StorevalError, one_line
 from ..units import format_size
 from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
-from .kernel import Engine, NEVER, DataJob, ShortTransfer, choose_engine, measure, run_parallel
+from .kernel import Engine, NEVER, DataJob, choose_engine, run_parallel
+from .durability import make_durable, warn_write_back
+from .ops import IOFailure, run_ops
 from .payload import Payload, aligned_buffer
 
 PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
@@ -78,14 +80,6 @@ class BandwidthParams(DegradedParams):
         return self
 
 
-class IOFailure(StorevalError):
-    """An operation failed; carries the offset and the underlying error's kind."""
-
-    def __init__(self, offset: int, exc: BaseException) -> None:
-        self.offset, self.kind = offset, ("short-transfer" if isinstance(exc, ShortTransfer) else error_kind(exc))
-        super().__init__(f"at offset {offset}: {one_line(exc)}")
-
-
 def _prefill_chunk(ts: int, file_size: int) -> int:
     """Bytes per write when files are laid out untimed: about 4 MiB (whole transfers), or one transfer."""
     count = max(1, (4 << 20) // ts) if ts % 512 == 0 else 1
@@ -94,49 +88,11 @@ def _prefill_chunk(ts: int, file_size: int) -> int:
     return ts * count
 
 
-def run_ops(io, bufs, offsets, log: OpLog, size: int, stamp=None, check=None, deadline_ns: int = NEVER, *,
-            lo: int = 0, hi: int | None = None, native=None, recover=None) -> int:
-    """One ``io(bufs, offset)`` per offset of ``offsets[lo:hi]``, timed into ``log`` by the kernel (see
-    :func:`storeval.workloads.kernel.measure`); ``check`` is a payload checker of ``bufs[0]``. With a
-    ``deadline_ns`` it stops after the first operation that ends past it (the stonewall). Returns the count."""
-    op = functools.partial(io, bufs) if native is None else None
-    return measure(log, size, offsets, op, lo=lo, hi=hi, expect=size, stamp=stamp,
-                   check=None if check is None else functools.partial(check.verify, bufs[0]),
-                   deadline_ns=deadline_ns, native=native, fail=IOFailure, recover=recover)
-
-
 def _run_stream(io, bufs, offsets, log: OpLog, size: int, stamp, check, job, recover, lo: int, hi: int,
                 deadline_ns: int = NEVER) -> int:
     """One stream of a phase: offsets ``lo`` … ``hi`` (a thread's share, or io_uring's whole queue)."""
     return run_ops(io, bufs, offsets, log, size, stamp, check, deadline_ns, lo=lo, hi=hi, native=job,
                    recover=recover)
-
-
-def make_durable(c: ClientContext, h, fsync: bool) -> str:
-    """End a file's writes durably, inside the timed region, the same way for every client and transfer
-    size: fsync where the driver can and ``fsync`` is on; an object store's close (its PUT or
-    multipart-complete acknowledgment, which the caller's close waits for) needs nothing more. Returns how
-    the data was made durable: ``fsync``, ``close`` or ``none`` (see :func:`warn_write_back`)."""
-    caps = c.driver.caps
-    if fsync and caps.fsync:
-        c.driver.fsync(h)
-        return "fsync"
-    return "close" if caps.close_commits else "none"
-
-
-def warn_write_back(c: ClientContext, rec: PhaseRecorder, phase: str, durable: str, fsync: bool,
-                    direct: bool = False) -> None:
-    """Warn ``write-back`` when a write phase's figure may include data not yet on the storage."""
-    rec.extra["durable"] = durable
-    if durable != "none" or (direct and c.driver.caps.client_page_cache):
-        return
-    why = "fsync turned off" if not fsync or c.driver.caps.fsync else f"the {c.driver.scheme} driver cannot fsync"
-    if c.driver.caps.client_page_cache:
-        c.warn(rec, "write-back", f"{phase} may have ended with data still in the page cache ({why}, no O_DIRECT): "
-                                  "the figure can exceed what the storage accepts")
-    else:
-        c.warn(rec, "write-back", f"{phase} ended without a durable flush ({why}): the server may still hold the "
-                                  "data in memory, and the figure can exceed what its storage accepts")
 
 
 class Bandwidth(Workload):

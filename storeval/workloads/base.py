@@ -469,6 +469,14 @@ class Workload(ABC):
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         """Remove whatever the cell's clients may have left behind (after a failure); idempotent."""
 
+    @classmethod
+    def kill_orphans(cls, run: str) -> list[tuple[int, str]]:
+        """On this host, kill what this kind's clients of the dead run ``run`` (its scratch name,
+        ``storeval-<run id>``) started and left running, before the watchdog removes the run's files — only
+        processes it can prove that run started (a mark it put in their environment, say), never by name.
+        Returns (pid, name) of each one killed. The default: clients start nothing that outlives them."""
+        return []
+
     # -- client side ------------------------------------------------------------------------------
     def prepare(self, c: ClientContext) -> None:
         """Untimed set-up before the first phase (buffers, offsets, pre-filled files)."""

@@ -14,14 +14,14 @@ both forms a placeholder inside code another program runs (``sh -c "cat {path}"`
 storeval makes — ``{rank}``, ``{index}``, ``{size}``, ``{port}`` — are only digits and go anywhere, written in as
 they are. Every command also finds each value in its ``STOREVAL_*`` variable. Placeholders: ``{url}`` (the
 file's address for outside tools, ``Driver.tool_address``: a local path, ``root://host:port//path``,
-``s3://bucket/key``, ``hdfs://…``), ``{path}`` (the path part of that address; for S3 the key), ``{host}`` and
-``{port}`` (the server the target talks to; S3: the endpoint's), ``{local}`` (a local file: the source of a
-write, a place a read may copy to), ``{rank}``, ``{index}`` (the file's index among the client's files) and
-``{size}`` (bytes). Unknown placeholders and a program that is not installed are refused in one line before
-anything runs. The target's credentials reach the command as environment variables (``Driver.tool_env``:
-``AWS_ACCESS_KEY_ID`` … for S3), never on its command line; the command line kept in the results shows the
-placeholders' values, never the environment. ``env:`` is stored with the study's parameters: give secrets
-through the target (its credentials), never there.
+``s3://bucket/key``, ``hdfs://…``), ``{path}`` (the path part of that address; on an object store, S3, the
+key), ``{host}`` and ``{port}`` (the server the target talks to; S3: the endpoint's), ``{local}`` (a local
+file: the source of a write, a place a read may copy to), ``{rank}``, ``{index}`` (the file's index among the
+client's files) and ``{size}`` (bytes). Unknown placeholders and a program that is not installed are refused
+in one line before anything runs. The target's credentials reach the command as environment variables
+(``Driver.tool_env``: ``AWS_ACCESS_KEY_ID`` … for S3), never on its command line; the command line kept in the
+results shows the placeholders' values, never the environment. ``env:`` is stored with the study's parameters:
+give secrets through the target (its credentials), never there.
 
 Phases: ``read`` (storeval lays out each client's files first, untimed, with its incompressible payload, and
 clears the page caches it can; the command reads them) and ``write`` (storeval makes the local source files
@@ -81,6 +81,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
+from ..drivers.url import PARTS, parse_url
 from ..core import remove as _remove
 from ..core.oplog import PhaseRecorder
 from ..core.remove import remove_tree
@@ -264,17 +265,14 @@ class CommandParams(Params):
         return given[scheme]
 
 
-def address_parts(address: str) -> tuple[str, str]:
-    """(scheme://netloc, path) of an address: a local path has no first part; ``root://h:p//a`` → ``/a``;
-    ``s3://bucket/key`` → ``key``."""
+def tool_path(address: str, caps: Capabilities) -> str:
+    """The ``{path}`` of a tool address (``Driver.tool_address``), split by the one URL parser: a local path as it
+    is; on an object store (``caps.directories`` false: the address's host names the bucket) the object's key,
+    ``s3://bucket/key`` → ``key``; elsewhere the absolute path, ``root://h:p//a`` → ``/a``."""
     if "://" not in address:
-        return "", address
-    scheme, rest = address.split("://", 1)
-    netloc, _, path = rest.partition("/")
-    path = path.split("?", 1)[0]
-    if scheme == "s3":
-        return f"{scheme}://{netloc}", path
-    return f"{scheme}://{netloc}", "/" + path.lstrip("/")
+        return address
+    path = parse_url(address, PARTS, reader="the command workload").path
+    return path.lstrip("/") if not caps.directories else "/" + path.lstrip("/")
 
 
 @dataclass
@@ -728,6 +726,12 @@ class Command(Workload):
         target = getattr(c.driver.options, "timeout", None)
         return max(DEFAULT_TIMEOUT, 10 * target) if target else DEFAULT_TIMEOUT
 
+    @classmethod
+    def kill_orphans(cls, run: str) -> list[tuple[int, str]]:
+        """The commands of a dead run and whatever they started (daemons in sessions of their own included),
+        found on this host by the mark every one carries in its environment: ``STOREVAL_COMMAND_GUARD=<run>:…``."""
+        return kill_commands_of_run(run)
+
     def prepare(self, c: ClientContext) -> None:
         """Untimed: the program checked on this host, the addresses and environment, the local files (a write's
         sources) and, when the first phase reads, the files on the target."""
@@ -776,7 +780,7 @@ class Command(Workload):
         host, _, port = server.rpartition(":") if server.rpartition(":")[2].isdigit() else (server, "", "")
         out, envs, first = [], [], ""
         for i, (address, local) in enumerate(zip(st["addresses"], st["locals"])):
-            values = {"url": address, "path": address_parts(address)[1], "host": host, "port": port, "local": local,
+            values = {"url": address, "path": tool_path(address, c.driver.caps), "host": host, "port": port, "local": local,
                       "rank": str(c.rank), "index": str(i), "size": str(p.file_size)}
             if p.shell:  # the values in STOREVAL_* variables, the numbers storeval made written in
                 out.append(["/bin/sh", "-c", shell_line(template, {k: values[k] for k in NUMBERS})])

@@ -24,8 +24,9 @@ from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..errors import StorevalError
 from ..fields import Duration, Size
 from ..units import format_size
-from .bandwidth import IOFailure, make_durable, run_ops, warn_write_back
 from .base import MB_PER_MIB, Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param
+from .durability import make_durable, warn_write_back
+from .ops import IOFailure, run_ops
 from .payload import Payload, aligned_buffer
 
 PHASES = ("upload", "download")

@@ -6,7 +6,7 @@ per job and in aggregate, and against the number of jobs — while each writes t
 to the storage. Here a job is a client of the cell (``clients: [1, 2, 4]`` sweeps the job count).
 
 Each job reads its own ``files_per_job`` event files (the skim's dataset, laid out once per target and kept)
-with the skim's machinery (``skim.SkimIO``, the same strategies, cluster by cluster), again and again, a new
+with the skim's machinery (``events.SkimIO``, the same strategies, cluster by cluster), again and again, a new
 random order each pass, until ``duration`` from the phase's start; it stops at the first cluster boundary past
 it. Every cluster's events are counted into a per-second timeline (from the job's start, taken just after the
 opening barrier) the moment the cluster is done, and the bytes requested and written are counted per second
@@ -49,11 +49,11 @@ from ..drivers.base import Capabilities, Driver, Handle, join
 from ..fields import Duration
 from ..probes.cache import fits_in_ram
 from ..units import format_size, plural
-from .bandwidth import make_durable, warn_write_back
 from .base import Best, Chart, ClientContext, Figure, Need, Needs, Report, Scaling, Workload, param, summary_text
+from .durability import make_durable, warn_write_back
+from .events import (SKIM_PROCESS_BYTES, EventParams, SkimIO, baskets, burn_cpu, cluster_arrays, open_tree,
+                     select_branches, tree_clusters)
 from .rootfiles import COMPRESSIONS, TREE, ensure_dataset, read_manifest, uproot
-from .skim import (SKIM_PROCESS_BYTES, EventParams, SkimIO, baskets, burn_cpu, cluster_arrays, open_tree,
-                   select_branches, tree_clusters)
 
 NS = 1_000_000_000
 OUTPUT = re.compile(r"^jobs-\d{4}-\d{5}\.root$")  # the written-back files, by the names jobs give them

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - depends on the install
     _native = None
 
 NEVER = 1 << 62
-_NO_ARG = object()
+NO_ARG = object()  # measure's ``arg`` when none is given: op(item) rather than op(item, arg)
 Engine = Literal["auto", "python", "psync", "io_uring"]  # the workloads' engine option (auto: native where possible)
 # What the native batch returns besides the count done (codes shared with native/src/lib.rs).
 OK, DEADLINE, ERRNO, SHORT, VERIFY = range(5)
@@ -53,7 +53,7 @@ class ShortTransfer(OSError):
 
 
 def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, *, lo: int = 0,
-            hi: int | None = None, arg: Any = _NO_ARG, expect: int | None = None, stamp: tuple | None = None,
+            hi: int | None = None, arg: Any = NO_ARG, expect: int | None = None, stamp: tuple | None = None,
             check: Callable | None = None, deadline_ns: int = NEVER, native: Any = None,
             fail: Callable[[Any, BaseException], BaseException], recover: Callable | None = None) -> int:
     """Time ``op(item)`` (``op(item, arg)`` with ``arg``) for ``items[lo:hi]`` into ``log``, ``size`` bytes each;
@@ -70,7 +70,7 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
     clock = time.perf_counter_ns
     ends, lats, cap, fold = log.ends, log.lats, log.cap, log.fold
     add, tags, view = stamp if stamp is not None else (None, None, None)
-    bare = arg is _NO_ARG
+    bare = arg is NO_ARG
     i = done = 0
     item = None
     rest = iter(items)

@@ -34,7 +34,7 @@ from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Report, Scaling, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
-from .kernel import Engine, _NO_ARG, NEVER, MetaJob, ShortTransfer, choose_engine, measure
+from .kernel import NO_ARG, Engine, NEVER, MetaJob, ShortTransfer, choose_engine, measure
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
           "file-create", "file-stat", "file-read", "file-remove", "tree-remove")
@@ -155,7 +155,7 @@ def _fail(phase: str, path: str, exc: BaseException, rec: PhaseRecorder) -> Stor
 
 
 def timed_loop(fn, args, log: OpLog, nbytes: int, phase: str, rec: PhaseRecorder, deadline_ns: int = NEVER, *,
-               lo: int = 0, hi: int | None = None, arg=_NO_ARG, expect: int | None = None, native=None,
+               lo: int = 0, hi: int | None = None, arg=NO_ARG, expect: int | None = None, native=None,
                recover=None) -> int:
     """One ``fn(path)`` (``fn(path, arg)``) per path of ``args[lo:hi]``, timed into ``log`` by the kernel (see
     :func:`storeval.workloads.kernel.measure`) or its native ``job``; with ``deadline_ns``, stop after the
@@ -374,7 +374,7 @@ class Metadata(Workload):
         st = c.state
         paths = self._paths(c, phase)
         name = OPERATION[phase]
-        arg = st["data"] if name == "create" else st["buf"] if name == "read" else _NO_ARG
+        arg = st["data"] if name == "create" else st["buf"] if name == "read" else NO_ARG
         expect = self.p.file_size if name == "read" else None
         fn = _Lister(st["ops"].listdir) if name == "listdir" else getattr(st["ops"], name)
         engine = "python" if name == "listdir" else st["engine"]  # listings stay in the driver's own call
