@@ -46,6 +46,17 @@ def testbed_dir(study_testbed: str | None) -> str:
     return os.path.abspath(study_testbed or DEFAULT_TESTBED)
 
 
+def check_cells(cells: list, study_testbed: str | None, *, progress_counted: bool = True) -> None:
+    """Check the faults the planned cells will act on: those on a testbed the run brings up (a target's
+    ``system:``) against its handles once it runs (runner.py), so here only for their timing and overlaps; the
+    others against the testbed that runs now."""
+    planned = {id(f): f for c in cells if not (c.target.system or {}).get("testbed") for f in c.faults}
+    on_systems = [f for c in cells if (c.target.system or {}).get("testbed") for f in c.faults]
+    check_plan(list(planned.values()), study_testbed, progress_counted=progress_counted)
+    if on_systems:
+        check_plan(on_systems, None, progress_counted=progress_counted, handles=False)
+
+
 def check_plan(faults: list[Fault], study_testbed: str | None, *, progress_counted: bool = True,
                handles: bool = True) -> None:
     """Refuse (one line) a plan whose servers are not fault handles of the testbed, or whose actions they do

@@ -21,6 +21,8 @@ counts, each cell carrying its groups in rank order. A workload whose parameters
 from __future__ import annotations
 
 import dataclasses
+import os
+from typing import Any
 
 from .core.cell import Cell, TargetSpec
 from .core.network import cell_groups, group_factors
@@ -98,3 +100,34 @@ def plan(study: Study) -> list[Cell]:
                                   phase_timeout=study.phase_timeout, faults=faults, groups=groups,
                                   network=network))
     return cells
+
+
+def check_placement(study: Study, engine: Any) -> None:
+    """The study's rules on where its clients run, for the engine that will run them (``engine``: the MPI engine,
+    or None for local processes): one line naming the setting and the fix when they cannot hold."""
+    from .units import plural
+
+    if study.network is not None and os.geteuid() != 0:
+        raise InputError("network: emulated hosts and links are network namespaces, which need root: run storeval "
+                         "as root (or drop network: and the groups' host:)")
+    groups = list((study.groups or {}).values())
+    most = max(study.clients)
+    if engine is not None:
+        if most > engine.capacity():
+            per = f" with at most {study.clients_per_host} per host" if study.clients_per_host else ""
+            raise InputError(f"clients {most}: mpiexec started {plural(engine.size, 'rank')}, room for "
+                             f"{plural(engine.capacity(), 'client')}{per} (start more ranks or lower --clients)")
+        placed = next((g for g in groups if g.host), None)
+        if placed is not None:
+            raise InputError(f"clients.{placed.name}.host: emulated hosts are this machine's network namespaces, for "
+                             "local clients; under mpiexec give the group hosts: [real host names] or ranks: 0-3")
+        return
+    real = next((g for g in groups if g.hosts or g.ranks), None)
+    if real is not None:
+        raise InputError(f"clients.{real.name}.{'hosts' if real.hosts else 'ranks'}: real hosts and ranks are for "
+                         "the MPI engine (run under mpiexec); locally, place the group on an emulated host with "
+                         "host: NAME")
+    if study.clients_per_host is not None and most > study.clients_per_host:
+        raise InputError(f"clients {most}: without mpiexec every client runs on this host, and "
+                         f"clients_per_host is {study.clients_per_host} (lower --clients, or run under mpiexec "
+                         "across hosts)")

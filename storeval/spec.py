@@ -1147,3 +1147,16 @@ def _prices(raw: Any, targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
             raise InputError(f"{where}.currency: {_show(currency)} is not a currency code (e.g. USD, EUR)")
         out[str(name)] = {**price, "currency": visible(currency.strip())}
     return out
+
+
+def default_study_params(kind: str) -> dict[str, Any]:
+    """The parameters of workload ``kind`` that `storeval run` without a study sets (DEFAULT_WORKLOADS),
+    validated as a run validates them, so they print as the run resolves them; {} when it does not run it."""
+    from .workloads import workload_class
+
+    model = workload_class(kind).Params
+    given = next((params for entry in DEFAULT_WORKLOADS.values() for k, params in entry.items() if k == kind), None)
+    if given is None:
+        return {}
+    resolved = model.model_validate(given)
+    return {k: getattr(resolved, k) for k in given}

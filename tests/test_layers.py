@@ -25,7 +25,8 @@ LAYERS: list[set[str]] = [
     {"spec", "preflight", "testbed"},
     {"plan", "report", "faults", "systems"},
     {"runner"},
-    {"cli", "__main__"},
+    {"app"},  # the use cases: run, report, compare, import, export, clean, testbed (typed requests)
+    {"cli", "__main__"},  # parses arguments into the use cases' requests and prints what comes back
 ]
 
 

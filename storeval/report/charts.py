@@ -36,11 +36,6 @@ def _clients(n: int) -> str:
     return f"{n} client" + ("" if n == 1 else "s")
 
 
-def _factors(kind: str | None, factors: dict[str, Any]) -> str:
-    """Factor values as a study writes them (sizes as sizes, durations with their unit)."""
-    return factors_text(kind, factors)
-
-
 def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
     """Aggregate vs clients, one line per target (and other factor values), error bars = stderr over repetitions."""
     by_chart: dict[tuple, list[dict]] = defaultdict(list)
@@ -115,7 +110,7 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
             unit, scale = _rate_unit(cf.cell.kind, f["unit"])
             outliers = set(f["outliers"])
             label = f"{cf.cell.target} · {cf.cell.workload} · {ph.phase} · {_clients(cf.cell.clients)}"
-            factors = _factors(cf.cell.kind, cf.cell.factors)
+            factors = factors_text(cf.cell.kind, cf.cell.factors)
             if factors:
                 label += f" ({factors})"
             group_of = {row["rank"]: row.get("group") for row in f["sorted"]}
@@ -230,7 +225,7 @@ def _by_phase(kind: str, chart: Chart, rows: list[ConfigSummary]) -> list[tuple[
     groups: dict[str, list[ConfigSummary]] = defaultdict(list)
     for r in rows:
         named = " · ".join(factor_text(kind, g, r.factors.get(g, r.params.get(g, ""))) for g in chart.group)
-        others = _factors(kind, {k: v for k, v in r.factors.items() if k not in chart.group})
+        others = factors_text(kind, {k: v for k, v in r.factors.items() if k not in chart.group})
         label = " · ".join(filter(None, [r.target, named + ((" " + others) if others else "") if named else others]))
         groups[f"{label} · {r.clients} cl."].append(r)
     data = [{"type": "bar", "name": name, "x": [r.phase for r in rs], "y": [chart.figure.of(r).mean for r in rs],
@@ -247,7 +242,7 @@ def _by_configuration(kind: str, chart: Chart, rows: list[ConfigSummary]) -> lis
     values = [chart.figure.of(r) for r in rows]
     if not any(v is not None for v in values):
         return []
-    names = [f"{r.target} · {r.workload}{(' ' + f) if (f := _factors(kind, r.factors)) else ''} · "
+    names = [f"{r.target} · {r.workload}{(' ' + f) if (f := factors_text(kind, r.factors)) else ''} · "
              f"{r.clients} cl." for r in rows]
     label = chart.y or chart.figure.unit
     data = [{"type": "bar", "name": label, "x": names, "y": [v.mean if v else None for v in values],

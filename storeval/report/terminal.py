@@ -552,3 +552,81 @@ def print_faults(cells: list[Any], console: Console) -> None:
     for row in rows:
         table.add_row(*map(safe, row))
     console.print(table)
+
+
+# ------------------------------------------------------------------------------------------------ whole screens
+
+
+def print_run(summary: list, cells: list, console: Console, study: dict) -> None:
+    """The phase tables per workload, the faults, the scaling lines, and the one-glance summary table last."""
+    from ..analysis.scaling import along_settings, scaling
+    from ..analysis.table import summary_table
+
+    print_summary(summary, console)
+    print_faults(cells, console)
+    print_scaling(scaling(cells) + along_settings(cells, study), console)
+    print_table(summary_table(summary), console)
+
+
+def print_run_state(data: Any, console: Console) -> None:
+    """How the run ended, its failed cells and what went wrong: a stored run says so as its live run did."""
+    statuses = [c.status for c in data.cells]
+    counts = ", ".join(f"{statuses.count(st)} {st}" for st in dict.fromkeys(statuses) if st != "ok")
+    console.print(f"run {safe(data.run_id)} ({data.started:%Y-%m-%d %H:%M}): {safe(data.status)}; "
+                  f"{plural(len(statuses), 'cell')}" + (f", {safe(counts)}" if counts else ""), highlight=False)
+    said = set()
+    for c in data.cells:
+        if c.status not in ("ok", "skipped") and c.error:
+            said.add(c.error)
+            console.print(f"cell {c.cell_id} ({safe(c.target)} · {safe(c.workload)} · {plural(c.clients, 'client')}) "
+                          f"{safe(c.status)}: {safe(c.error)}", highlight=False)
+    for e in data.events:
+        if e.get("kind") in ("died", "timeout") and e.get("message") and e["message"] not in said:
+            console.print(f"{safe(e['kind'])}: {safe(e['message'])}", highlight=False)
+        elif e.get("kind") in ("left-behind", "cleaned-up"):  # what storeval could not remove, and when it later did
+            console.print(safe(e["message"]) if e["kind"] == "left-behind"
+                          else f"cell {e.get('cell')}: {safe(e['message'])}", highlight=False)
+    if data.status == "running":
+        console.print("the run is still going, or its coordinator died without a watchdog: figures are partial",
+                      highlight=False)
+
+
+def print_runs_side_by_side(across: Any, console: Console) -> None:
+    """Which run is which, and what differed between them, before anyone compares their figures."""
+    for r in across.runs:
+        console.print(f"run {r['label']} = {safe(r['run_id'])}: {safe(', '.join(r['targets']))}"
+                      + (f" (cells {r['cells'][0]}–{r['cells'][1]})" if r["cells"] else ""), highlight=False)
+    print_differences(across.differences, console, "the runs' environments and studies do not differ")
+
+
+def print_differences(lines: list[str], console: Console, none: str | None = None) -> None:
+    """What differed between runs, one fact per line (report --runs and compare say it alike)."""
+    if lines:
+        console.print(f"what differed between the runs ({len(lines)}; a figure's change may be theirs, not the "
+                      "storage's):", highlight=False)
+        for line in lines:
+            console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+    elif none:
+        console.print(none, highlight=False)
+
+
+def print_comparison(c: Any, console: Console) -> None:
+    """``storeval compare``: what differed between the runs, then B's change from A per figure, coloured by
+    verdict, then what was not compared (``c``: app.compare.Comparison)."""
+    from .compare import COLUMNS, NUMERIC, change_rows
+
+    if not c.same_study:
+        console.print("A and B ran different studies: only configurations with the same parameters are compared",
+                      highlight=False)
+    print_differences(c.environment, console)
+    table = Table(title=f"B = {c.id_b} against A = {c.id_a}", caption=c.rule, caption_justify="left")
+    for col in COLUMNS:  # numbers never fold: a wrapped interval would read as two
+        table.add_column(col, justify="right" if col in NUMERIC else "left", overflow="fold", no_wrap=col in NUMERIC)
+    colour = {"better": "green", "worse": "red"}
+    for change, row in zip(c.changes, change_rows(c.changes)):
+        table.add_row(*map(safe, row), style=colour.get(change.verdict))
+    console.print(table)
+    for label, items in (("only in A", c.only_a), ("only in B", c.only_b),
+                         ("not compared, parameters differ", c.differ)):
+        if items:
+            console.print(f"{label}: " + safe("; ".join(items)), highlight=False)

@@ -1,0 +1,318 @@
+"""The commands on stored results and studies: run, report, import, compare, export, workloads, clean."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .. import __version__
+from ..app import EXIT_FAILED, EXIT_OK, Say
+from ..errors import InputError
+from ..units import plural
+from .common import console as _console, safe as _safe, say as _say
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
+                       "honest numbers, one report.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"storeval {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print the version and exit.")) -> None:
+    """storeval — evaluate storage systems for data-intensive science."""
+
+
+@app.command()
+def run(
+    study: Optional[str] = typer.Argument(None, help="Study YAML file. Without one: the default quick study on the "
+                                                     "file system of the current directory."),
+    target: Optional[list[str]] = typer.Option(None, "--target", help="Target URL (file:///path, null://) or the name of "
+                                                                      "a study target; repeat for several."),
+    workload: Optional[list[str]] = typer.Option(None, "--workload", help="Workload kind (bandwidth, ...) with default "
+                                                                          "parameters, or the name of a study workload."),
+    clients: Optional[str] = typer.Option(None, "--clients", help="Client counts to sweep, e.g. 1,2,4."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE for every selected workload that has KEY "
+                                                                 "(WORKLOAD.KEY=VALUE for one); a comma list sweeps "
+                                                                 "(--set transfer_size=64KiB,1MiB)."),
+    repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions of every configuration."),
+    results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the run as a JSON document to this file."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here (default: "
+                                                                "RESULTS/report-RUN_ID.html)."),
+    no_html: bool = typer.Option(False, "--no-html", help="Do not write the HTML report."),
+    phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", help="Stop a cell when a client shows no "
+                                                                              "progress for this long (e.g. 30m); "
+                                                                              "default 1h."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no tables."),
+    regenerate: bool = typer.Option(False, "--regenerate", help="Write the skim's ROOT event files anew even if "
+                                                                "matching ones are on the target."),
+    keep_cache: bool = typer.Option(False, "--keep-cache", help="Do not clear the page cache before reads (results "
+                                                                "then say they may come from memory)."),
+    probe_interval: Optional[str] = typer.Option(None, "--probe-interval", help="Sample system counters this often "
+                                                                                "while cells run (default 1s; 0: off)."),
+    exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
+                                                                            "of the summaries (the output says so)."),
+    placement: Optional[str] = typer.Option(None, "--placement", help="Under mpiexec: spread a cell's clients across "
+                                                                      "hosts (default) or pack them host by host."),
+    clients_per_host: Optional[int] = typer.Option(None, "--clients-per-host", help="Under mpiexec: at most this many "
+                                                                                    "clients on one host."),
+    force: bool = typer.Option(False, "--force", help="Run although a cell may need more memory or disk space than "
+                                                      "is free now (never beyond what the host has at all)."),
+    as_tool: Optional[str] = typer.Option(None, "--as", help="Print, per cell, the ior, mdtest or fio command line "
+                                                             "that does the same work, and each setting that tool "
+                                                             "cannot express; runs nothing (like a dry run)."),
+) -> None:
+    """Run a study (or the default quick study) and report the results.
+
+    Under mpiexec every rank runs this command: rank 0 plans, stores and reports, and the cells' clients
+    are MPI ranks (``mpiexec -n 64 -hostfile hosts storeval run study.yaml``)."""
+    from ..app.run import RunRequest, run_study, tool_lines
+    from ..report.progress import ProgressUI, QuietUI
+
+    # `storeval run …` and `python -m storeval run …` (argv[0] is then storeval/__main__.py) both hold the verb
+    from_cli = bool(sys.argv) and (sys.argv[0].endswith("storeval") or sys.argv[0].endswith("__main__.py"))
+    command_line = shlex.join(["storeval", *sys.argv[1:]]) if from_cli \
+        else shlex.join(["storeval", "run", *(sys.argv[1:] if sys.argv else [])])
+    request = RunRequest(study, target, workload, set_, clients, repetitions, phase_timeout, keep_cache,
+                         probe_interval, placement, clients_per_host, results, json_out,
+                         None if no_html else (html_out or ""), regenerate, exclude_outliers, force, as_tool,
+                         command_line)
+    if as_tool is not None:  # the peer's commands, printed; nothing runs
+        for line in tool_lines(request):
+            print(line)
+        raise typer.Exit(EXIT_OK)
+    err = _console(stderr=True)
+    ui = QuietUI() if quiet else ProgressUI(err)
+    raise typer.Exit(run_study(request, _say(), ui, lambda outcome: _show_run(outcome, quiet)))
+
+
+def _show_run(o, quiet: bool) -> None:
+    """What a run came to: outputs that could not be written, the tables, the last line, what failed."""
+    from ..report.terminal import print_run
+
+    out, err = _console(), _console(stderr=True)
+    for line in o.unwritten:
+        err.print(f"error: {_safe(line)}", highlight=False)
+    result = o.result
+    if not quiet:
+        print_run(o.summary, o.cells, out, o.data.study)
+        failed = (f", {result.failed} failed" if result.failed else "") + \
+            (f", {result.not_run} not run" if result.not_run else "")
+        out.print(f"run {result.run_id}: {plural(result.cells, 'cell')}{failed}; results in {_safe(o.store_dir)}"
+                  + (f", JSON in {_safe(o.json_out)}" if o.json_out else "")
+                  + (f", report in {_safe(o.html_out)}" if o.html_out else ""))
+    for cf in o.cells:
+        if cf.cell.status == "failed":
+            err.print(f"[red]cell {cf.cell.cell_id} ({_safe(cf.cell.target)} · {_safe(cf.cell.workload)} · "
+                      f"{plural(cf.cell.clients, 'client')}) failed:[/] {_safe(cf.cell.error)}", highlight=False)
+    if result.fatal:
+        err.print(f"[red]error:[/] {_safe(result.fatal)}; the job is aborted (the cell's files were removed)",
+                  highlight=False)
+    for flag in o.failing_flags:  # a fault the study asked for that never struck (or was never undone)
+        err.print(f"[red]{flag['code']}:[/] {_safe(flag['message'])}", highlight=False)
+    if result.status == "interrupted":
+        err.print("[yellow]interrupted: the running cell was stopped, its files removed and it is stored as interrupted[/]")
+
+
+@app.command()
+def report(
+    results: str = typer.Argument("storeval-results", help="Results directory."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
+    runs: Optional[str] = typer.Option(None, "--runs", help="Several runs side by side in one report: all, or ids "
+                                                           "(or unique prefixes) separated by commas."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Write the self-contained HTML report to this file."),
+    figures: Optional[str] = typer.Option(None, "--figures", help="Write each figure of the report into this "
+                                                                  "directory as SVG and PNG, with its data as CSV "
+                                                                  "(needs Chromium and the figures extra)."),
+    exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
+                                                                            "of the summaries (the output says so)."),
+) -> None:
+    """Print the summary of a stored run (or of several side by side); write it as JSON, as an HTML report, or its
+    figures as files."""
+    from ..app.report import ReportRequest, build_report
+    from ..report.terminal import print_run, print_run_state, print_runs_side_by_side
+
+    console = _console()
+
+    def show(r) -> None:
+        print_run(r.summary, r.cells, console, r.data.study)
+        for run in r.runs:
+            print_run_state(run, console)
+        if r.across is not None:
+            print_runs_side_by_side(r.across, console)
+
+    r = build_report(ReportRequest(results, run_id, runs, json_out, html_out, figures, exclude_outliers), _say(), show)
+    if r.html_out:
+        console.print(f"report in {_safe(r.html_out)}", highlight=False)
+    if r.figures is not None:
+        directory, count, index = r.figures
+        console.print(f"{count} figures in {_safe(directory)} (SVG, PNG and CSV each; index in {_safe(index)})",
+                      highlight=False)
+
+
+@app.command("import")
+def import_(
+    files: list[str] = typer.Argument(..., help="Result files: IOR JSON (-O summaryFormat=JSON), mdtest's output, fio "
+                                                "JSON (--output-format=json), warp JSON (--json, analyze --json)."),
+    results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
+    tool: Optional[str] = typer.Option(None, "--tool", help="ior, mdtest, fio or warp (default: told from each "
+                                                            "file's content)."),
+    label: Optional[str] = typer.Option(None, "--label", help="Target name of the imported runs (default: the path "
+                                                              "or endpoint the tool ran against)."),
+) -> None:
+    """Import IOR, mdtest, fio or warp results as runs of their own (one per file), so report --runs and compare
+    put them beside storeval's. Every file is read first: bad input writes nothing."""
+    from ..app.compare import ImportRequest, import_results
+
+    command_line = shlex.join(["storeval", "import", *files, "--results", results,
+                               *(["--tool", tool] if tool else []), *(["--label", label] if label else [])])
+    where, runs = import_results(ImportRequest(files, results, tool, label, command_line))
+    out = _console()
+    for run in runs:
+        out.print(f"run {run.run_id}: imported {run.tool} results of {_safe(run.source)} "
+                  f"({plural(run.phases, 'phase')}; measured by {run.tool}, not timed by storeval); results in "
+                  f"{_safe(where)}", highlight=False)
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="Run A: a results directory (its latest run), DIR:RUN_ID, or a run id."),
+    b: str = typer.Argument(..., help="Run B, the same way."),
+    results: str = typer.Option("storeval-results", "--results", help="Where run ids are looked up."),
+    html_out: Optional[str] = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the comparison as JSON."),
+    exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Compare without outlier repetitions."),
+    confidence: str = typer.Option("95%", "--confidence", help="Confidence of the test and of the intervals shown "
+                                   "(e.g. 95%, 0.99)."),
+    min_effect: str = typer.Option("5%", "--min-effect", help="Smallest change called better or worse (e.g. 5%, 2.5)."),
+) -> None:
+    """Figure by figure: B's change from A in percent with its confidence interval, and whether it is real
+    (Welch's t over repetitions, Holm-adjusted, and at least --min-effect)."""
+    from ..app.compare import CompareRequest, compare_runs
+    from ..report.terminal import print_comparison
+
+    c = compare_runs(CompareRequest(a, b, results, html_out, json_out, exclude_outliers, confidence, min_effect),
+                     _say())
+    console = _console()
+    print_comparison(c, console)
+    if c.html_out:
+        console.print(f"comparison in {_safe(c.html_out)}", highlight=False)
+
+
+@app.command()
+def export(
+    results: str = typer.Argument("storeval-results", help="Results directory."),
+    fmt: str = typer.Option(..., "--format", help="json, csv or parquet."),
+    out: Optional[str] = typer.Option(None, "--out", help="New directory for the files (default: "
+                                                          "RESULTS/export-FORMAT[-RUN_ID])."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Only this run (default: every run in the store)."),
+) -> None:
+    """Write the results store's tables as JSON, CSV or Parquet files, one per table."""
+    from ..app.report import export_tables
+
+    out, names = export_tables(results, fmt, out, run_id, _say())
+    _console().print(f"{len(names)} tables written to {_safe(out)}: {', '.join(names)}", highlight=False)
+
+
+@app.command()
+def workloads(
+    kind: Optional[str] = typer.Argument(None, metavar="KIND", help="Show only this workload kind."),
+) -> None:
+    """List workload kinds, their phases and their parameters: default, unit and what each does."""
+    from ..report.catalog import workload_tables
+    from ..workloads import WORKLOADS
+
+    console = Console()
+    WORKLOADS.announce()  # a plug-in left out: one warning line each
+    for table in workload_tables(kind):
+        console.print(table)
+
+
+@app.command()
+def clean(
+    targets: Optional[list[str]] = typer.Argument(None, metavar="TARGET...",
+                                                  help="Target URLs or paths, names of --study's targets, or study "
+                                                       "files (all their targets)."),
+    study: Optional[str] = typer.Option(None, "--study", help="Study file whose targets TARGET may name (without "
+                                                              "TARGET: all of them)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Remove without asking."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
+    force: bool = typer.Option(False, "--force", help="Also remove directories whose run cannot be proven dead from "
+                                                      "here (another host, no owner record); never a live run's."),
+    results: str = typer.Option("storeval-results", "--results", help="Results directory whose runs' testbeds to "
+                                                                      "look for (a dead run's servers are stopped)."),
+) -> None:
+    """Remove the scratch directories (storeval-RUN/) that dead storeval runs left on targets, and stop the
+    testbeds dead runs brought up (recorded in the results store)."""
+    from ..app.clean import remove, stop_testbed, survey
+    from ..units import format_size
+
+    found = survey(targets or [], study, results, force=force, say=_say())
+    failed = found.failed
+    for kind, item in found.seen:
+        if kind == "system":
+            print(f"{item}: a testbed system the run brings up and removes with its data: no scratch directory "
+                  f"to clean (the testbeds dead runs left are listed from {_safe(results)})")
+        elif kind == "unreachable":
+            print(f"error: {item}", file=sys.stderr)
+        elif kind == "none":
+            print(f"{item}: no storeval scratch directories")
+        elif item.remove:
+            d = item.dir
+            print(f"{item.target.url}: {d.name}  {format_size(d.bytes)} in {plural(d.files, 'file')}  {d.state}: {d.why}")
+        else:
+            hint = " (--force removes it)" if item.dir.state == "unknown" else ""
+            print(f"{item.target.url}: {item.dir.name}  kept, {item.dir.state}: {item.dir.why}{hint}")
+    chosen = [f for f in found.found if f.remove]
+    total = sum(f.dir.bytes or 0 for f in chosen)
+    what = f"{len(chosen)} director{'y' if len(chosen) == 1 else 'ies'} ({format_size(total)})"
+    try:
+        if not chosen:
+            print("nothing to remove")
+        elif dry_run:
+            print(f"dry run: {what} would be removed")
+        else:
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise InputError(f"clean: {what} to remove; confirm with --yes (there is no terminal to ask on)")
+                if not typer.confirm(f"remove {what}?", default=False):
+                    print("nothing removed")
+                    raise typer.Exit(EXIT_FAILED)
+            for f in chosen:
+                gone, why = remove(f)
+                if gone:
+                    uploads = f", {f.dir.uploads} incomplete upload(s) aborted" if f.dir.uploads else ""
+                    print(f"removed {f.target.url}: {f.dir.name} ({format_size(f.dir.bytes or 0)}{uploads})")
+                else:
+                    print(f"error: {f.target.url}: {f.dir.name}: {why}", file=sys.stderr)
+                    failed = True
+    finally:
+        found.close()
+    for t in found.testbeds:
+        kinds, where = ", ".join(t.kinds), _safe(t.directory)
+        if not t.owned:  # the study's own `testbed:` directory: another run may use it now, so it is only named
+            print(f"run {t.run_id} ({t.status}) brought {kinds} up in {where}, the study's testbed directory: "
+                  f"`storeval testbed down --dir {where}` stops it if nothing else uses it")
+            continue
+        print(f"run {t.run_id} ({t.status}) left its {kinds} testbed in {where}"
+              + ("" if yes and not dry_run else f": `storeval testbed down --dir {where}` stops it"
+                 + (" (or clean --yes)" if not dry_run else "")))
+        if yes and not dry_run:
+            why = stop_testbed(t, Say(info=lambda message: print(f"  {_safe(message)}")))
+            if why is None:
+                print(f"stopped the testbed in {where}")
+            else:
+                print(f"error: testbed {where}: {_safe(why)}", file=sys.stderr)
+                failed = True
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)

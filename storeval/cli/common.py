@@ -1,0 +1,35 @@
+"""What every command shares: the consoles (tables on stdout, messages on stderr), printing user-given text
+safely, and the :class:`~storeval.app.Say` a use case talks through."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from ..app import Say
+
+TESTBED_DIR_HELP = ("Directory holding the servers' data and state: new, empty or a testbed directory already "
+                    "(storeval-testbed.yaml is written beside it).")
+
+
+def console(stderr: bool = False) -> Console:
+    """Tables on stdout (wide enough to stay readable in a file or a pipe), messages on stderr."""
+    from ..report.console import console as make
+
+    return make(stderr)
+
+
+def safe(text) -> str:
+    """User-given text (names, URLs, paths, errors) for a printed line: see report.console.safe."""
+    from ..report.console import safe as printable
+
+    return printable(text)
+
+
+def say() -> Say:
+    """A use case's lines while it works: progress and notes on stderr, warnings and errors marked as such."""
+    err = console(stderr=True)
+    return Say(info=lambda line: err.print(safe(line), highlight=False),
+               warn=lambda line: err.print(f"warning: {safe(line)}", highlight=False),
+               error=lambda line: err.print(f"error: {safe(line)}", highlight=False))
+
+
