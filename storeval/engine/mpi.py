@@ -45,6 +45,10 @@ from ..core.stop import STOP, ClientStopped
 
 TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT = 101, 102, 103, 104, 105
 POLL = 0.001
+# seconds between two looks at a pending barrier at most, once a wait has grown long, when this kernel runs more
+# ranks than this process may use CPUs (emulated nodes, an oversubscribed node): a look every POLL by hundreds of
+# ranks is the CPU they wait for (measured: 128 ranks on 2 CPUs, each switching ~2,300 times a second)
+CROWDED_POLL = 0.02
 CLOCK_PATIENCE = 2.0  # seconds rank 0 waits for the end-of-cell clock answers of all participants together
 BEAT_EVERY = 0.2  # seconds between two progress reports of a rank, at most
 ALIVE_EVERY = 1.0  # seconds between two reports of a rank that made no progress: it still answers
@@ -77,14 +81,18 @@ class MpiComm:
         self.aborted = threading.Event()
         self.progress, self.base = progress, PROGRESS_SLOTS * self.rank
 
+    longest_poll = POLL  # CROWDED_POLL when this kernel's ranks outnumber its CPUs (MpiEngine sets it)
+
     def _wait(self, request: Any) -> Any:
+        pause = POLL
         while True:
             done, value = request.test()
             if done:
                 return value
             if self.aborted.is_set() or STOP.is_set():
                 raise ClientStopped("stopped: another client failed")
-            time.sleep(POLL)
+            time.sleep(pause)
+            pause = min(pause * 1.25, self.longest_poll)
 
     def barrier(self) -> None:
         p = self.progress
@@ -176,7 +184,7 @@ def _listen(comm: MpiComm, stop: threading.Event) -> None:
         if (beat != sent and now - sent_at >= BEAT_EVERY) or now - sent_at >= ALIVE_EVERY:
             comm.world.send((comm.cell, *beat), dest=0, tag=TAG_BEAT)
             sent, sent_at = beat, now
-        time.sleep(0.01)
+        time.sleep(0.01 if comm.longest_poll == POLL else 0.05)
 
 
 def _boot_id() -> str:
@@ -360,6 +368,9 @@ class MpiEngine:
         self.procs = w.allgather((os.getpid(), psutil.Process().create_time(), os.uname().nodename, self._hup_read,
                                   process_view()))
         self.placement, self.per_host = placement, clients_per_host
+        boots = w.allgather(_boot_id())  # ranks under one kernel share its CPUs, whatever their host names
+        if boots.count(boots[self.rank]) > len(os.sched_getaffinity(0)):
+            MpiComm.longest_poll = CROWDED_POLL
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
 
@@ -425,7 +436,7 @@ class MpiEngine:
         outcome.samples = sampler.stop(GRACE_SECONDS if outcome.status == "ok" else 1.0) if sampler is not None else []
         outcome.samples += host_samples
         if watch.unanswered:  # ranks that did not stop: the job cannot go on (rank 0 cleans up, then aborts it)
-            who = ", ".join(f"rank {r} on {self.hosts[r]}" for r in watch.unanswered)
+            who = _ranks_named(watch.unanswered, self.hosts)
             outcome.fatal = True
             outcome.events.append({"kind": "timeout", "rank": watch.unanswered[0], "phase": None,
                                    "message": f"{who} did not stop within {GRACE_SECONDS:g} s"})
@@ -564,7 +575,9 @@ class _MpiWatch(Watch):
         self.results: dict[int, list[tuple]] = {}
         self.unanswered: list[int] = []
         self.local_pids = local_pids
-        self.heard = {r: time.monotonic() for r in ranks}  # when each rank's last word came
+        # when each rank's last word in this cell came; None until its first: a rank still starting its client
+        # (hundreds of ranks on few CPUs take a while) is not silent, and the phase timeout bounds its start
+        self.heard: dict[int, float | None] = {r: None for r in ranks}
 
     def step_of_rank(self, rank: int) -> tuple[str, int] | None:
         return self.step_of(self.done_steps.get(self.ranks[rank] if rank < len(self.ranks) else rank, 0))
@@ -642,7 +655,7 @@ class _MpiWatch(Watch):
         if not stuck:
             return
         step = self.step_of(min(self.done_steps[r] for r in stuck))
-        who = ", ".join(f"client {self.ranks.index(r)} (rank {r} on {self.hosts[r]})" for r in stuck)
+        who = _clients_named(stuck, self.ranks, self.hosts)
         if any(self.beats[r][1] == 0 for r in stuck):
             raise RankHung(f"{who} hung in {self.label(step)} (no progress for the phase timeout of "
                            f"{self.timeout:g} s)", stuck, step)
@@ -655,10 +668,10 @@ class _MpiWatch(Watch):
         launcher does not know (a node whose network died takes its FIN packets with it). RankHung naming it."""
         now = time.monotonic()
         lost = [r for r in self.ranks[1:] if r not in self.results and self.beats[r][1] != FINISHED
-                and now - self.heard[r] > SILENCE]
+                and self.heard[r] is not None and now - self.heard[r] > SILENCE]
         if lost:
             step = self.step_of(min(self.done_steps[r] for r in lost))
-            who = ", ".join(f"client {self.ranks.index(r)} (rank {r} on {self.hosts[r]})" for r in lost)
+            who = _clients_named(lost, self.ranks, self.hosts)
             raise RankHung(f"{who} stopped answering in {self.label(step)}: no word from "
                            f"{'it' if len(lost) == 1 else 'them'} for {SILENCE:g} s (a host down, or a rank gone "
                            "without its launcher knowing)", lost, step)
@@ -673,6 +686,27 @@ class _MpiWatch(Watch):
         w = world()
         for r in self.ranks[1:]:
             w.send(self.cell, dest=r, tag=TAG_ABORT)
+
+
+NAMED = 6  # ranks named one by one in a message; beyond, a count and their hosts (a line, not a page, at 512)
+
+
+def _clients_named(ranks: list[int], participants: list[int], hosts: list[str]) -> str:
+    """``client 3 (rank 5 on node2), …``; more than NAMED: the first ones, then how many more and on which hosts."""
+    named = [f"client {participants.index(r)} (rank {r} on {hosts[r]})" for r in ranks[:NAMED]]
+    return ", ".join(named) + _more(ranks, hosts, "client")
+
+
+def _ranks_named(ranks: list[int], hosts: list[str]) -> str:
+    return ", ".join(f"rank {r} on {hosts[r]}" for r in ranks[:NAMED]) + _more(ranks, hosts, "rank")
+
+
+def _more(ranks: list[int], hosts: list[str], noun: str) -> str:
+    if len(ranks) <= NAMED:
+        return ""
+    on = sorted({hosts[r] for r in ranks})
+    where = ", ".join(on[:NAMED]) + (f" and {len(on) - NAMED} more" if len(on) > NAMED else "")
+    return f" and {len(ranks) - NAMED} more {noun}s ({len(ranks)} in all, on {where})"
 
 
 class RankHung(Exception):
