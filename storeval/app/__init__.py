@@ -1,5 +1,5 @@
 """Use cases: what each command does — run a study, report and compare runs, import, export, clean, bring a
-testbed up — with typed requests and results. The CLI (``cli.py``) only parses arguments into a request and
+testbed up — with typed requests and results. The CLI (``storeval.cli``) only parses arguments into a request and
 prints what comes back; nothing here prints. Lines a use case has to say while it works (a warning before a
 run starts, a stored held result) go to the :class:`Say` it is given."""
 

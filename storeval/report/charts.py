@@ -140,9 +140,7 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
                                                    for r in mine_t],
                                          "line": {"color": "#d62728", "width": [3 if r in outliers else 0
                                                                                 for r in mine_t]}}})
-            per_group = "".join(f", {g} Jain {b['jain']:.3f}" for g, b in (f.get("groups") or {}).items()
-                                if b and b.get("jain") is not None)
-            title = f"{label}: per-client {unit}, sorted (Jain {f['jain']:.3f}{per_group}, spread {f['spread']:.1%})"
+            title = f"{label}: per-client {unit}, sorted ({_fairness_words(f)})"
             order = {"categoryorder": "array", "categoryarray": [f"client {r}" for r in rank_order]}
             out.append((title, {"data": rates, "layout": _layout(title, "client", unit, barmode="overlay",
                                                                  xaxis={"title": {"text": "client"}, **order})}))
@@ -152,6 +150,13 @@ def fairness_charts(cells: list[CellFigures]) -> list[tuple[str, dict]]:
                                                                  barmode="overlay",
                                                                  xaxis={"title": {"text": "client"}, **order})}))
     return out
+
+
+def _fairness_words(f: dict) -> str:
+    """``Jain 0.987, g1 Jain 0.990, spread 3.1%``: a phase's fairness, each client group's Jain beside it."""
+    per_group = "".join(f", {g} Jain {b['jain']:.3f}" for g, b in (f.get("groups") or {}).items()
+                        if b and b.get("jain") is not None)
+    return f"Jain {f['jain']:.3f}{per_group}, spread {f['spread']:.1%}"
 
 
 def _fairness_distribution(label: str, unit: str, scale: float, f: dict, rows: dict, group_of: dict,
@@ -182,11 +187,8 @@ def _fairness_distribution(label: str, unit: str, scale: float, f: dict, rows: d
         rates += curve([(r, rows[r][f["unit"]] * scale) for r in mine], name, color)
         times += curve([(r, rel[r]) for r in mine if r in rel], name, color)
     n = len(rows)
-    per_group = "".join(f", {g} Jain {b['jain']:.3f}" for g, b in (f.get("groups") or {}).items()
-                        if b and b.get("jain") is not None)
     x = "% of clients at or below"
-    title = (f"{label}: per-client {unit}, distribution of {n} clients (Jain {f['jain']:.3f}{per_group}, "
-             f"spread {f['spread']:.1%})")
+    title = f"{label}: per-client {unit}, distribution of {n} clients ({_fairness_words(f)})"
     out = [(title, {"data": rates, "layout": _layout(title, x, unit, xaxis={"title": {"text": x}, "range": [0, 100]})})]
     title = f"{label}: time relative to the fastest client, distribution of {n} clients"
     out.append((title, {"data": times, "layout": _layout(title, x, "time / fastest client's",

@@ -608,13 +608,18 @@ class Server(ABC):
         """A short directory of this server's own under /var/tmp (a second anchor of its ledger, recorded in its
         state) for what needs a short path whatever ``--dir`` is: a UNIX socket's path holds 108 bytes at most, and
         a testbed directory as deep as a test's or a user's project leaves too few of them."""
-        if "short_home" not in self.state.info:
+        return self.home_under_var_tmp("short_home")
+
+    def home_under_var_tmp(self, key: str) -> Path:
+        """A new directory ``storeval-KIND-*`` under /var/tmp (every user can reach it), made exclusively, recorded
+        in the ledger and in the state's ``info[key]``; the same one from then on."""
+        if key not in self.state.info:
             base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
             home = Path(tempfile.mkdtemp(prefix=f"storeval-{self.kind}-", dir=base))
             self.ledger.adopt_new(home)  # made exclusively just now: recorded at once
             home.chmod(0o755)
-            self.state.info["short_home"] = str(home)
-        return Path(self.state.info["short_home"])
+            self.state.info[key] = str(home)
+        return Path(self.state.info[key])
 
     def mkdir(self, path: Path, rule: str | None = None) -> Path:
         """Create a directory under the root; ``rule`` hands it to the server (see :meth:`claims`)."""

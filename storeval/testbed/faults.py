@@ -300,12 +300,13 @@ def _host(net: Network, host: str, action: str) -> str:
             continue
     if action == "kill":
         deadline = time.monotonic() + SIGNAL_WAIT
-        while net.host_pids(host) and time.monotonic() < deadline:  # (a process being launched onto it now too)
-            for pid in net.host_pids(host):
+        left = net.host_pids(host)  # one scan of /proc per turn (a process being launched onto it now too)
+        while left and time.monotonic() < deadline:
+            for pid in left:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
-        left = net.host_pids(host)
+            left = net.host_pids(host)
         if left:
             raise TestbedError(f"host.{host}: pids {', '.join(map(str, left))} still run on emulated host {host} "
                                f"{SIGNAL_WAIT:g} s after SIGKILL")

@@ -64,7 +64,6 @@ import pwd
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -180,13 +179,7 @@ class XrootdServer(Server):
     @property
     def home(self) -> Path:
         """Where the server's files live: a directory every user can reach (see the module docstring)."""
-        if "home" not in self.state.info:
-            base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
-            home = Path(tempfile.mkdtemp(prefix="storeval-xrootd-", dir=base))
-            self.ledger.adopt_new(home)  # made exclusively just now: recorded at once
-            home.chmod(0o755)
-            self.state.info["home"] = str(home)
-        return Path(self.state.info["home"])
+        return self.home_under_var_tmp("home")
 
     @property
     def data_dir(self) -> Path:
