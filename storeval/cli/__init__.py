@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
             code = EXIT_OK
         else:
             message = e.format_message() if hasattr(e, "format_message") else str(e)
-            err.print(f"error: {_safe(' '.join(message.split()))} (see storeval --help)")
+            where = getattr(getattr(e, "ctx", None), "command_path", None) or "storeval"  # the subcommand's help
+            err.print(f"error: {_safe(' '.join(message.split()))} (see {_safe(where)} --help)")
             code = EXIT_INPUT
     except typer.Abort:  # click's form of a KeyboardInterrupt
         code = interrupts.exit_code(EXIT_INTERRUPTED)

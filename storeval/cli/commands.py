@@ -13,9 +13,9 @@ from .. import __version__
 from ..app import EXIT_FAILED, EXIT_OK, Say
 from ..errors import InputError
 from ..units import plural
-from .common import console as _console, safe as _safe, say as _say
+from .common import HELP, console as _console, safe as _safe, say as _say
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, context_settings=HELP,
                   help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
                        "honest numbers, one report.")
 

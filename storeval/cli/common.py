@@ -7,6 +7,9 @@ from rich.console import Console
 
 from ..app import Say
 
+# -h as well as --help, on every command; not where the arguments are another program's (mpiexec -hosts …)
+HELP = {"help_option_names": ["-h", "--help"]}
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["--help"]}
 TESTBED_DIR_HELP = ("Directory holding the servers' data and state: new, empty or a testbed directory already "
                     "(storeval-testbed.yaml is written beside it).")
 

@@ -10,9 +10,9 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
-from .common import TESTBED_DIR_HELP, safe as _safe, say as _say
+from .common import HELP, PASS_THROUGH, TESTBED_DIR_HELP, safe as _safe, say as _say
 
-testbed_app = typer.Typer(no_args_is_help=True, help="Real storage systems on this machine, on loopback or in a private "
+testbed_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Real storage systems on this machine, on loopback or in a private "
                                                       "network namespace: MinIO (S3), XRootD, HDFS, GlusterFS, Ceph, NFS.")
 
 
@@ -108,7 +108,7 @@ def testbed_link(
     print(f"{host} ({net.address(host)}): {now.describe()}")
 
 
-nodes_app = typer.Typer(no_args_is_help=True, help="Emulated nodes for MPI: hosts of the testbed's network that "
+nodes_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Emulated nodes for MPI: hosts of the testbed's network that "
                                                      "mpiexec launches onto, each with its own host name and link.")
 testbed_app.add_typer(nodes_app, name="nodes")
 
@@ -142,7 +142,7 @@ def testbed_nodes_show(directory: str = typer.Option("storeval-testbed", "--dir"
     _print_nodes(net, list(net.hosts), directory)
 
 
-@testbed_app.command("mpiexec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@testbed_app.command("mpiexec", context_settings=PASS_THROUGH)
 def testbed_mpiexec(
     ctx: typer.Context,
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP + " Give it first."),
@@ -156,7 +156,7 @@ def testbed_mpiexec(
     os.execv(argv[0], argv)
 
 
-@testbed_app.command("slurm", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@testbed_app.command("slurm", context_settings=PASS_THROUGH)
 def testbed_slurm(
     ctx: typer.Context,
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP + " Give it first."),

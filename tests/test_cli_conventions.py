@@ -1,0 +1,80 @@
+"""The command line behaves like the tools its users know: -h on every command, a usage error that points to
+the subcommand's own help, and the commands whose arguments are another program's (mpiexec, a Slurm command)
+left alone — ``-hosts`` is mpiexec's, never -h."""
+
+from __future__ import annotations
+
+import typer
+
+from storeval.cli import app
+
+from .helpers import storeval
+
+
+def _commands(group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
+    """Every command and group of the CLI, with its path (``("testbed", "nodes", "up")``)."""
+    out = [(path, group)]
+    for name, cmd in getattr(group, "commands", {}).items():
+        out += _commands(cmd, (*path, name))
+    return out
+
+
+COMMANDS = _commands(typer.main.get_command(app))
+
+
+# every command's help through main(), in one child process (main installs the stop-signal handlers)
+HELP_ALL = """
+import contextlib, io, json, sys
+from storeval.cli import main
+out = {}
+for path, flag in json.loads(sys.argv[1]):
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit) as stopped:
+        main([*path, flag])
+    out[" ".join([*path, flag])] = [stopped.code if stopped else 0, " ".join(text.getvalue().split())]
+print(json.dumps(out))
+"""
+
+
+def test_every_command_takes_dash_h_and_says_its_usage(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    paths = [path for path, _ in COMMANDS]
+    assert ("testbed", "nodes", "up") in paths and ("run",) in paths and len(paths) >= 20
+    asked = [(path, flag) for path, cmd in COMMANDS
+             for flag in (("-h", "--help") if "-h" in cmd.context_settings.get("help_option_names", ["-h"])
+                          else ("--help",))]
+    r = subprocess.run([sys.executable, "-c", HELP_ALL, json.dumps(asked)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    said = json.loads(r.stdout.splitlines()[-1])
+    for path, flag in asked:
+        code, text = said[" ".join([*path, flag])]
+        assert code == 0 and f"Usage: storeval {' '.join(path)}".rstrip() in text, (path, flag, code, text[:200])
+    # the commands that hand their arguments on keep -h for the program they run
+    assert sorted(path for path, cmd in COMMANDS
+                  if "-h" not in cmd.context_settings.get("help_option_names", ["-h"])) == [
+        ("testbed", "mpiexec"), ("testbed", "slurm")]
+
+
+def test_a_usage_error_points_to_the_subcommand_s_own_help(tmp_path):
+    r = storeval("testbed", "up", "--servers", "x", cwd=tmp_path)
+    assert r.rc == 2 and r.out == ""
+    assert r.err_lines == ["error: Invalid value for '--servers': Input should be a valid integer, unable to parse "
+                           "string as an integer (see storeval testbed up --help)"]
+    r = storeval("run", "--nosuch", cwd=tmp_path)
+    assert r.rc == 2 and r.err_lines == ["error: No such option: --nosuch (see storeval run --help)"]
+    r = storeval("--nosuch", cwd=tmp_path)
+    assert r.rc == 2 and r.err_lines == ["error: No such option: --nosuch (see storeval --help)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_mpiexec_s_dash_hosts_is_mpiexec_s_not_a_help_request(tmp_path):
+    r = storeval("testbed", "mpiexec", "--dir", str(tmp_path / "bed"), "-hosts", "node1", "-n", "1", "true",
+                 cwd=tmp_path)
+    assert r.rc == 2 and "Usage" not in r.out
+    assert r.err_lines == [f"error: no emulated network in {tmp_path / 'bed'} (`storeval testbed nodes up N --dir "
+                           f"{tmp_path / 'bed'}` makes nodes)"]
+    assert not (tmp_path / "bed").exists()
