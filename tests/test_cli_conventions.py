@@ -78,3 +78,24 @@ def test_mpiexec_s_dash_hosts_is_mpiexec_s_not_a_help_request(tmp_path):
     assert r.err_lines == [f"error: no emulated network in {tmp_path / 'bed'} (`storeval testbed nodes up N --dir "
                            f"{tmp_path / 'bed'}` makes nodes)"]
     assert not (tmp_path / "bed").exists()
+
+
+def test_report_and_compare_are_quiet_with_dash_q_and_still_write(tmp_path):
+    import json
+
+    args = ("--target", "null://", "--workload", "bandwidth", "--set", "file_size=1MiB", "--clients", "1",
+            "--repetitions", "2", "--results", "res", "--no-html", "-q")
+    for name in ("a", "b"):
+        r = storeval("run", *args, "--json", f"{name}.json", cwd=tmp_path)
+        assert r.rc == 0, r.err
+    first, latest = (json.loads((tmp_path / f"{n}.json").read_text())["run_id"] for n in ("a", "b"))
+    r = storeval("report", "res", "-q", "--json", "one.json", cwd=tmp_path)
+    assert (r.rc, r.out, r.err) == (0, "", "")
+    assert json.loads((tmp_path / "one.json").read_text())["cells"]
+    loud = storeval("report", "res", cwd=tmp_path)
+    assert loud.rc == 0 and "bandwidth" in loud.out  # without -q the tables are there
+    assert json.loads((tmp_path / "one.json").read_text())["run_id"] == latest
+    r = storeval("compare", first, latest, "--results", "res", "-q", "--json", "cmp.json", cwd=tmp_path)
+    assert (r.rc, r.out) == (0, ""), r.err
+    cmp = json.loads((tmp_path / "cmp.json").read_text())
+    assert (cmp["a"], cmp["b"]) == (first, latest) and cmp["changes"]

@@ -137,6 +137,7 @@ def report(
                                                                   "(needs Chromium and the figures extra)."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
                                                                             "of the summaries (the output says so)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables: only what was written, and errors."),
 ) -> None:
     """Print the summary of a stored run (or of several side by side); write it as JSON, as an HTML report, or its
     figures as files."""
@@ -146,6 +147,8 @@ def report(
     console = _console()
 
     def show(r) -> None:
+        if quiet:
+            return
         print_run(r.summary, r.cells, console, r.data.study)
         for run in r.runs:
             print_run_state(run, console)
@@ -193,6 +196,7 @@ def compare(
     html_out: Optional[str] = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the comparison as JSON."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Compare without outlier repetitions."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No table: only what was written, and errors."),
     confidence: str = typer.Option("95%", "--confidence", help="Confidence of the test and of the intervals shown "
                                    "(e.g. 95%, 0.99)."),
     min_effect: str = typer.Option("5%", "--min-effect", help="Smallest change called better or worse (e.g. 5%, 2.5)."),
@@ -205,7 +209,8 @@ def compare(
     c = compare_runs(CompareRequest(a, b, results, html_out, json_out, exclude_outliers, confidence, min_effect),
                      _say())
     console = _console()
-    print_comparison(c, console)
+    if not quiet:
+        print_comparison(c, console)
     if c.html_out:
         console.print(f"comparison in {_safe(c.html_out)}", highlight=False)
 
