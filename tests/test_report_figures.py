@@ -136,15 +136,14 @@ def test_figures_are_redrawn_over_storevals_own_files_and_never_over_anyone_else
         "or move the file away; storeval replaces only its own unchanged figures)"]
     assert {p.name: p.read_bytes() for p in figs.iterdir()} == before
     csv_file.write_bytes(original)
-    # someone's own file at a name the report needs, in a directory storeval never wrote to
+    # a directory storeval never wrote figures into: refused if anything is in it (a project's, a system's)
     (tmp / "fresh").mkdir()
-    (tmp / "fresh" / first["svg"]).write_text("<svg>my own drawing</svg>")
+    (tmp / "fresh" / "README").write_text("my own notes")
     r = storeval("report", "storeval-results", "--figures", "fresh", cwd=tmp, timeout=600)
     assert r.rc == 2 and r.out == "" and r.err_lines == [
-        f"error: --figures fresh: {first['svg']} is there and storeval did not write it (choose another directory; "
-        "storeval replaces only its own figures)"]
-    assert os.listdir(tmp / "fresh") == [first["svg"]]
-    assert (tmp / "fresh" / first["svg"]).read_text() == "<svg>my own drawing</svg>"
+        "error: --figures fresh: the directory is not empty and storeval never wrote figures into it (give a new or "
+        "empty directory, or one that holds storeval's figure index)"]
+    assert os.listdir(tmp / "fresh") == ["README"] and (tmp / "fresh" / "README").read_text() == "my own notes"
     # an index.json that is not storeval's own: the directory is refused as a whole
     (figs / "index.json").write_text('{"mine": true}\n')
     r = storeval("report", "storeval-results", "--figures", "out/figs", cwd=tmp)

@@ -147,7 +147,7 @@ def _check_names(directory: str, names: list[str], owned: dict[str, str]) -> Non
 
 def check_figures(directory: str) -> None:
     """Before anything is read or drawn: kaleido and Chromium are here, DIR is a directory or can be made, and
-    an index already there is storeval's own."""
+    an existing one is empty or holds storeval's own intact index."""
     try:
         import kaleido  # noqa: F401
     except ImportError:
@@ -160,6 +160,10 @@ def check_figures(directory: str) -> None:
     if os.path.isdir(directory):
         if not os.access(directory, os.W_OK | os.X_OK):
             raise InputError(f"--figures {directory}: the directory is not writable (choose another)")
+        if not os.path.lexists(os.path.join(directory, INDEX)) and os.listdir(directory):
+            # like export: a directory with someone else's files (a project's, a system's) is not written into
+            raise InputError(f"--figures {directory}: the directory is not empty and storeval never wrote figures "
+                             "into it (give a new or empty directory, or one that holds storeval's figure index)")
         _index(directory)
     else:
         parent = _existing_parent(directory)
