@@ -99,3 +99,25 @@ def test_report_and_compare_are_quiet_with_dash_q_and_still_write(tmp_path):
     assert (r.rc, r.out) == (0, ""), r.err
     cmp = json.loads((tmp_path / "cmp.json").read_text())
     assert (cmp["a"], cmp["b"]) == (first, latest) and cmp["changes"]
+
+
+def test_a_dry_run_prints_the_study_the_cells_and_their_needs_and_touches_nothing(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    args = ("run", "--target", str(target), "--workload", "bandwidth", "--workload", "metadata", "--clients", "1,2",
+            "--repetitions", "2", "--set", "bandwidth.file_size=8MiB", "--set", "metadata.items=100", "--dry-run")
+    r = storeval(*args, cwd=tmp_path)
+    assert r.rc == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0] == "study, as it resolves:" and "        file_size: 8388608" in lines
+    assert "8 cells, in the order they run" in r.out
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 8  # one row per cell
+    assert "target · bandwidth · 2 clients" in rows[1] and "16 MiB" in rows[1]  # two clients' 8 MiB files
+    assert lines[-1] == "preflight: every cell fits this host; nothing ran (dry run)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"] and list(target.iterdir()) == []
+    # what preflight would stop the run with, and the run's exit code, still without touching anything
+    r = storeval(*args[:-1], "--set", "bandwidth.file_size=64PiB", "--dry-run", cwd=tmp_path)
+    assert r.rc == 2 and r.err_lines[-1].startswith(f"error: cell 1 ({target} · bandwidth · 2 clients) needs about ")
+    assert r.err_lines[-1].endswith("(dry run: nothing ran)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"] and list(target.iterdir()) == []

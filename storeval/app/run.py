@@ -151,3 +151,55 @@ def _run(request: RunRequest, spec: Any, cells: list, engine: Any, say: Say, ui:
     elif result.status == "failed" or out.unwritten or out.failing_flags:
         out.code = EXIT_FAILED
     return out
+
+
+@dataclass
+class PlannedCell:
+    """One cell of a dry run: the cell, and what it asks of the host and the target (``Workload.needs``)."""
+
+    cell: Any  # core.cell.Cell
+    memory_per_client: int
+    scratch: int  # bytes on the target while it runs, all clients together
+    entries: int  # files and directories it makes on the target
+    kept: int  # bytes laid out once and kept for later cells and runs
+
+
+@dataclass
+class DryRun:
+    """What ``run --dry-run`` found: the study as it resolves, its cells with their needs, and whether preflight
+    would let the run start (``refused``: the one line it would stop with)."""
+
+    study: dict
+    cells: list[PlannedCell]
+    warnings: list[str]
+    refused: str | None = None
+
+
+def dry_run(request: RunRequest) -> DryRun:
+    """Everything a run decides before it starts, without starting it: nothing is written, no target is
+    reached (a testbed system is not brought up), no engine is started."""
+    from ..drivers import driver_class
+    from ..errors import InputError
+    from ..faults import check_cells
+    from ..plan import check_placement, plan
+    from ..preflight import preflight
+    from ..workloads import make_workload
+
+    spec = _load(request)
+    cells = plan(spec)
+    check_placement(spec, None)
+    out = DryRun(spec.resolved(), [], [])
+    made: dict[tuple, Any] = {}
+    for cell in cells:
+        url = cell.target.url or f"{(cell.target.system or {}).get('scheme', 'file')}://"
+        key = (cell.kind, id(cell.params), cell.clients, url)
+        if key not in made:  # cells of one configuration (repetitions) need the same
+            needs = make_workload(cell.kind, cell.params).needs(cell.clients, driver_class(url).caps)
+            made[key] = (needs.client_bytes, needs.scratch_bytes, needs.entries, needs.kept.bytes if needs.kept else 0)
+        out.cells.append(PlannedCell(cell, *made[key]))
+    try:
+        check_cells(cells, spec.testbed)
+        out.warnings = preflight(spec, cells, request.results, force=request.force)
+    except InputError as e:
+        out.refused = str(e)
+    return out

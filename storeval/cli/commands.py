@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from .. import __version__
-from ..app import EXIT_FAILED, EXIT_OK, Say
+from ..app import EXIT_FAILED, EXIT_INPUT, EXIT_OK, Say
 from ..errors import InputError
 from ..units import plural
 from .common import HELP, console as _console, safe as _safe, say as _say
@@ -71,6 +71,8 @@ def run(
     as_tool: Optional[str] = typer.Option(None, "--as", help="Print, per cell, the ior, mdtest or fio command line "
                                                              "that does the same work, and each setting that tool "
                                                              "cannot express; runs nothing (like a dry run)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved study, every cell with what it needs "
+                                                          "and preflight's verdict; runs nothing, touches no target."),
 ) -> None:
     """Run a study (or the default quick study) and report the results.
 
@@ -91,9 +93,52 @@ def run(
         for line in tool_lines(request):
             print(line)
         raise typer.Exit(EXIT_OK)
+    if dry_run:
+        raise typer.Exit(_show_dry_run(request))
     err = _console(stderr=True)
     ui = QuietUI() if quiet else ProgressUI(err)
     raise typer.Exit(run_study(request, _say(), ui, lambda outcome: _show_run(outcome, quiet)))
+
+
+DRY_RUN_CELLS = 500  # cells listed one by one; a larger plan's rest is counted
+
+
+def _show_dry_run(request) -> int:
+    """``run --dry-run``: the resolved study, the cells and their needs, preflight's verdict; the exit code a
+    run would have at its start (2: preflight would stop it)."""
+    import yaml
+    from rich.table import Table
+
+    from ..app.run import dry_run
+    from ..units import format_size
+
+    d = dry_run(request)
+    out, err = _console(), _console(stderr=True)
+    out.print("study, as it resolves:", highlight=False)
+    for line in yaml.safe_dump(d.study, sort_keys=False, allow_unicode=True).splitlines():
+        out.print(f"  {_safe(line)}", highlight=False, soft_wrap=True)
+    table = Table(title=f"{plural(len(d.cells), 'cell')}, in the order they run", title_justify="left",
+                  caption="memory: per client process; scratch and entries: on the target while the cell runs, all "
+                          "clients together; kept: laid out once and kept for later cells and runs.",
+                  caption_justify="left")
+    for col in ("cell", "configuration", "rep"):
+        table.add_column(col, overflow="fold")
+    for col in ("memory", "scratch", "entries", "kept"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for pc in d.cells[:DRY_RUN_CELLS]:
+        c = pc.cell
+        table.add_row(str(c.index), _safe(c.label), str(c.repetition + 1), format_size(pc.memory_per_client),
+                      format_size(pc.scratch), str(pc.entries), format_size(pc.kept) if pc.kept else "")
+    out.print(table)
+    if len(d.cells) > DRY_RUN_CELLS:
+        out.print(f"… and {len(d.cells) - DRY_RUN_CELLS} more cells", highlight=False)
+    for line in d.warnings:
+        err.print(f"warning: {_safe(line)}", highlight=False)
+    if d.refused is not None:
+        err.print(f"error: {_safe(d.refused)} (dry run: nothing ran)", highlight=False)
+        return EXIT_INPUT
+    out.print("preflight: every cell fits this host; nothing ran (dry run)", highlight=False)
+    return EXIT_OK
 
 
 def _show_run(o, quiet: bool) -> None:
