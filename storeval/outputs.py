@@ -34,10 +34,11 @@ from typing import Any
 from .errors import InputError, StorevalError
 
 VERSION = "storeval-output/1"
-KINDS = ("run", "compare", "held", "figures")  # run/compare: documents and reports; held: unstored results;
-# figures: the index of report --figures
+KINDS = ("run", "compare", "held", "figures", "listing")  # run/compare: documents and reports; held: unstored
+# results; figures: the index of report --figures; listing: what workloads and testbed status/faults/network list
 NAMES = {"json": "JSON document", "html": "HTML report"}
-KIND_NAMES = {"held": "held results", "figures": "figure index (of report --figures)"}
+KIND_NAMES = {"held": "held results", "figures": "figure index (of report --figures)",
+              "listing": "JSON listing (of workloads or testbed status, faults, network)"}
 DOCUMENTS = ("run", "compare")  # one family: report --json may replace compare's JSON document and back
 # an index of report --figures written before the index had a kind of its own (its header said "run")
 _OLD_INDEX = re.compile(rb'\n\s*"storeval_version": "[^"\n]*",\s*"kind": "figures",')

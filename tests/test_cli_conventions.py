@@ -121,3 +121,35 @@ def test_a_dry_run_prints_the_study_the_cells_and_their_needs_and_touches_nothin
     assert r.rc == 2 and r.err_lines[-1].startswith(f"error: cell 1 ({target} · bandwidth · 2 clients) needs about ")
     assert r.err_lines[-1].endswith("(dry run: nothing ran)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"] and list(target.iterdir()) == []
+
+
+def test_listings_write_json_to_stdout_or_to_a_file_of_their_own(tmp_path):
+    import json
+
+    from storeval.workloads import WORKLOADS
+
+    r = storeval("workloads", "--json", "-", cwd=tmp_path)
+    assert r.rc == 0 and r.err == ""
+    doc = json.loads(r.out)  # stdout holds the JSON alone
+    assert [w["kind"] for w in doc["workloads"]] == list(WORKLOADS)
+    bandwidth = next(w for w in doc["workloads"] if w["kind"] == "bandwidth")
+    fields = {p["name"]: p for p in bandwidth["parameters"]}
+    assert fields["transfer_size"]["default"] == "1MiB" and fields["transfer_size"]["unit"] == "bytes (size)"
+    assert fields["file_size"]["default_study"] == "2GiB" and bandwidth["package"] == "storeval"
+    # a file: written with storeval's header, replaced only if it is storeval's own listing
+    r = storeval("workloads", "metadata", "--json", "w.json", cwd=tmp_path)
+    assert (r.rc, r.out) == (0, "")
+    written = json.loads((tmp_path / "w.json").read_text())
+    assert written["storeval_output"]["kind"] == "listing" and [w["kind"] for w in written["workloads"]] == ["metadata"]
+    assert storeval("workloads", "--json", "w.json", cwd=tmp_path).rc == 0
+    (tmp_path / "mine.json").write_text('{"mine": 1}\n')
+    r = storeval("workloads", "--json", "mine.json", cwd=tmp_path)
+    assert r.rc == 2 and r.err_lines == ["error: --json mine.json: a file that storeval did not write is there "
+                                         "(choose a new file name; storeval replaces only its own output)"]
+    assert (tmp_path / "mine.json").read_text() == '{"mine": 1}\n'
+    # testbed listings where there is no testbed: empty, and nothing made
+    r = storeval("testbed", "status", "--dir", "bed", "--json", "-", cwd=tmp_path)
+    assert r.rc == 0 and json.loads(r.out) == {"directory": str(tmp_path / "bed"), "servers": [], "network": None}
+    r = storeval("testbed", "network", "--dir", "bed", "--json", "-", cwd=tmp_path)
+    assert r.rc == 0 and json.loads(r.out) == {"network": None}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json", "w.json"]

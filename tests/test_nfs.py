@@ -125,6 +125,15 @@ def test_up_writes_the_target_and_listens_on_loopback_only(bed: Bed):
                                                      f"ports nfs {bed.port}")
     faults = storeval("testbed", "faults", "--dir", str(bed.dir))
     assert faults.rc == 0 and "nfs  stop,cont,kill,start,restart" in faults.out
+    # the same as data (--json -: to stdout, nothing else there)
+    status = storeval("testbed", "status", "--dir", str(bed.dir), "--json", "-")
+    assert status.rc == 0 and json.loads(status.out) == {
+        "directory": str(bed.dir), "network": None,
+        "servers": [{"kind": "nfs", "state": "running", "to_do": "", "ports": {"nfs": bed.port},
+                     "processes": [{"pid": pids[0], "condition": "up"}], "targets": targets}]}
+    faults = storeval("testbed", "faults", "--dir", str(bed.dir), "--json", "-")
+    (handle,) = json.loads(faults.out)["handles"]
+    assert handle["name"] == "nfs" and handle["actions"] == ["stop", "cont", "kill", "start", "restart"]
 
 
 def test_down_stops_a_ganesha_an_interrupted_up_did_not_record(bed: Bed, tmp_path: Path):

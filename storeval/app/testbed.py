@@ -148,3 +148,47 @@ def slurm_command(directory: str, args: list[str], environ: dict[str, str], here
     env = {**environ, **slurm.environment()}
     env["PATH"] = f"{here}:{env.get('PATH', '')}"
     return args, env
+
+
+# -- the testbed as data: `--json` of testbed status, faults and network ---------------------------------------
+
+
+def status_document(directory: str) -> dict:
+    """Every testbed server as it is now: its state and what to do, its processes and ports, its targets; and the
+    emulated network's hosts (``storeval testbed status --json``)."""
+    from ..testbed import Testbed
+
+    bed = Testbed(directory)
+    servers = []
+    for s in bed.load().values():
+        word, todo = s.health()
+        servers.append({"kind": s.kind, "state": word, "to_do": todo,
+                        "processes": [{"pid": p.pid, "condition": p.condition()} for p in s.state.procs],
+                        "ports": dict(s.state.ports), "targets": s.targets() if s.state.procs else {}})
+    net = bed.network()
+    return {"directory": str(bed.dir), "servers": servers, "network": _network(net) if net is not None else None}
+
+
+def faults_document(directory: str) -> dict:
+    """The fault handles of the running servers and nodes, with their actions (``testbed faults --json``)."""
+    from ..testbed.faults import fault_handles
+
+    return {"handles": [{"name": h.name, "kind": h.kind, "actions": list(h.actions), "description": h.description}
+                        for h in fault_handles(directory).values()]}
+
+
+def network_document(directory: str) -> dict:
+    """The emulated network: hosts, addresses, links and their counters (``testbed network --json``)."""
+    from ..testbed import Testbed
+
+    net = Testbed(directory).network()
+    return {"network": _network(net, counters=True) if net is not None else None}
+
+
+def _network(net: Any, counters: bool = False) -> dict:
+    out: dict[str, Any] = {"subnet": str(net.subnet), "hosts": [
+        {"name": h.name, "address": h.address, "netns": h.netns, "link": h.link,
+         "settings": net.link_settings(h.name).to_json() if h.link else None} for h in net.hosts.values()]}
+    if counters:
+        out["counters"] = net.counters()
+    return out

@@ -13,7 +13,7 @@ from .. import __version__
 from ..app import EXIT_FAILED, EXIT_INPUT, EXIT_OK, Say
 from ..errors import InputError
 from ..units import plural
-from .common import HELP, console as _console, safe as _safe, say as _say
+from .common import HELP, JSON_LISTING_HELP, console as _console, safe as _safe, say as _say, write_listing
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, context_settings=HELP,
                   help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
@@ -278,13 +278,17 @@ def export(
 @app.command()
 def workloads(
     kind: Optional[str] = typer.Argument(None, metavar="KIND", help="Show only this workload kind."),
+    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
 ) -> None:
     """List workload kinds, their phases and their parameters: default, unit and what each does."""
-    from ..report.catalog import workload_tables
+    from ..report.catalog import workload_docs, workload_tables
     from ..workloads import WORKLOADS
 
     console = Console()
     WORKLOADS.announce()  # a plug-in left out: one warning line each
+    if json_out is not None:
+        write_listing(json_out, workload_docs(kind))
+        return
     for table in workload_tables(kind):
         console.print(table)
 

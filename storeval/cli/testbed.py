@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
-from .common import HELP, PASS_THROUGH, TESTBED_DIR_HELP, safe as _safe, say as _say
+from .common import HELP, JSON_LISTING_HELP, PASS_THROUGH, TESTBED_DIR_HELP, safe as _safe, say as _say, write_listing
 
 testbed_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Real storage systems on this machine, on loopback or in a private "
                                                       "network namespace: MinIO (S3), XRootD, HDFS, GlusterFS, Ceph, NFS.")
@@ -41,10 +41,18 @@ def testbed_up(
 
 
 @testbed_app.command("status")
-def testbed_status(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
+def testbed_status(
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
+) -> None:
     """Show the testbed servers as they are now: processes up, frozen or dead, ports, and what to do."""
     from ..testbed import Testbed
 
+    if json_out is not None:
+        from ..app.testbed import status_document
+
+        write_listing(json_out, status_document(directory))
+        return
     lines = Testbed(directory).status()
     print("\n".join(lines) if lines else "no testbed servers running here")
 
@@ -64,6 +72,7 @@ def testbed_down(
 def testbed_network(
     down: bool = typer.Option(False, "--down", help="Remove the emulated network (stop the servers on it first)."),
     directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
 ) -> None:
     """Show the emulated network: hosts, addresses, links and their counters (bytes, packets, drops, queues)."""
     from ..testbed import Testbed
@@ -72,6 +81,11 @@ def testbed_network(
     bed = Testbed(directory)
     if down:
         bed.network_down(log=_say().info)
+        return
+    if json_out is not None:
+        from ..app.testbed import network_document
+
+        write_listing(json_out, network_document(directory))
         return
     net = bed.network()
     if net is None:
@@ -184,10 +198,18 @@ def _print_nodes(net, names: list[str], directory: str) -> None:
 
 
 @testbed_app.command("faults")
-def testbed_faults(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
+def testbed_faults(
+    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
+) -> None:
     """List the fault handles of the running testbed servers (whole servers and their nodes) and their actions."""
     from ..testbed.faults import fault_handles
 
+    if json_out is not None:
+        from ..app.testbed import faults_document
+
+        write_listing(json_out, faults_document(directory))
+        return
     handles = fault_handles(directory)
     if not handles:
         print("no testbed server runs here: no fault handles")

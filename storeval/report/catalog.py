@@ -46,3 +46,22 @@ def _table(name: str, cls: type) -> Table:
             row.append(param_text(model, field, study[field], ", ") if differs else "")
         table.add_row(*map(safe, [*row, param_unit(model, field), param_description(model, field)]))
     return table
+
+
+def workload_docs(kind: str | None = None) -> dict:
+    """The same as :func:`workload_tables`, as data (``storeval workloads --json``): values as a study writes them."""
+    kinds = {kind: workload_class(kind)} if kind is not None else dict(WORKLOADS.items())
+    out = []
+    for name, cls in kinds.items():
+        model, study = cls.Params, default_study_params(name)
+        params = []
+        for field, info in model.model_fields.items():
+            entry = {"name": field, "required": info.is_required(),
+                     "default": None if info.is_required() else param_text(model, field, info.default, ", "),
+                     "unit": param_unit(model, field), "description": param_description(model, field)}
+            if field in study and (info.is_required() or study[field] != info.default):
+                entry["default_study"] = param_text(model, field, study[field], ", ")
+            params.append(entry)
+        out.append({"kind": name, "summary": cls.summary, "phases": list(cls.PHASES),
+                    "package": WORKLOADS.packages.get(name, "?"), "parameters": params})
+    return {"workloads": out}
