@@ -153,3 +153,16 @@ def test_listings_write_json_to_stdout_or_to_a_file_of_their_own(tmp_path):
     r = storeval("testbed", "network", "--dir", "bed", "--json", "-", cwd=tmp_path)
     assert r.rc == 0 and json.loads(r.out) == {"network": None}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json", "w.json"]
+
+
+def test_a_flag_met_in_every_repetition_is_said_once_per_configuration(tmp_path):
+    r = storeval("run", "--target", "null://", "--workload", "bandwidth", "--set", "file_size=4MiB", "--clients", "1,2",
+                 "--repetitions", "3", "--results", "res", "--no-html", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    said = [line for line in r.out.splitlines() if line.startswith("✗ short-phase")]
+    # one line per configuration and phase (2 client counts × write, read), not one per repetition
+    assert len(said) == 4 and all(line.startswith("✗ short-phase (in 3 of 3 reps; the first said): the timed phase "
+                                                  "lasted ") for line in said)
+    assert sorted(line.rsplit("[", 1)[1] for line in said) == [
+        "null:// · bandwidth · 1 client · read]", "null:// · bandwidth · 1 client · write]",
+        "null:// · bandwidth · 2 clients · read]", "null:// · bandwidth · 2 clients · write]"]

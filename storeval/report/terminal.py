@@ -485,15 +485,23 @@ def where_of(r: ConfigSummary) -> str:
 
 
 def print_messages(rows: list[ConfigSummary], console: Console, limit: int = 12) -> None:
-    """Each distinct flag and warning once, with the first configuration it concerns: the notes' meaning."""
-    seen: dict[str, str] = {}
+    """Each flag and warning once per configuration, with how many of its repetitions met it (their messages
+    differ only in their numbers): the notes' meaning. The JSON document keeps every one."""
+    seen: dict[tuple[str, str, str], list] = {}
     for r in rows:
+        where = where_of(r)
         for mark, items in (("✗", r.flags), ("⚠", r.warnings)):
             for item in items:
-                key = f"{item['code']}|{item['message'][:40]}|{where_of(r)}"
-                if key not in seen:
-                    seen[key] = f"{mark} {item['code']}: {item['message']} {where_of(r)}"
-    lines = list(seen.values())
+                key = (mark, item["code"], where)
+                if key in seen:
+                    seen[key][1] += 1
+                else:
+                    seen[key] = [item["message"], 1, r.repetitions]
+    lines = []
+    for (mark, code, where), (message, times, reps) in seen.items():
+        count = "" if times == 1 else (f" (in {times} of {reps} reps; the first said)" if times <= reps
+                                       else f" ({times} times over {reps} rep{'s' if reps > 1 else ''}; the first said)")
+        lines.append(f"{mark} {code}{count}: {message} {where}")
     for line in lines[:limit]:
         console.print(safe(line), highlight=False, soft_wrap=True)
     if len(lines) > limit:
