@@ -29,7 +29,7 @@ from . import __version__, interrupts
 from .clean import OWNER, claim_scratch, owner_record, release_scratch, scan
 from .analysis.clocks import worst_skew
 from .analysis.guards import host_shares
-from .drivers import Driver, join, make_driver
+from .drivers import Driver, driver_class, join, make_driver
 from .drivers.base import TargetError, TargetUnreachable
 from .engine.clients import make_job
 from .engine import watchdog
@@ -339,7 +339,8 @@ class Runner:
         hosts, links = cell.network["hosts"], cell.network["links"]
         host_links = {h: links[link] for h, link in hosts.items() if link}
         server_host = (cell.target.system or {}).get("settings", {}).get("host")
-        endpoint = server_endpoint(cell.target.url, cell.target.options)
+        port = driver_class(cell.target.url).default_port
+        endpoint = server_endpoint(cell.target.url, cell.target.options, port)
         rtt: dict[str, Any] = {}
         for g in cell.groups:
             host = g.get("host")

@@ -34,6 +34,7 @@ def phases(doc: dict) -> dict[str, dict]:
     return {p["phase"]: p for c in doc["cells"] for p in c["phases"]}
 
 
+@pytest.mark.exclusive  # judges a device's read counters, which another test's reads of the same disk move
 @pytest.mark.skipif(not ON_A_DEVICE, reason="the work tree is not on a block device here")
 @needs_root
 def test_sixteen_staggered_copy_workers_are_counted_over_the_whole_phase(tmp_path, target):

@@ -15,7 +15,8 @@ from ..errors import InputError
 from ..units import plural
 from .common import HELP, JSON_LISTING_HELP, console as _console, safe as _safe, say as _say, write_listing
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, context_settings=HELP,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings=HELP,
                   help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
                        "honest numbers, one report.")
 

@@ -12,8 +12,9 @@ import typer
 from ..errors import InputError
 from .common import HELP, JSON_LISTING_HELP, PASS_THROUGH, TESTBED_DIR_HELP, safe as _safe, say as _say, write_listing
 
-testbed_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Real storage systems on this machine, on loopback or in a private "
-                                                      "network namespace: MinIO (S3), XRootD, HDFS, GlusterFS, Ceph, NFS.")
+testbed_app = typer.Typer(no_args_is_help=True, context_settings=HELP,
+                          help="Real storage systems on this machine, on loopback or in a private network namespace: "
+                               "MinIO (S3), XRootD, HDFS, GlusterFS, Ceph, NFS.")
 
 
 @testbed_app.command("up")

@@ -133,12 +133,13 @@ def describe_link(settings: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-DEFAULT_PORTS = {"root": 1094, "xroot": 1094, "hdfs": 8020, "nfs": 2049, "http": 80, "https": 443}
+WEB_PORTS = {"http": 80, "https": 443}  # an endpoint option's (S3's) URL without a port
 
 
-def server_endpoint(url: str, options: dict[str, Any]) -> tuple[str, int] | None:
+def server_endpoint(url: str, options: dict[str, Any], default_port: int | None = None) -> tuple[str, int] | None:
     """(address, port) of the server a target's bytes go to — its URL's, or its ``endpoint`` option's (S3) —
-    where the round trip over an emulated path is measured; None for a local file system."""
+    where the round trip over an emulated path is measured; None for a local file system. ``default_port``:
+    the target driver's, for a URL that gives none."""
     from urllib.parse import urlsplit
 
     for text in (options.get("endpoint"), url):
@@ -148,7 +149,7 @@ def server_endpoint(url: str, options: dict[str, Any]) -> tuple[str, int] | None
         if not parts.hostname:
             continue
         try:
-            port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+            port = parts.port or WEB_PORTS.get(parts.scheme) or (default_port if text == url else None)
         except ValueError:
             continue
         if port:

@@ -268,6 +268,10 @@ class Driver(ABC):
     caps: Capabilities = Capabilities()
     url_parts: ClassVar[frozenset[str]] = frozenset({"path"})  # what the driver reads from its URL; the rest is refused
     url_hints: ClassVar[dict[str, str]] = {}  # what to write instead of a part it does not read (see drivers/url.py)
+    # what the servers of its targets report of themselves (``module:Class`` of ``core.reported.CounterSource``s,
+    # imported when a probe reads them): probes/server.py reads those a target's options point at
+    counter_sources: ClassVar[tuple[str, ...]] = ()
+    default_port: ClassVar[int | None] = None  # of its URLs' servers when a URL gives none (the round trip's)
 
     def __init__(self, url: str, options: DriverOptions | None = None, *, client: int = -1) -> None:
         self.url = url

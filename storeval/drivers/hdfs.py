@@ -125,7 +125,9 @@ def _connect(namenode: str, root: str, config: dict[str, str]) -> tuple[Client, 
 
 
 class HdfsDriver(Driver):
+    default_port = 8020
     scheme = "hdfs"
+    counter_sources = ("storeval.drivers.hdfsjmx:DatanodeJmx",)  # the datanodes' JMX, where jmx says
     Options = HdfsOptions
     caps = Capabilities(random_write=False, direct_io=False, vector_read=False, directories=True,
                         append_only=True, fsync=True, shared_write=False)

@@ -107,6 +107,7 @@ def _mount_point(path: str, version: str) -> tuple[str, str]:
 
 
 class NfsDriver(Driver):
+    default_port = 2049
     scheme = "nfs"
     Options = NfsOptions
     caps = Capabilities(random_write=True, direct_io=False, vector_read=False, directories=True,

@@ -127,6 +127,7 @@ def credentials(o: S3Options) -> tuple[str | None, str | None, str]:
 
 class S3Driver(Driver):
     scheme = "s3"
+    counter_sources = ("storeval.drivers.s3metrics:MinioMetrics",)  # MinIO's metrics v3, where metrics_urls says
     Options = S3Options
     caps = Capabilities(random_write=False, direct_io=False, vector_read=True, directories=False,
                         append_only=True, fsync=False, shared_write=False, close_commits=True)

@@ -49,6 +49,7 @@ class XrdHandle(Handle):
 
 
 class XrootdDriver(Driver):
+    default_port = 1094
     scheme = "root"
     Options = XrootdOptions
     caps = Capabilities(random_write=True, direct_io=False, vector_read=True, directories=True,

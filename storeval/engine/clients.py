@@ -42,7 +42,9 @@ def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, 
              faulted: tuple[str, ...] = (), groups: tuple[dict, ...] = (), netns: tuple[str | None, ...] = (),
              links: dict | None = None) -> Job:
     """The job every client of a cell receives, with where the target's server counters are found."""
-    server = server_spec(options)
+    from ..drivers import driver_class
+
+    server = server_spec(options, driver_class(url).counter_sources)
     return Job(url=url, options=options, kind=kind, params=params, cell_dir=cell_dir,
                steps=tuple((str(p), int(i)) for p, i in steps), seed=seed, keep_cache=keep_cache,
                probe_interval=probe_interval, target=target, server=server,

@@ -3,9 +3,10 @@
 An interface counts every process's traffic (loopback above all), so a network target's "moved" bytes come,
 best first, from what its server reports itself, then from its processes on this host:
 
-* What the server reports: each :class:`~.reported.CounterSource` a target's options name (``reported.py``:
-  MinIO's metrics, ``metrics_urls``; HDFS datanodes' JMX, ``jmx``), read until its counters stand still.
-  This module asks each source and knows none of them.
+* What the server reports: each :class:`~storeval.core.reported.CounterSource` of the target's driver
+  (``Driver.counter_sources``: the s3 driver's MinIO metrics, ``metrics_urls``; the hdfs driver's datanode JMX,
+  ``jmx``) that its options point at, read until its counters stand still. This module asks each source and
+  knows none of them.
 * The server's processes on this host (``server_pids``, written by ``storeval testbed up``): CPU seconds
   (/proc/PID/stat) and, from /proc/PID/io, the bytes each moved through syscalls (``rchar``/``wchar``) and
   from/to storage (``read_bytes``/``write_bytes``: what its disk did).
@@ -28,10 +29,9 @@ from typing import Any
 
 from ..errors import one_line
 from .counters import Snapshot, delta
-from .reported import SETTLE_INTERVAL, SOURCES, CounterSource
+from ..core.reported import SETTLE_INTERVAL, CounterSource, source_class
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-BY_PROBE = {source.probe: source for source in SOURCES}
 
 
 def boot_id() -> str:
@@ -43,14 +43,20 @@ def boot_id() -> str:
         return ""
 
 
-def server_spec(options: dict[str, Any]) -> dict[str, Any]:
+def server_spec(options: dict[str, Any], sources: tuple[str, ...] = ()) -> dict[str, Any]:
     """Where a target's server counters are, from its options (``server_pids``, and what each reported source
-    reads, ``reported``: only references to credentials, never keys); empty when unknown."""
+    of its driver, ``sources``, reads: ``reported``, only references to credentials, never keys); empty when
+    unknown."""
     spec: dict[str, Any] = {}
     pids = [int(p) for p in options.get("server_pids") or []]
     if pids:
         spec.update(pids=pids, boot_id=boot_id())
-    reported = {source.probe: data for source in SOURCES if (data := source.spec(options)) is not None}
+    reported = {}
+    for path in sources:
+        cls = source_class(path)
+        data = cls.spec(options)
+        if data is not None:
+            reported[cls.probe] = {**data, "source": path}
     if reported:
         spec["reported"] = reported
     if spec and "timeout" in options:
@@ -86,8 +92,8 @@ class ServerProbe:
         self.pids = spec.get("pids", []) if spec.get("boot_id") == boot_id() else []
         self.timeout = float(spec.get("timeout", 30.0))
         reported = spec.get("reported") or {}
-        self.sources: list[CounterSource] = [BY_PROBE[probe](data, self.timeout)
-                                             for probe, data in reported.items() if probe in BY_PROBE]
+        self.sources: list[CounterSource] = [source_class(data["source"])(data, self.timeout)
+                                             for data in reported.values()]
 
     def _settled(self, probe: str, name: str, fetch: Any, snap: Snapshot, still: float = 0.0) -> None:
         """Read a reported counter until it has stood still for ``still`` seconds (and over two reads at
