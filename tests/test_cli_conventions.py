@@ -166,3 +166,22 @@ def test_a_flag_met_in_every_repetition_is_said_once_per_configuration(tmp_path)
     assert sorted(line.rsplit("[", 1)[1] for line in said) == [
         "null:// · bandwidth · 1 client · read]", "null:// · bandwidth · 1 client · write]",
         "null:// · bandwidth · 2 clients · read]", "null:// · bandwidth · 2 clients · write]"]
+
+
+def test_json_dash_writes_the_document_alone_to_stdout_for_run_report_and_compare(tmp_path):
+    import json
+
+    args = ("--target", "null://", "--workload", "bandwidth", "--set", "file_size=1MiB", "--clients", "1",
+            "--repetitions", "2", "--results", "res", "--no-html")
+    r = storeval("run", *args, "--json", "-", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    first = json.loads(r.out)  # nothing but the document on stdout: no tables, no last line
+    assert len(first["cells"]) == 2 and "storeval_output" not in first  # a stream carries no ownership header
+    second = json.loads(storeval("run", *args, "--json", "-", "-q", cwd=tmp_path).out)
+    r = storeval("report", "res", "--run", first["run_id"], "--json", "-", cwd=tmp_path)
+    assert r.rc == 0 and json.loads(r.out)["run_id"] == first["run_id"]
+    r = storeval("compare", first["run_id"], second["run_id"], "--results", "res", "--json", "-", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert (doc["a"], doc["b"]) == (first["run_id"], second["run_id"]) and doc["changes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]  # no file named "-"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..errors import InputError
 from . import Say
-from .results import check_output, run_of
+from .results import STDOUT, check_output, run_of, write_stdout
 
 
 @dataclass
@@ -77,11 +77,14 @@ def compare_runs(request: CompareRequest, say: Say) -> Comparison:
     out = Comparison(id_a, id_b, changes, only_a, only_b, differ, rule_text, environment,
                      run_a.study_hash == run_b.study_hash)
     if request.json_out:  # no results store owns a comparison: its ownership header alone proves it is storeval's
-        write_document(request.json_out, {
-            "storeval_version": __version__, "a": id_a, "b": id_b, "rule": rule_text, "confidence": level / 100,
-            "min_effect_percent": effect, "multiple_comparisons": "holm", "environment_differences": environment,
-            "changes": [c.as_dict() for c in changes], "only_in_a": only_a, "only_in_b": only_b,
-            "parameters_differ": differ}, "compare", [id_a, id_b])
+        doc = {"storeval_version": __version__, "a": id_a, "b": id_b, "rule": rule_text, "confidence": level / 100,
+               "min_effect_percent": effect, "multiple_comparisons": "holm", "environment_differences": environment,
+               "changes": [c.as_dict() for c in changes], "only_in_a": only_a, "only_in_b": only_b,
+               "parameters_differ": differ}
+        if request.json_out == STDOUT:
+            write_stdout(doc)
+        else:
+            write_document(request.json_out, doc, "compare", [id_a, id_b])
     if request.html_out:
         write_owned(request.html_out, "--html", "html", "compare", [id_a, id_b],
                     render_compare_html(run_a, run_b, changes, only_a, only_b, differ, rule_text, environment))

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InputError
 from . import Say
-from .results import check_output, open_results, write_html, write_json
+from .results import STDOUT, check_output, open_results, write_html, write_json
 
 
 @dataclass
@@ -50,7 +50,8 @@ def check_request(request: ReportRequest) -> None:
 
         check_figures(request.figures)
         inside = [(flag, path) for flag, path in (("--json", request.json_out), ("--html", request.html_out))
-                  if path and os.path.dirname(os.path.abspath(path)) == os.path.abspath(request.figures)]
+                  if path and path != STDOUT
+                  and os.path.dirname(os.path.abspath(path)) == os.path.abspath(request.figures)]
         if inside:
             flag, path = inside[0]
             raise InputError(f"{flag} {path}: inside the --figures directory, whose files the figure index "

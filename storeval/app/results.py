@@ -10,11 +10,17 @@ from ..errors import InputError
 from . import Say
 
 
+STDOUT = "-"  # --json -: the document on standard output, alone (the tables are not printed then)
+
+
 def check_output(path: str, option: str = "--json", creating: str | None = None) -> None:
     """An output file's place must exist and be writable before anything runs, and an existing file there is
     replaced only if storeval wrote it and nobody changed it since (its ownership header and digest): never a
     user's file, never the results store. ``creating`` names a directory this command will create."""
     from ..outputs import check_output as check
+
+    if path == STDOUT and option == "--json":
+        return
 
     check(path, option, "json" if option == "--json" else "html", creating)
 
@@ -52,9 +58,13 @@ def run_of(ref: str, results: str, say: Say) -> tuple[Any, str]:
 
 
 def write_json(store: Any, path: str, doc: dict, runs: list[str]) -> None:
-    """--json: the document with its ownership header, noted in the store's ``outputs`` table."""
+    """--json: the document with its ownership header, noted in the store's ``outputs`` table; ``-``: the
+    document alone on standard output (a stream: no header, nothing to record)."""
     from ..report.document import write_document
 
+    if path == STDOUT:
+        write_stdout(doc)
+        return
     mark, size = write_document(path, doc, "run", runs)
     store.record_output(path, mark, size)
 
@@ -74,3 +84,12 @@ def write_html(store: Any, data: Any, cells: list, summary: list, path: str, sam
         runs = [r["run_id"] for r in across.runs]
     mark, size = write_owned(path, "--html", "html", "run", runs, text)
     store.record_output(path, mark, size)
+
+
+def write_stdout(doc: dict) -> None:
+    """A JSON document on standard output, flushed (a reader of the pipe gets it whole before the exit)."""
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    sys.stdout.flush()

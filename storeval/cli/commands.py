@@ -47,7 +47,8 @@ def run(
                                                                  "(--set transfer_size=64KiB,1MiB)."),
     repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions of every configuration."),
     results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the run as a JSON document to this file."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the run as a JSON document to this file "
+                                                                "(-: to stdout, alone: no tables)."),
     html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here (default: "
                                                                 "RESULTS/report-RUN_ID.html)."),
     no_html: bool = typer.Option(False, "--no-html", help="Do not write the HTML report."),
@@ -98,7 +99,8 @@ def run(
         raise typer.Exit(_show_dry_run(request))
     err = _console(stderr=True)
     ui = QuietUI() if quiet else ProgressUI(err)
-    raise typer.Exit(run_study(request, _say(), ui, lambda outcome: _show_run(outcome, quiet)))
+    tables = not quiet and json_out != "-"  # --json -: stdout holds the document alone
+    raise typer.Exit(run_study(request, _say(), ui, lambda outcome: _show_run(outcome, not tables)))
 
 
 DRY_RUN_CELLS = 500  # cells listed one by one; a larger plan's rest is counted
@@ -176,7 +178,8 @@ def report(
     run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
     runs: Optional[str] = typer.Option(None, "--runs", help="Several runs side by side in one report: all, or ids "
                                                            "(or unique prefixes) separated by commas."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file (-: to "
+                                                                "stdout, alone: no tables)."),
     html_out: Optional[str] = typer.Option(None, "--html", help="Write the self-contained HTML report to this file."),
     figures: Optional[str] = typer.Option(None, "--figures", help="Write each figure of the report into this "
                                                                   "directory as SVG and PNG, with its data as CSV "
@@ -190,10 +193,10 @@ def report(
     from ..app.report import ReportRequest, build_report
     from ..report.terminal import print_run, print_run_state, print_runs_side_by_side
 
-    console = _console()
+    console = _console(stderr=json_out == "-")  # --json -: stdout holds the document alone
 
     def show(r) -> None:
-        if quiet:
+        if quiet or json_out == "-":
             return
         print_run(r.summary, r.cells, console, r.data.study)
         for run in r.runs:
@@ -240,7 +243,8 @@ def compare(
     b: str = typer.Argument(..., help="Run B, the same way."),
     results: str = typer.Option("storeval-results", "--results", help="Where run ids are looked up."),
     html_out: Optional[str] = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the comparison as JSON."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the comparison as JSON (-: to stdout, "
+                                                                "alone: no table)."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Compare without outlier repetitions."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table: only what was written, and errors."),
     confidence: str = typer.Option("95%", "--confidence", help="Confidence of the test and of the intervals shown "
@@ -254,8 +258,8 @@ def compare(
 
     c = compare_runs(CompareRequest(a, b, results, html_out, json_out, exclude_outliers, confidence, min_effect),
                      _say())
-    console = _console()
-    if not quiet:
+    console = _console(stderr=json_out == "-")  # --json -: stdout holds the document alone
+    if not quiet and json_out != "-":
         print_comparison(c, console)
     if c.html_out:
         console.print(f"comparison in {_safe(c.html_out)}", highlight=False)
