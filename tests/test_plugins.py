@@ -292,19 +292,20 @@ def test_the_default_study_needs_no_extra(tmp_path):
 
 def test_a_plugin_whose_clients_take_different_barriers_fails_its_cell_instead_of_waiting_for_ever(tmp_path):
     """Client 0 takes one barrier more than client 1: client 1 finishes the cell, and client 0 waits at a barrier
-    nobody will reach. That wait is timed like work once a peer has finished, and the cell fails naming both."""
+    nobody will reach. Once a peer has finished, that wait is bounded by 30 s (not the study's hour of phase
+    timeout: such a barrier can no longer complete), and the cell fails naming both."""
     uneven = WORKLOAD.replace("        log.flush()\n", "        log.flush()\n        if c.rank == 0:\n"
                                                          "            c.comm.barrier()\n")
     env = {"PYTHONPATH": str(make_package(tmp_path / "site", uneven))}
     (tmp_path / "t").mkdir()
     study = tmp_path / "study.yaml"
     study.write_text(f"targets: {{t: {{url: 'dir://{tmp_path / 't'}'}}}}\nworkloads: {{w: touch}}\nclients: [2]\n"
-                     "phase_timeout: 3s\n")
+                     "phase_timeout: 1h\n")
     r = storeval("run", str(study), "--json", "out.json", "--quiet", cwd=tmp_path, env=env, timeout=900)  # a hang guard
     assert r.rc == 1, r.err
     cell, = load_json(tmp_path / "out.json")["cells"]
     assert cell["status"] == "failed"
-    assert cell["error"] == ("client 0 waited at a barrier after touch for the phase timeout of 3 s after client 1 had "
+    assert cell["error"] == ("client 0 waited at a barrier after touch for 30 s after client 1 had "
                              "finished the cell: the clients did not take the same steps (a workload that calls "
                              "comm.barrier() a different number of times on different clients); all clients stopped")
     assert os.listdir(tmp_path / "t") == []

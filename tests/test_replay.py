@@ -115,6 +115,24 @@ def test_local_open_loop_bytes_lag_fidelity_and_cleanup(tmp_path, target):
     assert not list(Path(target).glob("storeval-2*"))
 
 
+def test_a_client_whose_streams_read_nothing_still_takes_part_in_clearing_the_cache(tmp_path, target):
+    """Clearing the page cache before the replay is collective (as root, the clients agree at two barriers that
+    the host's cache was dropped). A client whose streams only write used to skip it: its peer then waited at a
+    barrier it never reached, for the whole phase timeout. Both clients now finish, and the writer's record
+    says its client read nothing cold."""
+    rows = [(0.0, "reader", "read", "/data/in.root", 0, 65536),
+            (0.01, "writer", "write", "/out/skim.root", 0, 4096)]
+    trace = write_trace(tmp_path / "jobs.csv", rows)
+    path = study(tmp_path, {"local": {"url": f"file://{target}"}}, {"trace": str(trace), "mode": "closed"})
+    path.write_text(path.read_text() + "phase_timeout: 60s\n")  # the hang it guards against would last an hour
+    out = tmp_path / "out.json"
+    r = storeval("run", str(path), "--json", str(out), "--quiet", "--results", str(tmp_path / "results"),
+                 cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    ph = phases(load_json(out))["local"]
+    assert (ph["bytes_read"], ph["bytes_written"]) == (65536, 4096) and ph["bytes_equal"] == 1
+
+
 def test_closed_loop_speed_and_files_are_reused(tmp_path, target):
     trace = write_trace(tmp_path / "jobs.csv", two_streams(span=60.0))  # a minute recorded: closed-loop ignores it
     kept_before = None

@@ -610,6 +610,7 @@ class _MpiWatch(Watch):
     def loop(self, client0: threading.Thread, on_progress, sampler: Sampler | None = None) -> None:
         """Until every participant has finished and sent its messages: progress, hangs, stop signals."""
         clock = HangClock(self.timeout, self.local_pids)
+        stranded = HangClock(self.stranded_seconds(), self.local_pids)
         last = -1
         stopping_since: float | None = None  # a stop signal came: participants get a grace, not the timeout
         while client0.is_alive() or len(self.results) < len(self.ranks) - 1:
@@ -636,22 +637,25 @@ class _MpiWatch(Watch):
                     return
             else:
                 self.check_answering()
-                self.check_hung(clock)
+                self.check_hung(clock, stranded)
             time.sleep(0.05)
 
-    def check_hung(self, clock: HangClock) -> None:
+    def check_hung(self, clock: HangClock, stranded: HangClock) -> None:
         """A working rank without progress for the phase timeout has hung (RankHung). A rank waiting at a barrier
         is excused while its peers are on their way; once a peer has finished the cell that barrier can never
-        complete, and the wait is timed like work."""
+        complete, and the wait is timed by ``stranded`` (STRANDED_SECONDS at most)."""
         finished = [r for r in self.ranks if self.beats[r][1] in (DONE, FINISHED) or r in self.results]
-        timed = []
+        stuck = []
         for r in self.ranks:
             state = self.beats[r][1]
             if r in self.results or state in (DONE, FINISHED) or (state == WAITING and not finished):
                 clock.forget(r)
-            else:
-                timed.append(r)
-        stuck = [r for r in timed if clock.hung(r, self.beats[r][0])]
+                stranded.forget(r)
+                continue
+            mine, other = (stranded, clock) if state == WAITING else (clock, stranded)
+            other.forget(r)
+            if mine.hung(r, self.beats[r][0]):
+                stuck.append(r)
         if not stuck:
             return
         step = self.step_of(min(self.done_steps[r] for r in stuck))

@@ -17,6 +17,10 @@ from ..core.records import PhaseRecord
 from ..probes.sampler import Sampler
 
 GRACE_SECONDS = 5.0  # how long stopped clients may take to clean up without a sign of life
+# How long a client may stay at a barrier after a peer has finished the cell (a barrier that can no longer
+# complete: the only doubt is a client released from it that has not been scheduled since), at most the phase
+# timeout. A workload whose clients take different steps fails in seconds, not after the hour's timeout.
+STRANDED_SECONDS = 30.0
 POLL_SECONDS = 0.1
 ENGINE_STOP = signal.SIGUSR1  # the engine's own request to a client to stop (blocked until it is ready)
 
@@ -109,6 +113,7 @@ class Watch:
         self.events: list[dict[str, Any]] = []
         self.current = 0  # index of the step in progress (len(steps) once all are done)
         self.clock: HangClock | None = None
+        self.stranded_clock: HangClock | None = None  # clients at a barrier a finished peer will never reach
 
     def label(self, step: tuple[str, int] | None) -> str:
         if step is None:
@@ -191,7 +196,9 @@ class Watch:
 
     # -- the watch loop -------------------------------------------------------------------------------
     def loop(self, out: Any, on_progress: ProgressFn | None, sampler: Sampler | None = None) -> None:
-        self.clock = HangClock(self.timeout, {r: p.pid for r, p in enumerate(self.procs)})
+        pids = {r: p.pid for r, p in enumerate(self.procs)}
+        self.clock = HangClock(self.timeout, pids)
+        self.stranded_clock = HangClock(self.stranded_seconds(), pids)
         while self.status == "ok" and len(self.finished) < self.n:
             sig = interrupts.take()
             if sig is not None:
@@ -273,8 +280,11 @@ class Watch:
             waiting = self.progress[base + P_WAIT]
             if r in self.reported or (waiting and not self.finished):  # done, or waiting for a peer
                 self.clock.forget(r)
+                self.stranded_clock.forget(r)
                 continue
-            if self.clock.hung(r, self.progress[base + P_BEAT]):
+            clock, other = (self.stranded_clock, self.clock) if waiting else (self.clock, self.stranded_clock)
+            other.forget(r)
+            if clock.hung(r, self.progress[base + P_BEAT]):
                 (stranded if waiting else hung).append(r)
         if not hung and not stranded:
             return
@@ -290,12 +300,16 @@ class Watch:
             done = ", ".join(str(r) for r in sorted(self.finished))
             self.fail("failed", step, f"{self.stranded(f'client {who}', step, f'client {done}')}; all clients stopped")
 
+    def stranded_seconds(self) -> float:
+        return min(self.timeout, STRANDED_SECONDS)
+
     def stranded(self, who: str, step: tuple[str, int] | None, done: str) -> str:
         """Why clients ``who`` failed: they waited at a barrier in (or after) ``step`` that ``done``, having
         finished the cell, will never reach."""
         where = f"in {self.label(step)}" if step is not None else f"after {self.label(self.steps[-1])}"
-        return (f"{who} waited at a barrier {where} for the phase timeout of {self.timeout:g} s after {done} had "
-                "finished the cell: the clients did not take the same steps (a workload that calls comm.barrier() "
+        bound = self.stranded_seconds()
+        waited = f"the phase timeout of {bound:g} s" if bound == self.timeout else f"{bound:g} s"
+        return (f"{who} waited at a barrier {where} for {waited} after {done} had finished the cell: the clients did not take the same steps (a workload that calls comm.barrier() "
                 "a different number of times on different clients)")
 
     def wait_for_exit(self, procs: list, out: Any) -> None:

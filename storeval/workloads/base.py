@@ -364,9 +364,11 @@ class ClientContext:
         the target's server when it runs on this host (``server_pids``: a read after a write would otherwise
         be served from the server's memory).
 
-        Collective (every client calls it for the same phase). Returns what happened on the client: ``dropped``
-        (root: the host's page cache emptied), ``invalidated`` (each file's cached pages dropped,
-        posix_fadvise), ``kept`` (--keep-cache), ``none`` (the target's client keeps no page cache), or
+        Collective: every client calls it for the same phase, with the paths it will read (none is allowed; a
+        client that skipped the call would leave its peers at a barrier it never reaches). Returns what happened
+        on the client: ``dropped`` (root: the host's page cache emptied), ``invalidated`` (each file's cached
+        pages dropped, posix_fadvise), ``kept`` (--keep-cache), ``none`` (the target's client keeps no page
+        cache, or it reads nothing), or
         ``not-cleared``; ``server_cache`` says what happened on the server (``dropped``, ``kept``,
         ``unknown`` for a server elsewhere, ``none`` for a local file system)."""
         client_cache, server_here = self.driver.caps.client_page_cache, bool(self.server_pids)
@@ -383,7 +385,7 @@ class ClientContext:
             if self.comm.allreduce_min(mine):
                 self.server_cache = "dropped" if server_here else no_server
                 return "dropped" if client_cache else "none"
-        if not client_cache:
+        if not client_cache or not paths:
             return "none"
         try:
             return "invalidated" if all(self.driver.invalidate(p) for p in paths) else "not-cleared"

@@ -704,7 +704,10 @@ class Replay(Workload):
         """Start cold, as the recorded job did: the page cache of the files read cleared (unless --keep-cache)."""
         f = self.p.facts()
         read = [path for fi, path in c.state["paths"].items() if f.read_files[fi] and not f.written_files[fi]]
-        c.state["cache"] = c.clear_cache(read) if read else "none"
+        # collective: a client whose streams read nothing takes part too (skipping it once stranded its peer at
+        # a barrier for the whole phase timeout)
+        cache = c.clear_cache(read)
+        c.state["cache"] = cache if read else "none"
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
