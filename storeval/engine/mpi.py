@@ -74,14 +74,13 @@ class MpiComm:
     """The Comm protocol over a sub-communicator of the cell's participants, abortable by any of them."""
 
     def __init__(self, sub: Any, world_comm: Any, world_ranks: list[int], host_leader: bool, cell: int,
-                 progress: Any = None) -> None:
+                 progress: Any = None, longest_poll: float = POLL) -> None:
         self.sub, self.world, self.world_ranks, self.cell = sub, world_comm, world_ranks, cell
         self.rank, self.size = sub.Get_rank(), sub.Get_size()
         self.host_leader = host_leader
         self.aborted = threading.Event()
         self.progress, self.base = progress, PROGRESS_SLOTS * self.rank
-
-    longest_poll = POLL  # CROWDED_POLL when this kernel's ranks outnumber its CPUs (MpiEngine sets it)
+        self.longest_poll = longest_poll  # CROWDED_POLL when this kernel's ranks outnumber its CPUs
 
     def _wait(self, request: Any) -> Any:
         pause = POLL
@@ -196,24 +195,31 @@ def _boot_id() -> str:
         return f"{socket.gethostname()}-unknown"
 
 
-def _recv_within(w: Any, source: int, cell: int, until: float | None) -> Any:
-    """The next clock message of this cell from ``source`` (older cells' are dropped), or None past ``until``."""
+def _recv_within(w: Any, source: int, cell: int, until: float | None, longest: float | None = None) -> Any:
+    """The next clock message of this cell from ``source`` (older cells' are dropped), or None past ``until``.
+
+    ``longest``: wait by looking, backing off to a look every ``longest`` seconds, instead of in MPI (a rank
+    waiting for rank 0 to reach it: MPICH spins in a blocking receive, and a hundred spinning ranks are the CPU
+    rank 0 waits for). Without it and ``until``, rank 0 waits in MPI for the fastest reply (the offset's error)."""
     while True:
-        while until is not None and not w.Iprobe(source=source, tag=TAG_CLOCK):
-            if time.monotonic() > until:
+        pause = POLL
+        while (until is not None or longest is not None) and not w.Iprobe(source=source, tag=TAG_CLOCK):
+            if until is not None and time.monotonic() > until:
                 return None
-            time.sleep(POLL)
+            time.sleep(pause)
+            pause = min(pause * 1.25, longest or POLL)
         msg = w.recv(source=source, tag=TAG_CLOCK)
         if msg[0] == cell:
             return msg[1]
 
 
-def _clock_offsets(w: Any, ranks: list[int], cell: int, patience: float | None = None) -> dict[int, dict[str, Any]]:
+def _clock_offsets(w: Any, ranks: list[int], cell: int, patience: float | None = None,
+                   longest: float = POLL) -> dict[int, dict[str, Any]]:
     """Offset of each participant's perf_counter_ns (and wall clock) from rank 0's, NTP-style: three ping-pongs,
     the fastest kept; its half round trip bounds the offset's error. Every participant learns its own.
 
     With ``patience`` (the end of a cell, when a rank may have failed) nobody waits longer than that for a
-    peer; a rank that did not answer gets no entry."""
+    peer; a rank that did not answer gets no entry. ``longest``: see :func:`_recv_within` (the participants)."""
     me = w.Get_rank()
     boot = _boot_id()
     offsets: dict[int, dict[str, Any]] = {0: {"offset_ns": 0, "error_ns": 0, "wall_offset_ns": 0, "same_clock": True}}
@@ -246,10 +252,10 @@ def _clock_offsets(w: Any, ranks: list[int], cell: int, patience: float | None =
     elif me in ranks:
         wait = None if until is None else until + patience  # rank 0 may spend its patience on another rank first
         for _ in range(3):
-            if _recv_within(w, 0, cell, wait) is None:
+            if _recv_within(w, 0, cell, wait, longest) is None:
                 return offsets
             w.send((cell, (time.perf_counter_ns(), time.time_ns(), boot)), dest=0, tag=TAG_CLOCK)
-        mine = _recv_within(w, 0, cell, wait)
+        mine = _recv_within(w, 0, cell, wait, longest)
         if mine is not None:
             offsets[me] = mine
     return offsets
@@ -292,8 +298,9 @@ def _ranges(ranks: list[int]) -> str:
 
 def participate(job: Job, ranks: list[int], leaders: set[int],
                 on_start: Callable[[tuple], None] | None = None,
-                sample: Callable[[], Sampler | None] | None = None) -> list[tuple] | None:
+                sample: Callable[[], Sampler | None] | None = None, longest_poll: float = POLL) -> list[tuple] | None:
     """Every world rank calls this for every cell: participants run the client loop; returns their messages.
+    ``longest_poll``: the longest pause between two looks at a pending barrier (MpiEngine.longest_poll).
     ``on_start`` (rank 0, in the coordinator's process) is told at once when a phase's timed region begins.
     ``sample`` (the leader of a host other than rank 0's) starts the probe side process of this host: its
     samples, moved onto rank 0's clock, go back with the messages (``("samples", rank, rows)``)."""
@@ -304,12 +311,12 @@ def participate(job: Job, ranks: list[int], leaders: set[int],
     key = ranks.index(me) if me in ranks else 0
     sub = w.Split(color=0 if me in ranks else 1, key=key)
     cell = job.seed
-    offsets = _clock_offsets(w, ranks, cell)
+    offsets = _clock_offsets(w, ranks, cell, longest=longest_poll)
     if me not in ranks:
         sub.Free()
         return None
     progress = array.array("q", bytes(8 * PROGRESS_SLOTS * len(ranks)))
-    comm = MpiComm(sub, w, ranks, me in leaders, job.seed, progress)
+    comm = MpiComm(sub, w, ranks, me in leaders, job.seed, progress, longest_poll)
     progress[comm.base + P_BEAT] = time.monotonic_ns()
     STOP.clear()
     stop = threading.Event()
@@ -339,7 +346,7 @@ def participate(job: Job, ranks: list[int], leaders: set[int],
             rows = sampler.stop(GRACE_SECONDS if not (STOP.is_set() or comm.aborted.is_set()) else 1.0)
     # the offsets again: how far the clocks drifted over the cell (a rank that failed may not answer)
     failed = STOP.is_set() or comm.aborted.is_set()
-    after = {} if failed else _clock_offsets(w, ranks, cell, patience=CLOCK_PATIENCE)
+    after = {} if failed else _clock_offsets(w, ranks, cell, patience=CLOCK_PATIENCE, longest=longest_poll)
     w.send((comm.cell, 0, FINISHED), dest=0, tag=TAG_BEAT)
     msgs = _shift(msgs, offsets.get(me), after.get(me))
     if rows:
@@ -356,6 +363,7 @@ class MpiEngine:
 
     def __init__(self, placement: str = "spread", clients_per_host: int | None = None) -> None:
         w = world()  # every rank builds one: the allgathers below are collective
+        _meet(w, CROWDED_POLL)  # ranks still importing storeval: wait for them without spinning
         self.size, self.rank = w.Get_size(), w.Get_rank()
         import psutil
 
@@ -369,8 +377,8 @@ class MpiEngine:
                                   process_view()))
         self.placement, self.per_host = placement, clients_per_host
         boots = w.allgather(_boot_id())  # ranks under one kernel share its CPUs, whatever their host names
-        if boots.count(boots[self.rank]) > len(os.sched_getaffinity(0)):
-            MpiComm.longest_poll = CROWDED_POLL
+        crowded = boots.count(boots[self.rank]) > len(os.sched_getaffinity(0))
+        self.longest_poll = CROWDED_POLL if crowded else POLL
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
 
@@ -400,6 +408,7 @@ class MpiEngine:
             on_clients([{"rank": r, "pid": self.procs[r][0], "created": self.procs[r][1], "host": self.procs[r][2],
                          "coordinator": r == 0} for r in ranks])
         leaders = {r for i, r in enumerate(ranks) if self.hosts[r] not in {self.hosts[x] for x in ranks[:i]}}
+        _meet(w, self.longest_poll)
         w.bcast(("cell", job, ranks, leaders), root=0)
         steps = [tuple(s) for s in job.steps]
         # rank 0's host: its side process samples it, with its clients' /proc/<pid>/io (every other host's
@@ -410,7 +419,7 @@ class MpiEngine:
         result: dict[str, Any] = {}
 
         def client0() -> None:
-            result["msgs"] = participate(job, ranks, leaders, watch.client0_started)
+            result["msgs"] = participate(job, ranks, leaders, watch.client0_started, longest_poll=self.longest_poll)
 
         sampler = start_sampler(self._context(), {f"client{i}": pid for i, pid in enumerate(local.values()) if pid},
                                 job.probe_interval)
@@ -490,8 +499,9 @@ class MpiEngine:
     def shutdown(self, code: int = 0) -> None:
         """End the other ranks' :func:`serve` with the job's exit code (every rank exits with the same one)."""
         w = world()
+        _meet(w, self.longest_poll)
         w.bcast(("stop", code, None, None), root=0)
-        _settle(w)
+        _settle(w, self.longest_poll)
 
     def abort_job(self, code: int) -> None:
         """End every rank now (a rank hung): MPI_Abort, after rank 0 stored and cleaned up — and after the
@@ -507,12 +517,14 @@ class MpiEngine:
         set_process_name("storeval-rank")
         with interrupts.deferred():
             while True:
+                _meet(w, self.longest_poll)  # the whole of a cell this rank is not in, and rank 0's storing
                 what, job, ranks, leaders = w.bcast(None, root=0)
                 if what == "stop":
-                    _settle(w)
+                    _settle(w, self.longest_poll)
                     interrupts.take()  # acted upon: this rank exits with rank 0's code
                     return job
-                msgs = participate(job, ranks, leaders, sample=lambda: self.host_sampler(job, ranks, leaders))
+                msgs = participate(job, ranks, leaders, sample=lambda: self.host_sampler(job, ranks, leaders),
+                                   longest_poll=self.longest_poll)
                 if msgs is not None:
                     w.send(msgs, dest=0, tag=TAG_RESULT)
 
@@ -548,7 +560,19 @@ def _forwarded(patience: float = 10.0) -> None:
             continue
 
 
-def _settle(w: Any) -> None:
+def _meet(w: Any, longest: float) -> None:
+    """Wait until every rank is here (a barrier), looking every ``longest`` seconds at most instead of spinning
+    in MPI: MPICH's blocking collectives poll, and ranks that wait there for a whole cell they are not in, or for
+    peers still starting, take the CPUs the working ranks need when ranks outnumber CPUs. The blocking collective
+    that follows finds everyone there."""
+    request = w.Ibarrier()
+    pause = POLL
+    while not request.Test():
+        time.sleep(pause)
+        pause = min(pause * 1.25, longest)
+
+
+def _settle(w: Any, longest: float = POLL) -> None:
     """Receive the messages nobody waits for any more (late aborts and phase ends), then meet: MPI_Finalize
     with unreceived messages can hang, and a launcher kills the ranks still running when one exits non-zero."""
     from mpi4py import MPI
@@ -559,7 +583,7 @@ def _settle(w: Any) -> None:
             w.recv(source=status.Get_source(), tag=status.Get_tag())
 
     drain()
-    w.Barrier()
+    _meet(w, longest)
     drain()
 
 
