@@ -36,8 +36,31 @@ import psutil
 TARGET_RANKS = 8000
 
 
-def storeval(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "storeval", *args], capture_output=True, text=True, **kw)
+def storeval(*args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``storeval ARGS`` in a process group of its own: when this script is stopped (``timeout``'s SIGTERM, a
+    Ctrl-C) or the command runs over, the whole group — ``mpiexec`` and its ranks included — gets SIGTERM, then
+    SIGKILL, before the emulated nodes are brought down (a rank still inside a node keeps it busy)."""
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        _stop_group(proc)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)  # the group this script made for it (start_new_session): nothing else
+        except ProcessLookupError:
+            return
+        try:
+            proc.communicate(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 class PeakRss(threading.Thread):
@@ -129,7 +152,7 @@ def main() -> None:
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("emulated nodes are network namespaces: run as root")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`: the nodes still come down (finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`: the ranks stop, the nodes come down
     work = Path(tempfile.mkdtemp(prefix="storeval-mpi-scale-"))
     bed = work / "bed"
     up = storeval("testbed", "nodes", "up", str(a.nodes), "--dir", str(bed), timeout=600)
