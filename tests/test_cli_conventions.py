@@ -4,6 +4,7 @@ left alone — ``-hosts`` is mpiexec's, never -h."""
 
 from __future__ import annotations
 
+import pytest
 import typer
 
 from storeval.cli import app
@@ -36,21 +37,31 @@ print(json.dumps(out))
 """
 
 
-def test_every_command_takes_dash_h_and_says_its_usage(tmp_path):
+ASKED = [(path, flag) for path, cmd in COMMANDS
+         for flag in (("-h", "--help") if "-h" in cmd.context_settings.get("help_option_names", ["-h"])
+                      else ("--help",))]
+
+
+@pytest.fixture(scope="module")
+def helps(tmp_path_factory) -> dict[str, list]:
+    """Every command's help, asked with each of its help options: {"testbed up -h": [exit code, text]}, the text's
+    white space made single spaces (a terminal 200 columns wide)."""
     import json
+    import os
     import subprocess
     import sys
 
+    r = subprocess.run([sys.executable, "-c", HELP_ALL, json.dumps(ASKED)], cwd=tmp_path_factory.mktemp("help"),
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def test_every_command_takes_dash_h_and_says_its_usage(helps):
     paths = [path for path, _ in COMMANDS]
     assert ("testbed", "nodes", "up") in paths and ("run",) in paths and len(paths) >= 20
-    asked = [(path, flag) for path, cmd in COMMANDS
-             for flag in (("-h", "--help") if "-h" in cmd.context_settings.get("help_option_names", ["-h"])
-                          else ("--help",))]
-    r = subprocess.run([sys.executable, "-c", HELP_ALL, json.dumps(asked)], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    said = json.loads(r.stdout.splitlines()[-1])
-    for path, flag in asked:
+    said = helps
+    for path, flag in ASKED:
         code, text = said[" ".join([*path, flag])]
         assert code == 0 and f"Usage: storeval {' '.join(path)}".rstrip() in text, (path, flag, code, text[:200])
     # the commands that hand their arguments on keep -h for the program they run
@@ -185,3 +196,88 @@ def test_json_dash_writes_the_document_alone_to_stdout_for_run_report_and_compar
     doc = json.loads(r.out)
     assert (doc["a"], doc["b"]) == (first["run_id"], second["run_id"]) and doc["changes"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]  # no file named "-"
+
+
+# what typer would show of a parameter's Python type; users read what they type instead (DIR, N, FILE|-)
+PYTHON_TYPES = ("<bool>", "<str>", "<int", "<float>", "<list", "<path>", "<=x", "x>=")
+
+
+def test_every_command_s_help_shows_what_users_type_never_python_types(helps):
+    for asked, (code, text) in helps.items():
+        assert code == 0 and not [t for t in PYTHON_TYPES if t in text], (asked, text)
+        # a flag shows nothing between its name and its help
+        help_option = "--help -h" if asked.split()[:-1] not in (["testbed", "mpiexec"], ["testbed", "slurm"]) \
+            else "--help"
+        assert f"{help_option} Show this message and exit." in text, asked
+    run = helps["run --help"][1]
+    for shown in ("[OPTIONS] [STUDY]", "--results DIR ", "--json FILE|- ", "--set KEY=VALUE ", "--clients N[,N...] ",
+                  "--phase-timeout DURATION ", "--target URL|NAME ", "--dry-run Print the resolved study"):
+        assert shown in run, shown
+    # the results directory: --results DIR on every command that reads or writes a store
+    for command in ("run", "report", "import", "compare", "export", "clean"):
+        assert "--results DIR " in helps[f"{command} --help"][1], command
+    # report and export take the old positional form too, but do not show it
+    for command in ("report", "export"):
+        assert f"Usage: storeval {command} [OPTIONS] " in helps[f"{command} -h"][1]
+        assert "─ Arguments ─" not in helps[f"{command} -h"][1] and "[RESULTS]" not in helps[f"{command} -h"][1]
+    # testbed up: the systems are SYSTEM..., --servers is a count; ranges said in words
+    up = helps["testbed up -h"][1]
+    assert "Usage: storeval testbed up [OPTIONS] [SYSTEM]..." in up and "SYSTEM... Systems to start: minio" in up
+    assert "--servers N Storage servers of each SYSTEM, 1 to 16:" in up and "servers..." not in up
+    assert "--hdfs-datanodes N Datanodes of the HDFS mini-cluster, 1 to 16" in up
+    assert "Usage: storeval testbed down [OPTIONS] [SYSTEM]..." in helps["testbed down -h"][1]
+    assert "N How many nodes, 1 to 250" in helps["testbed nodes up -h"][1]
+    assert "Usage: storeval testbed fault [OPTIONS] {HANDLE} {ACTION}" in helps["testbed fault -h"][1]
+    assert "--version Print the version and exit." in helps["-h"][1]
+
+
+def test_a_bad_testbed_system_or_count_is_refused_in_one_line_and_starts_nothing(tmp_path):
+    r = storeval("testbed", "up", "lustre", "--dir", "bed", cwd=tmp_path)
+    assert r.rc == 2 and r.out == "" and r.err_lines == [
+        "error: testbed up lustre: unknown server (choose from minio, minio-ec, xrootd, hdfs, glusterfs, ceph, nfs, "
+        "slurm)"]
+    r = storeval("testbed", "up", "minio", "--servers", "17", "--dir", "bed", cwd=tmp_path)
+    assert r.rc == 2 and r.err_lines == ["error: Invalid value for '--servers': Input should be less than or equal "
+                                         "to 16 (see storeval testbed up --help)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_every_store_command_takes_the_results_directory_as_dash_dash_results(tmp_path):
+    import json
+
+    target = tmp_path / "target"
+    target.mkdir()
+    r = storeval("run", "--target", "null://", "--workload", "bandwidth", "--set", "file_size=1MiB", "--clients", "1",
+                 "--repetitions", "1", "--results", "res", "--no-html", "-q", "--json", "run.json", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    run_id = json.loads((tmp_path / "run.json").read_text())["run_id"]
+    r = storeval("report", "--results", "res", "-q", "--json", "new.json", cwd=tmp_path)
+    assert (r.rc, r.out, r.err) == (0, "", "")
+    assert json.loads((tmp_path / "new.json").read_text())["run_id"] == run_id
+    # the old positional form still works, and so does giving the same directory both ways
+    for args in (("res",), ("res", "--results", "res")):
+        (tmp_path / "old.json").unlink(missing_ok=True)
+        r = storeval("report", *args, "-q", "--json", "old.json", cwd=tmp_path)
+        assert (r.rc, r.err) == (0, ""), args
+        assert json.loads((tmp_path / "old.json").read_text())["run_id"] == run_id
+    r = storeval("export", "--results", "res", "--format", "csv", "--out", "new", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    r = storeval("export", "res", "--format", "csv", "--out", "old", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    tables = sorted(p.name for p in (tmp_path / "new").iterdir())
+    assert "cells.csv" in tables and sorted(p.name for p in (tmp_path / "old").iterdir()) == tables
+    assert (tmp_path / "new" / "cells.csv").read_text() == (tmp_path / "old" / "cells.csv").read_text()
+    r = storeval("compare", run_id, run_id, "--results", "res", "-q", "--json", "cmp.json", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    cmp = json.loads((tmp_path / "cmp.json").read_text())
+    assert (cmp["a"], cmp["b"]) == (run_id, run_id)
+    r = storeval("clean", str(target), "--results", "res", "--dry-run", cwd=tmp_path)
+    assert r.rc == 0 and r.out.splitlines() == [f"file://{target}: no storeval scratch directories", "nothing to remove"]
+    # two different directories: one line naming the fix, nothing written
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command, extra in (("report", ("--json", "x.json")), ("export", ("--format", "csv", "--out", "x"))):
+        r = storeval(command, "res", "--results", "elsewhere", *extra, cwd=tmp_path)
+        assert r.rc == 2 and r.out == "" and r.err_lines == [
+            "error: the results directory given twice, as res and as --results elsewhere: give it once, as "
+            f"--results DIR (see storeval {command} --help)"], command
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

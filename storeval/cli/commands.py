@@ -13,12 +13,12 @@ from .. import __version__
 from ..app import EXIT_FAILED, EXIT_INPUT, EXIT_OK, Say
 from ..errors import InputError
 from ..units import plural
-from .common import HELP, JSON_LISTING_HELP, console as _console, safe as _safe, say as _say, write_listing
+from .common import (JSON_LISTING_HELP, RESULTS, RESULTS_HELP, App, console as _console, safe as _safe,
+                     say as _say, write_listing)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  context_settings=HELP,
-                  help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
-                       "honest numbers, one report.")
+app = App(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+          help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
+               "honest numbers, one report.")
 
 
 def _version(value: bool) -> None:
@@ -29,50 +29,79 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
-                                       help="Print the version and exit.")) -> None:
+                               help="Print the version and exit.")) -> None:
     """storeval — evaluate storage systems for data-intensive science."""
+
+
+def _results_dir(ctx: typer.Context, old: Optional[str], results: str) -> str:
+    """The results directory of report and export: --results DIR like every command, or the old positional
+    form (``storeval report DIR``), still taken; both, naming different directories, is refused."""
+    if old is None:
+        return results
+    given = getattr(ctx.get_parameter_source("results"), "name", "") != "DEFAULT"
+    if given and old != results:
+        raise _Usage(f"the results directory given twice, as {old} and as --results {results}: give it once, "
+                     "as --results DIR", ctx=ctx)
+    return old
+
+
+class _Usage(typer.BadParameter):
+    """A usage error in storeval's words (main adds where the command's help is)."""
+
+    def format_message(self) -> str:
+        return self.message
 
 
 @app.command()
 def run(
-    study: Optional[str] = typer.Argument(None, help="Study YAML file. Without one: the default quick study on the "
-                                                     "file system of the current directory."),
-    target: Optional[list[str]] = typer.Option(None, "--target", help="Target URL (file:///path, null://) or the name of "
-                                                                      "a study target; repeat for several."),
-    workload: Optional[list[str]] = typer.Option(None, "--workload", help="Workload kind (bandwidth, ...) with default "
-                                                                          "parameters, or the name of a study workload."),
-    clients: Optional[str] = typer.Option(None, "--clients", help="Client counts to sweep, e.g. 1,2,4."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="KEY=VALUE for every selected workload that has KEY "
-                                                                 "(WORKLOAD.KEY=VALUE for one); a comma list sweeps "
-                                                                 "(--set transfer_size=64KiB,1MiB)."),
-    repetitions: Optional[int] = typer.Option(None, "--repetitions", help="Repetitions of every configuration."),
-    results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the run as a JSON document to this file "
-                                                                "(-: to stdout, alone: no tables)."),
-    html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML report here (default: "
+    study: Optional[str] = typer.Argument(None, metavar="STUDY",
+                                          help="Study YAML file. Without one: the default quick study on the file "
+                                               "system of the current directory."),
+    target: Optional[list[str]] = typer.Option(None, "--target", metavar="URL|NAME",
+                                               help="Target URL (file:///path, null://) or the name of a study "
+                                                    "target; repeat for several."),
+    workload: Optional[list[str]] = typer.Option(None, "--workload", metavar="KIND|NAME",
+                                                 help="Workload kind (bandwidth, ...) with default parameters, or the "
+                                                      "name of a study workload."),
+    clients: Optional[str] = typer.Option(None, "--clients", metavar="N[,N...]",
+                                          help="Client counts to sweep, e.g. 1,2,4."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                             help="KEY=VALUE for every selected workload that has KEY "
+                                                  "(WORKLOAD.KEY=VALUE for one); a comma list sweeps (--set "
+                                                  "transfer_size=64KiB,1MiB)."),
+    repetitions: Optional[int] = typer.Option(None, "--repetitions", metavar="N",
+                                              help="Repetitions of every configuration."),
+    results: str = typer.Option(RESULTS, "--results", metavar="DIR", help=RESULTS_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE|-",
+                                           help="Also write the run as a JSON document to this file (-: to stdout, "
+                                                "alone: no tables)."),
+    html_out: Optional[str] = typer.Option(None, "--html", metavar="FILE", help="Write the HTML report here (default: "
                                                                 "RESULTS/report-RUN_ID.html)."),
     no_html: bool = typer.Option(False, "--no-html", help="Do not write the HTML report."),
-    phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", help="Stop a cell when a client shows no "
-                                                                              "progress for this long (e.g. 30m); "
-                                                                              "default 1h."),
+    phase_timeout: Optional[str] = typer.Option(None, "--phase-timeout", metavar="DURATION",
+                                                help="Stop a cell when a client shows no progress for this long (e.g. "
+                                                     "30m); default 1h."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no tables."),
     regenerate: bool = typer.Option(False, "--regenerate", help="Write the skim's ROOT event files anew even if "
                                                                 "matching ones are on the target."),
     keep_cache: bool = typer.Option(False, "--keep-cache", help="Do not clear the page cache before reads (results "
                                                                 "then say they may come from memory)."),
-    probe_interval: Optional[str] = typer.Option(None, "--probe-interval", help="Sample system counters this often "
-                                                                                "while cells run (default 1s; 0: off)."),
+    probe_interval: Optional[str] = typer.Option(None, "--probe-interval", metavar="DURATION",
+                                                 help="Sample system counters this often while cells run (default 1s; "
+                                                      "0: off)."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
                                                                             "of the summaries (the output says so)."),
-    placement: Optional[str] = typer.Option(None, "--placement", help="Under mpiexec: spread a cell's clients across "
-                                                                      "hosts (default) or pack them host by host."),
-    clients_per_host: Optional[int] = typer.Option(None, "--clients-per-host", help="Under mpiexec: at most this many "
-                                                                                    "clients on one host."),
+    placement: Optional[str] = typer.Option(None, "--placement", metavar="spread|pack",
+                                            help="Under mpiexec: spread a cell's clients across hosts (default) or "
+                                                 "pack them host by host."),
+    clients_per_host: Optional[int] = typer.Option(None, "--clients-per-host", metavar="N",
+                                                   help="Under mpiexec: at most this many clients on one host."),
     force: bool = typer.Option(False, "--force", help="Run although a cell may need more memory or disk space than "
                                                       "is free now (never beyond what the host has at all)."),
-    as_tool: Optional[str] = typer.Option(None, "--as", help="Print, per cell, the ior, mdtest or fio command line "
-                                                             "that does the same work, and each setting that tool "
-                                                             "cannot express; runs nothing (like a dry run)."),
+    as_tool: Optional[str] = typer.Option(None, "--as", metavar="ior|mdtest|fio",
+                                          help="Print, per cell, the ior, mdtest or fio command line that does the "
+                                               "same work, and each setting that tool cannot express; runs nothing "
+                                               "(like a dry run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved study, every cell with what it needs "
                                                           "and preflight's verdict; runs nothing, touches no target."),
 ) -> None:
@@ -174,16 +203,22 @@ def _show_run(o, quiet: bool) -> None:
 
 @app.command()
 def report(
-    results: str = typer.Argument("storeval-results", help="Results directory."),
-    run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the latest run)."),
-    runs: Optional[str] = typer.Option(None, "--runs", help="Several runs side by side in one report: all, or ids "
-                                                           "(or unique prefixes) separated by commas."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the run as a JSON document to this file (-: to "
-                                                                "stdout, alone: no tables)."),
-    html_out: Optional[str] = typer.Option(None, "--html", help="Write the self-contained HTML report to this file."),
-    figures: Optional[str] = typer.Option(None, "--figures", help="Write each figure of the report into this "
-                                                                  "directory as SVG and PNG, with its data as CSV "
-                                                                  "(needs Chromium and the figures extra)."),
+    ctx: typer.Context,
+    old_results: Optional[str] = typer.Argument(None, metavar="RESULTS", hidden=True,
+                                                help="Results directory, the old way (--results DIR)."),
+    results: str = typer.Option(RESULTS, "--results", metavar="DIR", help=RESULTS_HELP),
+    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID", help="Run id (default: the latest run)."),
+    runs: Optional[str] = typer.Option(None, "--runs", metavar="all|RUN_ID,...",
+                                       help="Several runs side by side in one report: all, or ids (or unique "
+                                            "prefixes) separated by commas."),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE|-",
+                                           help="Write the run as a JSON document to this file (-: to stdout, alone: "
+                                                "no tables)."),
+    html_out: Optional[str] = typer.Option(None, "--html", metavar="FILE",
+                                           help="Write the self-contained HTML report to this file."),
+    figures: Optional[str] = typer.Option(None, "--figures", metavar="DIR",
+                                          help="Write each figure of the report into this directory as SVG and PNG, "
+                                               "with its data as CSV (needs Chromium and the figures extra)."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Leave repetitions flagged as outliers out "
                                                                             "of the summaries (the output says so)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables: only what was written, and errors."),
@@ -204,6 +239,7 @@ def report(
         if r.across is not None:
             print_runs_side_by_side(r.across, console)
 
+    results = _results_dir(ctx, old_results, results)
     r = build_report(ReportRequest(results, run_id, runs, json_out, html_out, figures, exclude_outliers), _say(), show)
     if r.html_out:
         console.print(f"report in {_safe(r.html_out)}", highlight=False)
@@ -215,13 +251,15 @@ def report(
 
 @app.command("import")
 def import_(
-    files: list[str] = typer.Argument(..., help="Result files: IOR JSON (-O summaryFormat=JSON), mdtest's output, fio "
-                                                "JSON (--output-format=json), warp JSON (--json, analyze --json)."),
-    results: str = typer.Option("storeval-results", "--results", help="Results directory (DuckDB store)."),
-    tool: Optional[str] = typer.Option(None, "--tool", help="ior, mdtest, fio or warp (default: told from each "
-                                                            "file's content)."),
-    label: Optional[str] = typer.Option(None, "--label", help="Target name of the imported runs (default: the path "
-                                                              "or endpoint the tool ran against)."),
+    files: list[str] = typer.Argument(..., metavar="FILE",
+                                      help="Result files: IOR JSON (-O summaryFormat=JSON), mdtest's output, fio JSON "
+                                           "(--output-format=json), warp JSON (--json, analyze --json)."),
+    results: str = typer.Option(RESULTS, "--results", metavar="DIR", help=RESULTS_HELP),
+    tool: Optional[str] = typer.Option(None, "--tool", metavar="ior|mdtest|fio|warp",
+                                       help="ior, mdtest, fio or warp (default: told from each file's content)."),
+    label: Optional[str] = typer.Option(None, "--label", metavar="NAME",
+                                        help="Target name of the imported runs (default: the path or endpoint the "
+                                             "tool ran against)."),
 ) -> None:
     """Import IOR, mdtest, fio or warp results as runs of their own (one per file), so report --runs and compare
     put them beside storeval's. Every file is read first: bad input writes nothing."""
@@ -239,17 +277,21 @@ def import_(
 
 @app.command()
 def compare(
-    a: str = typer.Argument(..., help="Run A: a results directory (its latest run), DIR:RUN_ID, or a run id."),
-    b: str = typer.Argument(..., help="Run B, the same way."),
-    results: str = typer.Option("storeval-results", "--results", help="Where run ids are looked up."),
-    html_out: Optional[str] = typer.Option(None, "--html", help="Also write the comparison as an HTML page."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the comparison as JSON (-: to stdout, "
-                                                                "alone: no table)."),
+    a: str = typer.Argument(..., metavar="RUN_A",
+                            help="Run A: a results directory (its latest run), DIR:RUN_ID, or a run id."),
+    b: str = typer.Argument(..., metavar="RUN_B", help="Run B, the same way."),
+    results: str = typer.Option(RESULTS, "--results", metavar="DIR", help="Results directory where run ids are "
+                                                                          "looked up."),
+    html_out: Optional[str] = typer.Option(None, "--html", metavar="FILE",
+                                           help="Also write the comparison as an HTML page."),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE|-",
+                                           help="Also write the comparison as JSON (-: to stdout, alone: no table)."),
     exclude_outliers: bool = typer.Option(False, "--exclude-outliers", help="Compare without outlier repetitions."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table: only what was written, and errors."),
-    confidence: str = typer.Option("95%", "--confidence", help="Confidence of the test and of the intervals shown "
-                                   "(e.g. 95%, 0.99)."),
-    min_effect: str = typer.Option("5%", "--min-effect", help="Smallest change called better or worse (e.g. 5%, 2.5)."),
+    confidence: str = typer.Option("95%", "--confidence", metavar="PERCENT",
+                                   help="Confidence of the test and of the intervals shown (e.g. 95%, 0.99)."),
+    min_effect: str = typer.Option("5%", "--min-effect", metavar="PERCENT",
+                                   help="Smallest change called better or worse (e.g. 5%, 2.5)."),
 ) -> None:
     """Figure by figure: B's change from A in percent with its confidence interval, and whether it is real
     (Welch's t over repetitions, Holm-adjusted, and at least --min-effect)."""
@@ -267,23 +309,27 @@ def compare(
 
 @app.command()
 def export(
-    results: str = typer.Argument("storeval-results", help="Results directory."),
-    fmt: str = typer.Option(..., "--format", help="json, csv or parquet."),
-    out: Optional[str] = typer.Option(None, "--out", help="New directory for the files (default: "
+    ctx: typer.Context,
+    old_results: Optional[str] = typer.Argument(None, metavar="RESULTS", hidden=True,
+                                                help="Results directory, the old way (--results DIR)."),
+    results: str = typer.Option(RESULTS, "--results", metavar="DIR", help=RESULTS_HELP),
+    fmt: str = typer.Option(..., "--format", metavar="json|csv|parquet", help="File format: json, csv or parquet."),
+    out: Optional[str] = typer.Option(None, "--out", metavar="DIR", help="New directory for the files (default: "
                                                           "RESULTS/export-FORMAT[-RUN_ID])."),
-    run_id: Optional[str] = typer.Option(None, "--run", help="Only this run (default: every run in the store)."),
+    run_id: Optional[str] = typer.Option(None, "--run", metavar="RUN_ID",
+                                         help="Only this run (default: every run in the store)."),
 ) -> None:
     """Write the results store's tables as JSON, CSV or Parquet files, one per table."""
     from ..app.report import export_tables
 
-    out, names = export_tables(results, fmt, out, run_id, _say())
+    out, names = export_tables(_results_dir(ctx, old_results, results), fmt, out, run_id, _say())
     _console().print(f"{len(names)} tables written to {_safe(out)}: {', '.join(names)}", highlight=False)
 
 
 @app.command()
 def workloads(
     kind: Optional[str] = typer.Argument(None, metavar="KIND", help="Show only this workload kind."),
-    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE|-", help=JSON_LISTING_HELP),
 ) -> None:
     """List workload kinds, their phases and their parameters: default, unit and what each does."""
     from ..report.catalog import workload_docs, workload_tables
@@ -300,17 +346,18 @@ def workloads(
 
 @app.command()
 def clean(
-    targets: Optional[list[str]] = typer.Argument(None, metavar="TARGET...",
+    targets: Optional[list[str]] = typer.Argument(None, metavar="TARGET",
                                                   help="Target URLs or paths, names of --study's targets, or study "
                                                        "files (all their targets)."),
-    study: Optional[str] = typer.Option(None, "--study", help="Study file whose targets TARGET may name (without "
-                                                              "TARGET: all of them)."),
+    study: Optional[str] = typer.Option(None, "--study", metavar="FILE",
+                                        help="Study file whose targets TARGET may name (without TARGET: all of them)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Remove without asking."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
     force: bool = typer.Option(False, "--force", help="Also remove directories whose run cannot be proven dead from "
                                                       "here (another host, no owner record); never a live run's."),
-    results: str = typer.Option("storeval-results", "--results", help="Results directory whose runs' testbeds to "
-                                                                      "look for (a dead run's servers are stopped)."),
+    results: str = typer.Option(RESULTS, "--results", metavar="DIR", help="Results directory whose runs' testbeds "
+                                                                          "to look for (a dead run's servers are "
+                                                                          "stopped)."),
 ) -> None:
     """Remove the scratch directories (storeval-RUN/) that dead storeval runs left on targets, and stop the
     testbeds dead runs brought up (recorded in the results store)."""

@@ -10,41 +10,42 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
-from .common import HELP, JSON_LISTING_HELP, PASS_THROUGH, TESTBED_DIR_HELP, safe as _safe, say as _say, write_listing
+from .common import JSON_LISTING_HELP, PASS_THROUGH, App, TESTBED_DIR_HELP, safe as _safe, say as _say, write_listing
 
-testbed_app = typer.Typer(no_args_is_help=True, context_settings=HELP,
-                          help="Real storage systems on this machine, on loopback or in a private network namespace: "
-                               "MinIO (S3), XRootD, HDFS, GlusterFS, Ceph, NFS.")
+testbed_app = App(no_args_is_help=True,
+                  help="Real storage systems on this machine, on loopback or in a private network namespace: "
+                       "MinIO (S3), XRootD, HDFS, GlusterFS, Ceph, NFS.")
 
 
 @testbed_app.command("up")
 def testbed_up(
-    servers: Optional[list[str]] = typer.Argument(
-        None, help="minio, minio-ec, xrootd, hdfs, glusterfs, ceph, nfs; slurm (a batch system on emulated nodes) "
-                   "(default: minio xrootd hdfs)."),
-    count: Optional[int] = typer.Option(None, "--servers", min=1, max=16,
-                                        help="Storage servers of each system: bricks, OSDs, data servers, MinIO "
-                                             "nodes, datanodes (default: each system's own)."),
-    kind_of: Optional[str] = typer.Option(None, "--type", help="GlusterFS volume type: distribute, replicate, "
-                                                              "disperse."),
-    hdfs_datanodes: Optional[int] = typer.Option(None, "--hdfs-datanodes", min=1, max=16,
-                                                 help="Datanodes of the HDFS mini-cluster (as --servers)."),
-    host: Optional[str] = typer.Option(None, "--host", help="Emulated host (a network namespace of the testbed's "
-                                                             "network) the servers run on; made if absent."),
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    systems: Optional[list[str]] = typer.Argument(
+        None, metavar="SYSTEM", help="Systems to start: minio, minio-ec, xrootd, hdfs, glusterfs, ceph, nfs; slurm "
+                                     "(a batch system on emulated nodes) (default: minio xrootd hdfs)."),
+    count: Optional[int] = typer.Option(None, "--servers", metavar="N", min=1, max=16,
+                                        help="Storage servers of each SYSTEM, 1 to 16: bricks, OSDs, data servers, "
+                                             "MinIO nodes, datanodes (default: each system's own)."),
+    kind_of: Optional[str] = typer.Option(None, "--type", metavar="TYPE",
+                                          help="GlusterFS volume type: distribute, replicate, disperse."),
+    hdfs_datanodes: Optional[int] = typer.Option(None, "--hdfs-datanodes", metavar="N", min=1, max=16,
+                                                 help="Datanodes of the HDFS mini-cluster, 1 to 16 (as --servers)."),
+    host: Optional[str] = typer.Option(None, "--host", metavar="HOST",
+                                       help="Emulated host (a network namespace of the testbed's network) the "
+                                            "servers run on; made if absent."),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
 ) -> None:
     """Install (first time) and start testbed servers; write storeval-testbed.yaml with a target for each."""
     from ..app.testbed import UpRequest, testbed_up as up
 
-    bed = up(UpRequest(servers or [], count, kind_of, hdfs_datanodes, host, directory), _say())
+    bed = up(UpRequest(systems or [], count, kind_of, hdfs_datanodes, host, directory), _say())
     if bed.targets_record:
         print(f"targets written to {bed.targets_file}: storeval run {bed.targets_file.name} --workload bandwidth")
 
 
 @testbed_app.command("status")
 def testbed_status(
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
-    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE|-", help=JSON_LISTING_HELP),
 ) -> None:
     """Show the testbed servers as they are now: processes up, frozen or dead, ports, and what to do."""
     from ..testbed import Testbed
@@ -60,20 +61,20 @@ def testbed_status(
 
 @testbed_app.command("down")
 def testbed_down(
-    servers: Optional[list[str]] = typer.Argument(None, help="Servers to stop (default: all)."),
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    systems: Optional[list[str]] = typer.Argument(None, metavar="SYSTEM", help="Systems to stop (default: all)."),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
 ) -> None:
     """Stop exactly the processes `testbed up` started and remove what it made (files of others stay, named)."""
     from ..testbed import Testbed
 
-    Testbed(directory).down(servers or None, log=_say().info)
+    Testbed(directory).down(systems or None, log=_say().info)
 
 
 @testbed_app.command("network")
 def testbed_network(
     down: bool = typer.Option(False, "--down", help="Remove the emulated network (stop the servers on it first)."),
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
-    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE|-", help=JSON_LISTING_HELP),
 ) -> None:
     """Show the emulated network: hosts, addresses, links and their counters (bytes, packets, drops, queues)."""
     from ..testbed import Testbed
@@ -108,12 +109,17 @@ def testbed_network(
 
 @testbed_app.command("link")
 def testbed_link(
-    host: str = typer.Argument(..., help="Emulated host whose link changes (made, with a link, if absent)."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Rate each way: 1gbit, 125MB/s; `none` for unlimited."),
-    rtt: Optional[str] = typer.Option(None, "--rtt", help="Round-trip delay the link adds: 12ms (half each way)."),
-    jitter: Optional[str] = typer.Option(None, "--jitter", help="± on each way's delay, order kept: 1ms."),
-    loss: Optional[str] = typer.Option(None, "--loss", help="Loss each way: 0.1% (or a fraction, 0.001)."),
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    host: str = typer.Argument(..., metavar="HOST",
+                               help="Emulated host whose link changes (made, with a link, if absent)."),
+    rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE",
+                                       help="Rate each way: 1gbit, 125MB/s; `none` for unlimited."),
+    rtt: Optional[str] = typer.Option(None, "--rtt", metavar="DURATION",
+                                      help="Round-trip delay the link adds: 12ms (half each way)."),
+    jitter: Optional[str] = typer.Option(None, "--jitter", metavar="DURATION",
+                                         help="± on each way's delay, order kept: 1ms."),
+    loss: Optional[str] = typer.Option(None, "--loss", metavar="PERCENT",
+                                       help="Loss each way: 0.1% (or a fraction, 0.001)."),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
 ) -> None:
     """Change one emulated host's link now (rate, delay, jitter, loss); values not given stay as they are."""
     from ..app.testbed import set_link
@@ -123,19 +129,24 @@ def testbed_link(
     print(f"{host} ({net.address(host)}): {now.describe()}")
 
 
-nodes_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Emulated nodes for MPI: hosts of the testbed's network that "
-                                                     "mpiexec launches onto, each with its own host name and link.")
+nodes_app = App(no_args_is_help=True, help="Emulated nodes for MPI: hosts of the testbed's network that "
+                                           "mpiexec launches onto, each with its own host name and link.")
 testbed_app.add_typer(nodes_app, name="nodes")
 
 
 @nodes_app.command("up")
 def testbed_nodes_up(
-    count: int = typer.Argument(..., min=1, max=250, help="How many nodes: PREFIX1 … PREFIXN."),
-    prefix: str = typer.Option("node", "--prefix", help="Their names' stem: node → node1, node2, …"),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Each node's link rate each way: 1gbit, 125MB/s."),
-    rtt: Optional[str] = typer.Option(None, "--rtt", help="Round-trip delay each node's link adds: 2ms."),
-    loss: Optional[str] = typer.Option(None, "--loss", help="Loss each way on each node's link: 0.1%."),
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    count: int = typer.Argument(..., metavar="N", min=1, max=250,
+                                help="How many nodes, 1 to 250: PREFIX1 … PREFIXN."),
+    prefix: str = typer.Option("node", "--prefix", metavar="PREFIX",
+                               help="Their names' stem: node → node1, node2, …"),
+    rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE",
+                                       help="Each node's link rate each way: 1gbit, 125MB/s."),
+    rtt: Optional[str] = typer.Option(None, "--rtt", metavar="DURATION",
+                                      help="Round-trip delay each node's link adds: 2ms."),
+    loss: Optional[str] = typer.Option(None, "--loss", metavar="PERCENT",
+                                       help="Loss each way on each node's link: 0.1%."),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
 ) -> None:
     """Make N emulated nodes (network namespaces with their own host names) and print the mpiexec that runs
     across them; nodes that exist already are kept."""
@@ -146,7 +157,9 @@ def testbed_nodes_up(
 
 
 @nodes_app.command("show")
-def testbed_nodes_show(directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP)) -> None:
+def testbed_nodes_show(
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
+) -> None:
     """The emulated hosts mpiexec can launch onto, and the mpiexec that does it."""
     from ..testbed import Testbed
 
@@ -160,7 +173,8 @@ def testbed_nodes_show(directory: str = typer.Option("storeval-testbed", "--dir"
 @testbed_app.command("mpiexec", context_settings=PASS_THROUGH)
 def testbed_mpiexec(
     ctx: typer.Context,
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP + " Give it first."),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR",
+                                  help=TESTBED_DIR_HELP + " Give it first."),
 ) -> None:
     """mpiexec onto the testbed's emulated nodes: `storeval testbed mpiexec -hosts node1,node2 -n 8 storeval run
     STUDY` (MPICH's hydra, launching into each node's namespace under its host name)."""
@@ -174,7 +188,8 @@ def testbed_mpiexec(
 @testbed_app.command("slurm", context_settings=PASS_THROUGH)
 def testbed_slurm(
     ctx: typer.Context,
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP + " Give it first."),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR",
+                                  help=TESTBED_DIR_HELP + " Give it first."),
 ) -> None:
     """Run a command against the testbed's Slurm: `storeval testbed slurm salloc -N 2 mpiexec -n 4 storeval run
     STUDY` (sinfo, squeue, srun, sbatch, scancel alike)."""
@@ -200,8 +215,8 @@ def _print_nodes(net, names: list[str], directory: str) -> None:
 
 @testbed_app.command("faults")
 def testbed_faults(
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
-    json_out: Optional[str] = typer.Option(None, "--json", help=JSON_LISTING_HELP),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE|-", help=JSON_LISTING_HELP),
 ) -> None:
     """List the fault handles of the running testbed servers (whole servers and their nodes) and their actions."""
     from ..testbed.faults import fault_handles
@@ -223,10 +238,13 @@ def testbed_faults(
 
 @testbed_app.command("fault")
 def testbed_fault(
-    name: str = typer.Argument(..., help="Fault handle (see `storeval testbed faults`): minio-ec.node2, hdfs.datanode1, xrootd …"),
-    action: str = typer.Argument(..., help="stop (SIGSTOP), cont (SIGCONT), kill, start (a killed one, same ports and "
-                                           "data) or restart."),
-    directory: str = typer.Option("storeval-testbed", "--dir", help=TESTBED_DIR_HELP),
+    name: str = typer.Argument(..., metavar="HANDLE",
+                               help="Fault handle (see `storeval testbed faults`): minio-ec.node2, hdfs.datanode1, "
+                                    "xrootd …"),
+    action: str = typer.Argument(..., metavar="ACTION",
+                                 help="stop (SIGSTOP), cont (SIGCONT), kill, start (a killed one, same ports and "
+                                      "data) or restart."),
+    directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
 ) -> None:
     """Make one testbed server or node hang (stop), resume (cont), crash (kill), come back (start) or restart, now."""
     from ..testbed.faults import act
