@@ -32,7 +32,7 @@ def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
         if kind not in SERVERS:
             why = getattr(SERVERS, "refused", {}).get(kind)  # an installed system that could not be used
             raise InputError(f"testbed up {kind}: " + (f"cannot be used: {why}" if why else
-                             f"unknown server (choose from {', '.join(SERVERS)})"))
+                             f"unknown system (choose from {', '.join(SERVERS)})"))
     host = request.host
     if host is not None:
         host = host_name(host, "testbed up --host")
