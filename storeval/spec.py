@@ -43,6 +43,7 @@ from .workloads.base import Params
 TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
             "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from", "network", "prices")
 TARGET_KEYS = ("url", "description", "limits", *SYSTEM_KEYS)
+NETWORK_KEYS = ("links", "hosts")
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
 MAX_REPETITIONS = 10_000  # every repetition is planned up front
@@ -701,8 +702,8 @@ def _network(raw: Any, where: str = "network") -> NetworkSpec:
     if not isinstance(raw, dict):
         raise InputError(f"{where}: {_show(raw)} is not a mapping (write network: {{links: {{wan: {{rtt: 12ms}}}}}})")
     for key in raw:
-        if key not in ("links", "hosts"):
-            raise InputError(f"{where}.{key}: unknown key ({_suggest(str(key), ('links', 'hosts'))})")
+        if key not in NETWORK_KEYS:
+            raise InputError(f"{where}.{key}: unknown key ({_suggest(str(key), NETWORK_KEYS)})")
     links: dict[str, dict[str, Any]] = {}
     raw_links = raw.get("links") or {}
     if not isinstance(raw_links, dict):

@@ -245,8 +245,9 @@ class DriverOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # the target's server processes on this host (a testbed's): probes/server.py counts what they moved
-    server_pids: list[Annotated[int, Field(ge=1)]] = []
+    # (a testbed's server processes: probes/server.py counts what they moved)
+    server_pids: list[Annotated[int, Field(ge=1)]] = Field(
+        [], description="the PIDs of the target's server processes on this host: the moved bytes count them alone")
 
 
 class Handle:

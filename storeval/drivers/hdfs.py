@@ -28,18 +28,22 @@ from .base import (Capabilities, Deadline, Driver, DriverOptions, FastOps, Handl
 
 
 class HdfsOptions(DriverOptions):
-    replication: Annotated[int, Field(ge=1, le=512)] | None = None
-    block_size: Size | None = None
-    timeout: Duration = 30.0  # per call to the namenode or the datanodes
-    # the datanodes' HTTP addresses (HOST:PORT): their JMX BytesRead/BytesWritten say what they moved
-    jmx: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")]] = []
-    jmx_period: Duration = 10.0  # their metrics period (*.period): JMX values are refreshed that often
-    # what the client does when a datanode of a write pipeline fails: "continue" with the ones left (what the
-    # Java client does for a file being written), "replace" it first (fails when the cluster has no spare)
-    on_datanode_failure: Literal["continue", "replace"] = "continue"
-    # the namenode's HTTP address (HOST:PORT): its JMX says how many blocks lack replicas (a MiniDFSCluster
-    # serves the namenode's beans on every daemon's port, so the jmx addresses do when this is not given)
-    namenode_jmx: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")] | None = None
+    replication: Annotated[int, Field(ge=1, le=512)] | None = Field(
+        None, description="replicas of each block the client writes, 1-512 (none: the cluster's default)")
+    block_size: Size | None = Field(None, description="block size of the files written (none: the cluster's default)")
+    timeout: Duration = Field(30.0, description="per call to the namenode or the datanodes")
+    jmx: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")]] = Field(
+        [], description="the datanodes' HTTP addresses (HOST:PORT): their JMX BytesRead/BytesWritten say what they "
+                        "moved")
+    jmx_period: Duration = Field(10.0, description="the datanodes' metrics period (*.period): JMX values are "
+                                                   "refreshed that often")
+    on_datanode_failure: Literal["continue", "replace"] = Field(
+        "continue", description="when a datanode of a write pipeline fails: continue with the ones left (what the "
+                                "Java client does), or replace it first (fails when the cluster has no spare)")
+    # (a MiniDFSCluster serves the namenode's beans on every daemon's port, so the jmx addresses do)
+    namenode_jmx: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")] | None = Field(
+        None, description="the namenode's HTTP address (HOST:PORT): its JMX says how many blocks lack replicas "
+                          "(none: the jmx addresses')")
 
 
 class HdfsHandle(Handle):

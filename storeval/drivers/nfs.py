@@ -82,11 +82,15 @@ def _lost(exc: BaseException) -> str | None:
 
 
 class NfsOptions(DriverOptions):
-    version: Literal["4.1", "4.0", "3"] = "4.1"  # NFS protocol version (4.0 is experimental in nfs-rs)
-    uid: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None  # AUTH_SYS user (default: this process's)
-    gid: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None  # AUTH_SYS group (default: this process's)
-    resvport: bool | None = None  # bind a source port below 1024 (default: when root; servers may demand it)
-    timeout: Duration = 30.0  # per call, and the bound on connecting
+    version: Literal["4.1", "4.0", "3"] = Field("4.1", description="NFS protocol version (4.0 is experimental in "
+                                                                   "nfs-rs)")
+    uid: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = Field(
+        None, description="AUTH_SYS user (none: this process's)")
+    gid: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = Field(
+        None, description="AUTH_SYS group (none: this process's)")
+    resvport: bool | None = Field(None, description="bind a source port below 1024 (none: when root; servers may "
+                                                    "demand it)")
+    timeout: Duration = Field(30.0, description="per call, and the bound on connecting")
 
 
 class NfsHandle(Handle):

@@ -18,22 +18,28 @@ import time
 from typing import Literal
 
 from ..fields import Duration, Rate
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ..core.stop import ClientStopped
 from .base import Capabilities, Driver, DriverOptions, Handle, IOFunc, NativeIO, StatResult
 
 
 class Misbehave(DriverOptions):
-    client: int | Literal["all"] = 0  # which client misbehaves ("all": every client, each on its own count)
-    after_ops: int = 0
-    action: Literal["raise", "hang", "exit", "pause", "stop"] = "raise"  # stop: ClientStopped, though nothing asked
-    seconds: Duration = 3.0  # how long ``pause`` stops (once, like a server that freezes and comes back)
+    client: int | Literal["all"] = Field(0, description="which client misbehaves: its rank, or all (every client, "
+                                                        "each on its own count)")
+    after_ops: int = Field(0, description="operations the client does well before it misbehaves")
+    action: Literal["raise", "hang", "exit", "pause", "stop"] = Field(
+        "raise", description="what it does: raise an error, hang, exit, pause for seconds, or stop (as if asked to, "
+                             "though nothing asked)")
+    seconds: Duration = Field(3.0, description="how long pause stops (once, like a server that freezes and comes "
+                                               "back)")
 
 
 class NullOptions(DriverOptions):
-    misbehave: Misbehave | None = None
-    rate: Rate | None = None  # bytes/s per client (e.g. 200MiB/s, 1Gbit): transfers are paced with sleeps to this
+    misbehave: Misbehave | None = Field(None, description="make a client fail on purpose (storeval's own tests of "
+                                                          "failure handling)")
+    rate: Rate | None = Field(None, description="bytes/s per client (e.g. 200MiB/s, 1Gbit): transfers are paced "
+                                                "with sleeps to this (none: as fast as possible)")
 
     @field_validator("rate")
     @classmethod

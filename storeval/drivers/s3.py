@@ -55,21 +55,27 @@ def parse_endpoint(endpoint: str) -> ParsedUrl:
 
 
 class S3Options(DriverOptions):
-    endpoint: str | None = None
-    region: str = "us-east-1"
-    access_key_env: str | None = None
-    secret_key_env: str | None = None
-    credentials_file: str | None = None
-    profile: str = "default"
-    part_size: Size = 16 << 20  # multipart part size of streaming writes and large puts
-    upload_concurrency: Annotated[int, Field(ge=1, le=64)] = 8  # parts in flight per client
-    vector_coalesce: Size = 1 << 20  # get_ranges merges ranges closer than this into one GET
-    timeout: Duration = 30.0  # per request, and the bound on retries
-    virtual_hosted: bool = False
-    fast_get: bool = True  # GETs through storeval's lean signed HTTP path (see sigv4.py); false: through obstore
-    # MinIO's Prometheus metrics, one URL per node (http://HOST:PORT/minio/metrics/v3/api/requests): what the
-    # server says it moved, read with a bearer token signed by this target's keys (probes/server.py)
-    metrics_urls: list[str] = []
+    endpoint: str | None = Field(None, description="the S3 server, http(s)://HOST[:PORT] (none: AWS S3 in region)")
+    region: str = Field("us-east-1", description="the region requests are signed for")
+    access_key_env: str | None = Field(None, description="the environment variable that holds the access key (with "
+                                                          "secret_key_env)")
+    secret_key_env: str | None = Field(None, description="the environment variable that holds the secret key")
+    credentials_file: str | None = Field(None, description="an AWS shared-credentials file to read the keys from "
+                                                           "(section: profile)")
+    profile: str = Field("default", description="the section of credentials_file")
+    part_size: Size = Field(16 << 20, description="multipart part size of streaming writes and large puts")
+    upload_concurrency: Annotated[int, Field(ge=1, le=64)] = Field(8, description="parts in flight per client, "
+                                                                                  "1-64")
+    vector_coalesce: Size = Field(1 << 20, description="vector reads merge ranges closer than this into one GET")
+    timeout: Duration = Field(30.0, description="per request, and the bound on retries")
+    virtual_hosted: bool = Field(False, description="virtual-hosted-style requests (bucket.HOST) instead of "
+                                                    "path-style (HOST/bucket)")
+    fast_get: bool = Field(True, description="GETs through storeval's lean signed HTTP path (sigv4.py); false: "
+                                             "through obstore")
+    # read with a bearer token signed by this target's keys (probes/server.py)
+    metrics_urls: list[str] = Field([], description="MinIO's Prometheus metrics, one URL per node "
+                                                    "(http://HOST:PORT/minio/metrics/v3/api/requests): what the "
+                                                    "server says it moved")
 
     @field_validator("metrics_urls")
     @classmethod

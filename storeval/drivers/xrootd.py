@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
 from XRootD import client as xrd
 from XRootD.client.flags import AccessMode, DirListFlags, MkDirFlags, OpenFlags, QueryCode, StatInfoFlags
 
@@ -36,7 +37,7 @@ MODE = AccessMode.UR | AccessMode.UW | AccessMode.GR | AccessMode.OR
 
 
 class XrootdOptions(DriverOptions):
-    timeout: Duration = 30.0  # per request, and the bound on connecting
+    timeout: Duration = Field(30.0, description="per request, and the bound on connecting")
 
 
 class XrdHandle(Handle):
