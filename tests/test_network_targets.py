@@ -266,3 +266,51 @@ def test_s3_streaming_writes_time_each_upload_request_and_keep_every_byte(testbe
         for name in ("big", "o0", f"o{3 * MiB}", f"o{5 * MiB}", "dropped", *(f"many{i}" for i in range(5))):
             driver.remove_quietly(f"{base}/{name}")
         driver.shutdown()
+
+
+def test_a_resumed_hdfs_write_that_kept_part_of_a_transfer_completes_it_with_its_stamps(testbed_targets):
+    """HDFS keeps what its write pipeline acknowledged, packet by packet: a file reopened after a failed write
+    (degraded mode, Driver.resume_write) can end inside a transfer. The bandwidth workload writes the rest of
+    that transfer, with the stamps it had, and goes on after it — it used to refuse, and every try of the retry
+    window failed again (seen beside other load: a killed datanode, 118 tries, the cell failed). Each transfer
+    then reads back as written, and a kept part of the last transfer leaves nothing to go on with."""
+    from storeval.workloads import make_workload
+    from storeval.workloads.base import ClientContext
+    from storeval.workloads.kernel import PAST_END
+    from storeval.workloads.payload import Payload
+
+    entry = dict(testbed_targets["hdfs"])
+    driver = make_driver(entry.pop("url"), entry, client=0)
+    driver.connect()
+    ts = 64 << 10
+    wl = make_workload("bandwidth", {"transfer_size": ts, "file_size": 4 * ts, "on_error": "retry"})
+    payload = Payload(ts, 0, wl.p.random_seed)
+    buf, stamp = payload.write_buffer()
+    c = ClientContext(rank=0, nclients=1, driver=driver, cell_dir="", seed=0, comm=None)
+    seq = [0, ts, 2 * ts, 3 * ts]
+    paths = [f"partial-{os.getpid()}-{k}" for k in range(2)]
+    try:
+        for path, kept in zip(paths, (ts + ts // 2, 3 * ts + 100)):  # inside the 2nd transfer; inside the last
+            h = driver.open(path, "w")
+            for off in range(0, kept, ts):
+                payload.stamp(buf, off)
+                n = min(ts, kept - off)
+                assert driver.pwrite(h, memoryview(buf)[:n], off) == n
+            held = [h]
+            op, restart = wl._resume(c, held, [buf], stamp, seq)
+            if kept < 3 * ts:
+                assert restart == 2 * ts
+                for off in seq[2:]:  # as the kernel goes on: stamp, then write
+                    payload.stamp(buf, off)
+                    assert op(off) == ts
+            else:
+                assert restart is PAST_END
+            driver.close(held[0])
+            assert driver.stat(path).size == 4 * ts
+            check, got = payload.checker(), bytearray(4 * ts)
+            assert driver.get_into(path, got) == 4 * ts
+            assert [check(memoryview(got)[off:off + ts], off) for off in seq] == [-1] * 4  # -1: every byte as stamped
+    finally:
+        for path in paths:
+            driver.remove_quietly(path)
+        driver.shutdown()

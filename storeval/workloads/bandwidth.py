@@ -26,7 +26,7 @@ from ..errors import DirectIOUnsupported, StorevalError, one_line
 from ..units import format_size
 from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
-from .kernel import Engine, NEVER, DataJob, choose_engine, run_parallel
+from .kernel import Engine, NEVER, PAST_END, DataJob, choose_engine, run_parallel
 from .durability import make_durable, warn_write_back
 from .ops import IOFailure, run_ops
 from .payload import Payload, aligned_buffer
@@ -342,7 +342,7 @@ class Bandwidth(Workload):
                     if not write:
                         reopen = functools.partial(self._reopen, c, held, path, bufs, p.verify)
                     else:  # the handle again; an append-only file goes on from what the storage kept
-                        reopen = functools.partial(self._resume, c, held, bufs)
+                        reopen = functools.partial(self._resume, c, held, bufs, stamp, seq)
                         rewound = functools.partial(self._rewound, errors, ts)
                 recover = Degraded(p.on_error, p.retry_for, errors, c.driver, reopen, rewound)
             recovers.append(recover)
@@ -425,22 +425,38 @@ class Bandwidth(Workload):
                 if decision is None:
                     raise IOFailure(end, e) from e
                 restart = decision[2]
-                if restart is not None:
+                if restart is not None and restart is not PAST_END:
                     streams[0](seq.index(restart), len(seq))
 
-    def _resume(self, c: ClientContext, held: list, bufs: list):
+    def _resume(self, c: ClientContext, held: list, bufs: list, stamp: tuple, seq: Any):
         """A write stream's handle again after a failure (degraded mode, :meth:`Driver.resume_write`): the
-        operation to go on with, and the offset to go on from when the storage kept less than acknowledged."""
+        operation to go on with, and the offset to go on from when the storage kept less than acknowledged.
+
+        An append-only file may keep part of a transfer (HDFS keeps what its pipeline acknowledged, packet by
+        packet): the rest of that transfer is written first, with the stamps it had, so the file holds whole
+        transfers again and goes on after it (nothing is left when it was the last)."""
         restart = c.driver.resume_write(held[0])
-        if restart is not None and restart % self.p.transfer_size:
-            raise StorevalError(f"the reopened file kept {restart:,} bytes, not a whole number of transfers of "
-                                f"{self.p.transfer_size:,}: it cannot be continued transfer by transfer")
-        return functools.partial(c.driver.writer(held[0]), bufs), restart
+        write = c.driver.writer(held[0])
+        ts = self.p.transfer_size
+        if restart is not None and restart % ts:
+            base = restart - restart % ts
+            add, tags, view = stamp
+            add(tags, base, out=view)  # the transfer's own stamps, as its first, partial write had them
+            tail = memoryview(bufs[0])[restart - base:]
+            n = write([tail], restart)
+            if n != len(tail):
+                raise StorevalError(f"the reopened file kept {restart:,} bytes, part of a transfer of {ts:,}; "
+                                    f"completing it wrote {n:,} of {len(tail):,} bytes")
+            restart = base + ts
+            if restart > seq[-1]:
+                restart = PAST_END
+        return functools.partial(write, bufs), restart
 
     @staticmethod
-    def _rewound(errors: PhaseErrors, ts: int, failed: int, restart: int) -> None:
+    def _rewound(errors: PhaseErrors, ts: int, failed: int, restart: Any) -> None:
         """Count the acknowledged writes that a reopened file did not keep: they are written again."""
-        errors.note("rewritten_bytes", max(0, failed - restart))
+        if restart is not PAST_END:
+            errors.note("rewritten_bytes", max(0, failed - restart))
 
     def _reopen(self, c: ClientContext, held: list, path: str, bufs: list, into_buffer: bool):
         """A read stream's handle again, after a failure (the old one is closed as far as it still can be);

@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 NEVER = 1 << 62
 NO_ARG = object()  # measure's ``arg`` when none is given: op(item) rather than op(item, arg)
+PAST_END = object()  # a recover's ``restart`` when the reopened storage already holds every item: nothing is left
 Engine = Literal["auto", "python", "psync", "io_uring"]  # the workloads' engine option (auto: native where possible)
 # What the native batch returns besides the count done (codes shared with native/src/lib.rs).
 OK, DEADLINE, ERRNO, SHORT, VERIFY = range(5)
@@ -110,9 +111,12 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
             if new_op is not None:
                 op = new_op
             at = start + (done - counted)  # every item of this pass before the failed one went through
-            if restart is not None and restart not in items:  # not an item's start: nothing to go on from
+            if restart is PAST_END:
+                start = len(items)
+            elif restart is not None and restart not in items:  # not an item's start: nothing to go on from
                 raise fail(item, e) from e
-            start = items.index(restart) if restart is not None else (at if again else at + 1)
+            else:
+                start = items.index(restart) if restart is not None else (at if again else at + 1)
             counted = done
             rest = iter(items[start:])
     fold(i, size)
