@@ -7,7 +7,6 @@ import sys
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from .. import __version__
 from ..app import EXIT_FAILED, EXIT_INPUT, EXIT_OK, Say
@@ -335,7 +334,7 @@ def workloads(
     from ..report.catalog import workload_docs, workload_tables
     from ..workloads import WORKLOADS
 
-    console = Console()
+    console = _console()
     WORKLOADS.announce()  # a plug-in left out: one warning line each
     if json_out is not None:
         write_listing(json_out, workload_docs(kind))

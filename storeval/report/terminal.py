@@ -7,10 +7,13 @@ Names, URLs, paths and error texts are data, never markup: every cell and line p
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..analysis.figures import ConfigSummary
 from ..analysis.links import SATURATED
@@ -21,6 +24,7 @@ from ..units import convert_rate, format_duration_ns, format_size, is_byte_rate,
 from ..workloads import WORKLOADS, workload_class
 from ..workloads.base import Report, summary_text
 from ..workloads.kernel import io_uring_spin_ns
+from ..redact import redact_text, visible
 from .console import safe
 
 IO_URING_SPIN_US = io_uring_spin_ns() / 1e3
@@ -33,6 +37,157 @@ ENGINE_WORDS = {"python": "the Python loop (one operation at a time per thread)"
                             f"{IO_URING_SPIN_US:g} µs before it sleeps, and that CPU is in the clients' cpu_seconds "
                             "(--json)",
                 "null": "native loop without system calls (null target)"}
+
+# ------------------------------------------------------------------------------------ tables that fit the console
+# Every table is laid out for the console's width (report/console.py: COLUMNS, else the terminal's): each header
+# on one line, no figure ever cut or folded inside a number. A table too wide for it is split into parts, one
+# under the other, with the same rows: its leading key columns (which configuration a row is) repeated in each part
+# (or, when they would take over half the width, shown in the first part and every part's rows numbered), its other
+# columns in their declared order (primary figures first, notes last), the caption once under the last part.
+
+KEYS = frozenset({"target", "workload", "clients", "group", "phase", "configuration", "host", "cell", "where", "fault",
+                  "figure", "held fixed"})  # leading columns of these names say which row is which
+TEXT = frozenset({"notes", "context", "written", "held fixed"})  # free text: folds where it must
+SPAN = {"key": 16, "figure": 20, "text": 30}  # the width a column is packed at when its cells are wider
+KEY_SHARE = 0.5  # keys wider than this share of the width are not repeated in every part of a split table
+
+
+@dataclass
+class _Column:
+    name: str
+    index: int
+    role: str  # key, figure or text
+    least: int  # narrower, the header would wrap or a figure would fold inside a number
+    want: int  # the widest cell (or the header)
+    width: int = 0
+    empty: bool = False  # no row has anything in it
+
+
+def _columns(columns: list[str], plain: list[list[str]], whole: frozenset[str]) -> list[_Column]:
+    """Each column's role and widths: keys and free text may fold long words (names, URLs, paths) down to a
+    few columns; a figure column never goes below its longest word, nor below its widest cell when that is
+    short or the column is in ``whole``."""
+    out = []
+    keys = True
+    for i, name in enumerate(columns):
+        keys = keys and name in KEYS
+        role = "key" if keys else "text" if name in TEXT else "figure"
+        lines = [line for row in plain for line in row[i].split("\n")]
+        header = cell_len(name)
+        want = max([header, *map(cell_len, lines)])
+        token = max([0, *(cell_len(word) for line in lines for word in line.split())])
+        if role == "figure":
+            least = want if name in whole or want <= SPAN["figure"] else max(header, token)
+        else:
+            least = max(header, min(token, 12))
+        out.append(_Column(name, i, role, least, want, empty=not any(line.strip() for line in lines)))
+    return out
+
+
+def _packed(c: _Column) -> int:
+    return min(c.want, max(c.least, SPAN[c.role]))
+
+
+def _room(n: int, width: int) -> int:
+    """Columns left for cells in a table of ``n`` columns: each has a space either side and a rule after it."""
+    return width - 3 * n - 1
+
+
+def _fit_part(cols: list[_Column], width: int) -> bool:
+    """Set each column's width so the part fits ``width``: start packed, narrow the widest foldable columns
+    (never below their least), then give what is left back to figures first, then keys, then text."""
+    room = _room(len(cols), width)
+    for c in cols:
+        c.width = _packed(c)
+    excess = sum(c.width for c in cols) - room
+    for roles in (("text", "key"), ("figure",)):
+        while excess > 0:
+            narrowable = [c for c in cols if c.role in roles and c.width > c.least]
+            if not narrowable:
+                break
+            widest = max(narrowable, key=lambda c: c.width)
+            cut = min(excess, widest.width - widest.least,
+                      max(1, widest.width - max([0, *(c.width for c in narrowable if c is not widest)])))
+            widest.width -= cut
+            excess -= cut
+    if excess > 0:
+        return False
+    spare = -excess
+    for role in ("figure", "key", "text"):
+        for c in cols:
+            if c.role == role and spare > 0:
+                more = min(spare, c.want - c.width)
+                c.width += more
+                spare -= more
+    return True
+
+
+def _take(base: list[_Column], rest: list[_Column], width: int) -> list[_Column]:
+    """The most of ``rest``, in order, that fits beside ``base`` at their packed widths (one at least)."""
+    n = 1
+    while n < len(rest) and sum(map(_packed, base + rest[:n + 1])) <= _room(len(base) + n + 1, width):
+        n += 1
+    return rest[:n]
+
+
+def _parts(cols: list[_Column], width: int, rows: int) -> list[list[_Column]] | None:
+    """The table as parts that each fit ``width`` (one part when it all does), or None when even one column beside
+    the keys cannot (rich then folds the table as best it can). Split, a column of free text no row fills is
+    left out, and keys wider than KEY_SHARE of the width are shown in the first part only, every part then
+    numbering its rows (``#``) so a row is found again."""
+    if sum(c.want for c in cols) <= _room(len(cols), width):
+        for c in cols:
+            c.width = c.want
+        return [cols]
+    keys = [c for c in cols if c.role == "key"]
+    shown = [c for c in cols if c.role != "key" and not (c.role == "text" and c.empty)]
+    number = _Column("#", -1, "figure", len(str(rows)), len(str(rows)))
+    for repeat in (True, False) if sum(map(_packed, keys)) + 3 * len(keys) <= KEY_SHARE * width else (False,):
+        parts: list[list[_Column]] = []
+        rest = shown
+        while rest or not parts:
+            base = ([] if repeat else [replace(number)]) + ([replace(k) for k in keys] if repeat or not parts else [])
+            group = _take(base, rest, width) if rest else []
+            rest = rest[len(group):]
+            part = base + group
+            if not _fit_part(part, width):
+                break
+            parts.append(part)
+        else:
+            return parts
+    return None
+
+
+def print_fitted(console: Console, title: str, columns: list[str], rows: list[list[str]], caption: str = "",
+                 left: tuple[str, ...] | frozenset[str] = (), styles: list[str | None] | None = None,
+                 whole: frozenset[str] = frozenset()) -> None:
+    """Print a table of text cells (each passed through :func:`safe`) laid out for the console's width, split into
+    parts when it is too wide (see above); ``caption`` (markup, its user text already safe) under the last part,
+    as wide as the widest; ``left``: the columns justified left; ``styles``: one per row; ``whole``: columns
+    never wrapped at all (a wrapped interval would read as two figures)."""
+    markup = [[safe(cell) for cell in row] for row in rows]
+    plain = [[Text.from_markup(cell, emoji=False).plain if "[" in cell or "\\" in cell else cell for cell in row]
+             for row in markup]
+    parts = _parts(_columns(columns, plain, whole), console.width, len(rows))
+    if parts is None:  # narrower than any layout: rich folds it
+        parts = [[_Column(name, i, "text", 0, 0) for i, name in enumerate(columns)]]
+    shown = 0
+    for n, part in enumerate(parts, 1):
+        name = title if len(parts) == 1 else (
+            f"{title} (part 1 of {len(parts)})" if n == 1 else f"{title.split(' — ')[0]} (part {n} of {len(parts)})")
+        table = Table(title=safe(name))
+        for c in part:
+            table.add_column(Text(c.name), justify="left" if c.name in left else "right", overflow="fold",
+                             width=c.width or None)
+        for j, row in enumerate(markup):
+            table.add_row(*(row[c.index] if c.index >= 0 else str(j + 1) for c in part),
+                          style=styles[j] if styles else None)
+        console.print(table, soft_wrap=False)
+        shown = max(shown, sum(c.width for c in part) + 3 * len(part) + 1 if part[0].width else console.width)
+    if caption:
+        console.print(caption, style="table.caption", width=min(shown, console.width), highlight=False,
+                      soft_wrap=False)
+
 
 def fmt_summary(s: Summary | None, scale: float = 1.0) -> str:
     return summary_text(s, scale)
@@ -175,14 +330,8 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
     """Seed 000's Table 1: one row per target × workload, read, write, rate, notes."""
     if not table:
         return
-    caption = table_caption(table)
-    t = Table(title="Summary — storage × workload", caption=caption, caption_justify="left")
-    for col in table_columns(table):
-        t.add_column(col, justify="left" if col in ("target", "workload", "notes", "group") else "right",
-                     overflow="fold")
-    for row in table_rows(table):
-        t.add_row(*map(safe, row))
-    console.print(t)
+    print_fitted(console, "Summary — storage × workload", table_columns(table), table_rows(table),
+                 safe(table_caption(table)), left=("target", "workload", "notes", "group"))
 
 
 LINE_WORDS = {"events_per_s": ("events/s", "events/s"), "cpu_efficiency": ("CPU eff.", "CPU s / wall s")}
@@ -221,14 +370,9 @@ def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
             by_setting[s["along"]].append(s)
     for along, rows in by_setting.items():
         columns, text_rows = scaling_rows(rows, along)
-        t = Table(title=f"Aggregate vs {along}", caption="mean over repetitions; each row holds every other factor "
-                  "fixed (clients, parameters)", caption_justify="left")
-        for col in columns:
-            t.add_column(col, justify="left" if col in ("target", "workload", "phase", "held fixed", "figure", "unit")
-                         else "right", overflow="fold")
-        for row in text_rows:
-            t.add_row(*map(safe, row))
-        console.print(t)
+        print_fitted(console, f"Aggregate vs {along}", columns, text_rows, "mean over repetitions; each row holds "
+                     "every other factor fixed (clients, parameters)",
+                     left=("target", "workload", "phase", "held fixed", "figure", "unit"))
     for s in scaling:
         console.print(safe(scaling_line(s)), highlight=False)
 
@@ -341,12 +485,8 @@ LEFT = ("target", "workload", "phase", "notes", "group", "host", "configuration"
 
 
 def _print_spec(spec: dict[str, Any], console: Console) -> None:
-    table = Table(title=safe(spec["title"]), caption="\n".join(map(safe, spec["caption"])), caption_justify="left")
-    for col in spec["columns"]:
-        table.add_column(col, justify="left" if col in LEFT else "right", overflow="fold")
-    for row in spec["rows"]:
-        table.add_row(*map(safe, row))
-    console.print(table)
+    print_fitted(console, spec["title"], spec["columns"], spec["rows"], "\n".join(map(safe, spec["caption"])),
+                 left=LEFT)
 
 
 def print_summary(summary: list[ConfigSummary], console: Console | None = None) -> None:
@@ -543,23 +683,20 @@ def fault_rows(cells: list[Any]) -> list[list[str]]:
     return rows
 
 
+FAULT_COLUMNS = ("cell", "where", "phase", "fault", "struck–undone", "before", "during", "after", "stall s",
+                 "recovered s", "phase", "written")
+
+
 def print_faults(cells: list[Any], console: Console) -> None:
     """The faults of the run's fault plans and what each did, when there were any."""
     rows = fault_rows(cells)
     if not rows:
         return
-    table = Table(title="Faults — what the clients saw", caption_justify="left", caption=(
+    print_fitted(console, "Faults — what the clients saw", list(FAULT_COLUMNS), rows, (
         "struck/undone: seconds after the phase's start (the coordinator's clock); MiB/s before, during and after "
         "the fault from the clients' per-second timeline (1 s resolution); stall: longest run of seconds without a "
         "completed operation; recovered: seconds after the undo until a whole second at ≥ 90 % of before; written: "
-        "what was read back after the phase against its stamps."))
-    for col in ("cell", "where", "phase", "fault", "struck–undone", "before", "during", "after", "stall s",
-                "recovered s", "phase", "written"):
-        table.add_column(col, justify="left" if col in ("where", "phase", "fault", "written") else "right",
-                         overflow="fold")
-    for row in rows:
-        table.add_row(*map(safe, row))
-    console.print(table)
+        "what was read back after the phase against its stamps."), left=("where", "phase", "fault", "written"))
 
 
 # ------------------------------------------------------------------------------------------------ whole screens
@@ -607,13 +744,22 @@ def print_runs_side_by_side(across: Any, console: Console) -> None:
     print_differences(across.differences, console, "the runs' environments and studies do not differ")
 
 
+def print_hanging(console: Console, line: str, first: str = "  ", rest: str = "    ") -> None:
+    """One fact on its own line, folded at the console's width with its continuation indented deeper, so a long
+    one (a path, a command) still reads as one item of the list."""
+    text = Text(visible(redact_text(line)))
+    lines = text.wrap(console, max(20, console.width - len(rest)), overflow="fold")
+    for n, part in enumerate(lines):
+        console.print(Text(first if n == 0 else rest) + part, highlight=False, soft_wrap=True)
+
+
 def print_differences(lines: list[str], console: Console, none: str | None = None) -> None:
     """What differed between runs, one fact per line (report --runs and compare say it alike)."""
     if lines:
         console.print(f"what differed between the runs ({len(lines)}; a figure's change may be theirs, not the "
                       "storage's):", highlight=False)
         for line in lines:
-            console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+            print_hanging(console, line)
     elif none:
         console.print(none, highlight=False)
 
@@ -627,13 +773,11 @@ def print_comparison(c: Any, console: Console) -> None:
         console.print("A and B ran different studies: only configurations with the same parameters are compared",
                       highlight=False)
     print_differences(c.environment, console)
-    table = Table(title=f"B = {c.id_b} against A = {c.id_a}", caption=c.rule, caption_justify="left")
-    for col in COLUMNS:  # numbers never fold: a wrapped interval would read as two
-        table.add_column(col, justify="right" if col in NUMERIC else "left", overflow="fold", no_wrap=col in NUMERIC)
     colour = {"better": "green", "worse": "red"}
-    for change, row in zip(c.changes, change_rows(c.changes)):
-        table.add_row(*map(safe, row), style=colour.get(change.verdict))
-    console.print(table)
+    print_fitted(console, f"B = {c.id_b} against A = {c.id_a}", COLUMNS, change_rows(c.changes), safe(c.rule),
+                 left=tuple(col for col in COLUMNS if col not in NUMERIC),
+                 styles=[colour.get(change.verdict) for change in c.changes],
+                 whole=frozenset(NUMERIC))  # numbers never fold: a wrapped interval would read as two
     for label, items in (("only in A", c.only_a), ("only in B", c.only_b),
                          ("not compared, parameters differ", c.differ)):
         if items:
