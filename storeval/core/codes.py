@@ -86,6 +86,10 @@ CODES: dict[str, Code] = {
                           "measure a target on real storage"),
     "page-cache": Code((WARNING,), "reads of the phase may have been served by a page cache that was kept or could "
                        "not be cleared", "run as root without --keep-cache, or read more data than RAM"),
+    "plotly-full-bundle": Code((WARNING,), "the HTML report embeds the full plotly.js (about 4.8 MB): the partial "
+                               "bundle of the version plotly embeds was not installed",
+                               "python -m storeval.report.assets (fetches it from the npm registry), then write "
+                               "the report again"),
     "recorded": Code((WARNING,), "record: true traced the phase's operations through the Python loop, which costs "
                      "a little per operation (or nothing was recorded: no I/O went through storeval's driver)",
                      "use the recorded phase for its trace, an unrecorded one for its figure"),

@@ -9,6 +9,7 @@ try, so "works offline" is enforced, not hoped for.
 from __future__ import annotations
 
 import json
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -20,17 +21,40 @@ from ..analysis.scaling import along_settings, scaling as scaling_of
 from ..analysis import overview
 from ..analysis.table import summary_table
 from ..store import RunData
-from . import charts
+from . import assets, charts
 from ..workloads import WORKLOADS
 from .terminal import (describe_settings, fault_rows, network_tables, phase_tables, scaling_rows, table_caption,
                        table_columns, table_rows, where_of)
 
 
 @lru_cache(maxsize=1)
-def plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
+def _bundle() -> tuple[str, str | None]:
+    """(the plotly.js the page embeds, None or why it is the full 4.8 MB bundle and not the partial one).
 
-    return get_plotlyjs()
+    The partial bundle (report/assets: bar, scatter, pie) is installed with storeval, of the version plotly
+    embeds; without it (an install made offline) the page still works, bigger, and says so once on stderr."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    want, path = get_plotlyjs_version(), assets.bundle_path()
+    have = assets.version_of(path)
+    why = f"the partial bundle {assets.PACKAGE} {want} is not installed"
+    if have == want:
+        try:
+            return path.read_text(encoding="utf-8"), None
+        except (OSError, UnicodeDecodeError) as e:
+            why = f"the partial bundle {assets.PACKAGE} {want} cannot be read ({e.__class__.__name__})"
+    elif have is not None:
+        why = f"the {assets.PACKAGE} installed is {have}, not {want} (the plotly.js plotly embeds)"
+    full = get_plotlyjs()
+    note = (f"this page embeds the full plotly.js ({len(full) / 1e6:.1f} MB, not 1.2 MB): {why}; "
+            "fetch it with `python -m storeval.report.assets`")
+    print(f"warning: {note}", file=sys.stderr, flush=True)
+    return full, note
+
+
+def plotly_js() -> str:
+    """The plotly.js inlined in the page: the partial bundle when installed, else the full one."""
+    return _bundle()[0]
 
 
 @lru_cache(maxsize=1)
@@ -67,6 +91,15 @@ def _messages(summary: list[ConfigSummary]) -> list[dict[str, str]]:
                     f"{where}{' — excluded' if r.outliers_excluded else ''}")
             seen.setdefault(text, {"cls": "warn", "text": text})
     return list(seen.values())
+
+
+def _bundle_messages() -> list[dict[str, str]]:
+    """The page's own note when it carries the full plotly.js (bigger than it should be, and why)."""
+    note = _bundle()[1]
+    if not note:
+        return []
+    warning = {"code": "plotly-full-bundle", "message": note}
+    return [{"cls": "warn", "text": f"⚠ {warning['code']}: {warning['message']}"}]
 
 
 def _when(t: Any) -> Any:
@@ -190,7 +223,8 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
         fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,
         latency_charts=ids["latency"], timeline_charts=ids["timeline"], fault_charts=ids["faults"],
         fault_rows=fault_table,
-        probe_interval=run.study.get("probe_interval", 1.0), messages=_messages(summary), events=events,
+        probe_interval=run.study.get("probe_interval", 1.0), events=events,
+        messages=_messages(summary) + _bundle_messages(),
         environment=json.dumps(run.environment, indent=2, default=str),
         study=yaml.safe_dump(run.study, sort_keys=False, allow_unicode=True),
         outliers_excluded=any(s.outliers_excluded for s in summary),
