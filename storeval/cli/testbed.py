@@ -230,10 +230,20 @@ def testbed_faults(
     if not handles:
         print("no testbed server runs here: no fault handles")
         return
+    import shutil
+    import textwrap
+
+    from ..report.console import width as columns
+
     width = max(len(h.name) for h in handles.values())
     actions = max(len(",".join(h.actions)) for h in handles.values())
-    for h in handles.values():
-        print(f"{h.name:<{width}}  {','.join(h.actions):<{actions}}  {h.description}")
+    indent = width + actions + 4
+    total = columns() or shutil.get_terminal_size().columns
+    for h in handles.values():  # the description folds under itself, within the terminal's width
+        lines = textwrap.wrap(h.description, max(30, total - indent)) or [""]
+        print(f"{h.name:<{width}}  {','.join(h.actions):<{actions}}  {lines[0]}")
+        for line in lines[1:]:
+            print(" " * indent + line)
 
 
 @testbed_app.command("fault")
