@@ -196,7 +196,8 @@ LONG_TESTS_S = {"test_readme.py": 2400, "test_seed_studies.py": 2400, "test_netw
 # The files that take longest (seconds of their tests, measured side by side on 2 cores), run first: xdist hands
 # files to workers in collection order, and a long file started last would leave the other workers idle while it
 # finishes. Any file not listed follows, in its usual order.
-SLOWEST_FILES = {"test_readme.py": 860, "test_skim.py": 370, "test_report_page.py": 300, "test_seed_studies.py": 290,
+SLOWEST_FILES = {"test_readme.py": 860, "test_studies_readme.py": 390, "test_skim.py": 370, "test_report_page.py": 300,
+                 "test_seed_studies.py": 290,
                  "test_report.py": 280, "test_jobs.py": 280, "test_fault_studies.py": 240,
                  "test_outputs_and_store.py": 235, "test_network_targets.py": 215, "test_testbed_cli.py": 210,
                  "test_command.py": 180, "test_store_and_cli.py": 180, "test_network_studies.py": 165,
