@@ -920,19 +920,9 @@ def _parse_set_value(model: type[Params], key: str, text: str) -> Any:
     return value
 
 
-def load_study(path: str | None = None, *, targets: list[str] | None = None, workloads: list[str] | None = None,
-               sets: list[str] | None = None, clients: str | None = None, repetitions: int | None = None,
-               phase_timeout: str | None = None, default_dir: str | None = None, keep_cache: bool | None = None,
-               probe_interval: str | None = None, placement: str | None = None,
-               clients_per_host: int | None = None) -> Study:
-    """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
-    WORKLOADS.announce()  # a plug-in left out says so, in one line, before anything else
-    raw = read_yaml(path) if path else {}
-    for key in raw:
-        if key not in TOP_KEYS:
-            raise InputError(f"{key}: unknown key ({_suggest(str(key), TOP_KEYS)})")
-
-    # targets
+def targets_of(raw: dict[str, Any]) -> dict[str, TargetSpec]:
+    """A study's targets, validated: its ``targets:`` (``like:`` resolved) and those of its ``targets_from:`` file
+    (relative to the current directory) — what ``storeval run`` and ``storeval clean STUDY`` both act on."""
     raw_targets = raw.get("targets") or {}
     if not isinstance(raw_targets, dict):
         raise InputError(f"targets: {_show(raw_targets)} is not a mapping of target names to URLs")
@@ -948,11 +938,27 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
             raw_targets = {n: e for n, e in raw_targets.items() if n in own}
     else:
         raw_targets = {n: _like(str(n), e, raw_targets) for n, e in raw_targets.items()}
-    study_targets = {str(n): make_target(str(n), e, f"targets.{visible(str(n))}") for n, e in raw_targets.items()}
+    found = {str(n): make_target(str(n), e, f"targets.{visible(str(n))}") for n, e in raw_targets.items()}
     for n, source in origin.items():
-        t = study_targets.get(n)
+        t = found.get(n)
         if t is not None and t.system and (t.system.get("setup") or t.system.get("teardown")):
-            study_targets[n] = dataclasses.replace(t, system={**t.system, "from": source})
+            found[n] = dataclasses.replace(t, system={**t.system, "from": source})
+    return found
+
+
+def load_study(path: str | None = None, *, targets: list[str] | None = None, workloads: list[str] | None = None,
+               sets: list[str] | None = None, clients: str | None = None, repetitions: int | None = None,
+               phase_timeout: str | None = None, default_dir: str | None = None, keep_cache: bool | None = None,
+               probe_interval: str | None = None, placement: str | None = None,
+               clients_per_host: int | None = None) -> Study:
+    """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
+    WORKLOADS.announce()  # a plug-in left out says so, in one line, before anything else
+    raw = read_yaml(path) if path else {}
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise InputError(f"{key}: unknown key ({_suggest(str(key), TOP_KEYS)})")
+
+    study_targets = targets_of(raw)
     chosen_targets: dict[str, TargetSpec] = {}
     if targets:
         refuse_repeats(list(targets), [t if t in study_targets else normalize_url(t) for t in targets], "--target")

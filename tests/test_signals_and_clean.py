@@ -567,6 +567,26 @@ def test_clean_takes_a_study_files_targets_by_name_and_says_one_line_for_bad_inp
     assert (r.rc, r.err_lines) == (2, ["error: clean: name a target (a URL, a path, a study file, or --study FILE)"])
 
 
+def test_clean_reads_a_studys_targets_as_run_does_like_and_targets_from_included(tmp_path, target):
+    """A study whose targets are ``like:`` another or come from ``targets_from:`` (what `storeval testbed up`
+    writes) is cleaned target by target as `storeval run` reads it; a place two targets share is surveyed once."""
+    _run_dir(target, "storeval-20990101-000000-abcd", {"host": HOST, **dead_process()}, {"cell-0000/x": b"1"})
+    other = tmp_path / "other"
+    other.mkdir()
+    (tmp_path / "bed.yaml").write_text(f"targets:\n  imported: {{url: 'file://{other}'}}\n")
+    study = tmp_path / "s.yaml"
+    study.write_text("targets_from: bed.yaml\n"
+                     f"targets:\n  scratch: {{url: 'file://{target}'}}\n  again: {{like: scratch}}\n"
+                     "  mine: {like: imported}\n")
+    r = storeval("clean", str(study), "--dry-run", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    assert r.out.splitlines()[0].startswith(f"file://{target}: ") and f"file://{other}: no storeval scratch" in r.out
+    assert sum(line.startswith(f"file://{target}") for line in r.out.splitlines()) == 1
+    r = storeval("clean", str(study), "--yes", cwd=tmp_path)
+    assert r.rc == 0, r.err
+    assert os.listdir(target) == []
+
+
 @pytest.mark.parametrize("server", ["minio", "xrootd", "hdfs"])
 def test_clean_removes_a_dead_runs_objects_on_network_targets_and_nothing_else(tmp_path, testbed_targets, server):
     from storeval.drivers import make_driver

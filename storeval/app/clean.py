@@ -135,19 +135,20 @@ def _dead_runs_testbeds(results: str, say: Say) -> list[LeftTestbed]:
 def _targets(items: list[str], study: str | None) -> list:
     """The targets ``storeval clean`` names: URLs or paths, names of the study's targets, or study files."""
     from ..drivers import normalize_url
-    from ..spec import make_target, read_yaml
+    from ..spec import make_target, read_yaml, targets_of
 
     def of_study(path: str) -> dict:
-        entries = read_yaml(path).get("targets") or {}
-        if not isinstance(entries, dict) or not entries:
+        raw = read_yaml(path)
+        found = targets_of(raw) if isinstance(raw, dict) else {}  # like: and targets_from: as `run` reads them
+        if not found:
             raise InputError(f"{path}: defines no targets (clean a URL instead: storeval clean file:///path)")
-        return {str(n): make_target(str(n), e, f"targets.{n}") for n, e in entries.items()}
+        return found
 
     defined = of_study(study) if study else {}
     if not items:
         if not defined:
             raise InputError("clean: name a target (a URL, a path, a study file, or --study FILE)")
-        return list(defined.values())
+        return _once(defined.values())
     out = []
     for item in items:
         if item in defined:
@@ -160,4 +161,12 @@ def _targets(items: list[str], study: str | None) -> list:
                 raise InputError(f"clean {item}: no such directory" + (f" and not a target of {study}" if study else
                                                                        " (give a target URL or path)"))
             out.append(make_target(item, {"url": url}, f"clean {item}", f"clean {item}"))
-    return out
+    return _once(out)
+
+
+def _once(targets) -> list:
+    """Each place surveyed once: targets ``like:`` another (other settings, one server) share its URL."""
+    seen: dict[str, Any] = {}
+    for t in targets:
+        seen.setdefault(t.url, t)
+    return list(seen.values())
