@@ -86,10 +86,24 @@ def write_html(store: Any, data: Any, cells: list, summary: list, path: str, sam
     store.record_output(path, mark, size)
 
 
-def write_stdout(doc: dict) -> None:
+def write_stdout(doc: Any) -> None:
     """A JSON document on standard output, flushed (a reader of the pipe gets it whole before the exit)."""
     import json
     import sys
 
     sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def write_listing(path: str, doc: object) -> None:
+    """``--json PATH`` of a listing command: ``-`` writes it to stdout (nothing else is printed then); a file is
+    written with storeval's ownership header and replaces only a listing storeval wrote."""
+    import json
+
+    if path == STDOUT:
+        write_stdout(doc)
+        return
+    from ..outputs import check_output as check_owned, write_owned
+
+    check_owned(path, "--json", "json", kind="listing")
+    write_owned(path, "--json", "json", "listing", [], json.dumps(doc, indent=2, default=str) + "\n")

@@ -12,8 +12,9 @@ from .. import __version__
 from ..app import EXIT_FAILED, EXIT_INPUT, EXIT_OK, Say
 from ..errors import InputError
 from ..units import plural
+from ..app.results import write_listing
 from .common import (JSON_LISTING_HELP, RESULTS, RESULTS_HELP, App, console as _console, safe as _safe,
-                     say as _say, write_listing)
+                     say as _say)
 
 app = App(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
           help="Evaluate storage systems: the same battery of tests against every candidate, many clients, "
@@ -262,7 +263,7 @@ def import_(
 ) -> None:
     """Import IOR, mdtest, fio or warp results as runs of their own (one per file), so report --runs and compare
     put them beside storeval's. Every file is read first: bad input writes nothing."""
-    from ..app.compare import ImportRequest, import_results
+    from ..app.imports import ImportRequest, import_results
 
     command_line = shlex.join(["storeval", "import", *files, "--results", results,
                                *(["--tool", tool] if tool else []), *(["--label", label] if label else [])])

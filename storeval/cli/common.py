@@ -132,17 +132,3 @@ def say() -> Say:
     return Say(info=lambda line: err.print(safe(line), highlight=False),
                warn=lambda line: err.print(f"warning: {safe(line)}", highlight=False),
                error=lambda line: err.print(f"error: {safe(line)}", highlight=False))
-
-
-def write_listing(path: str, doc: object) -> None:
-    """``--json PATH`` of a listing command: ``-`` writes it to stdout (nothing else is printed then); a file is
-    written with storeval's ownership header and replaces only a listing storeval wrote."""
-    import json
-
-    if path == "-":
-        print(json.dumps(doc, indent=2, default=str))
-        return
-    from ..outputs import check_output, write_owned
-
-    check_output(path, "--json", "json", kind="listing")
-    write_owned(path, "--json", "json", "listing", [], json.dumps(doc, indent=2, default=str) + "\n")

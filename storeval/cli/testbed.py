@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
-from .common import JSON_LISTING_HELP, PASS_THROUGH, App, TESTBED_DIR_HELP, safe as _safe, say as _say, write_listing
+from ..app.results import write_listing
+from .common import JSON_LISTING_HELP, PASS_THROUGH, App, TESTBED_DIR_HELP, safe as _safe, say as _say
 
 testbed_app = App(no_args_is_help=True,
                   help="Real storage systems on this machine, on loopback or in a private network namespace: "
