@@ -309,8 +309,9 @@ class Watch:
         where = f"in {self.label(step)}" if step is not None else f"after {self.label(self.steps[-1])}"
         bound = self.stranded_seconds()
         waited = f"the phase timeout of {bound:g} s" if bound == self.timeout else f"{bound:g} s"
-        return (f"{who} waited at a barrier {where} for {waited} after {done} had finished the cell: the clients did not take the same steps (a workload that calls comm.barrier() "
-                "a different number of times on different clients)")
+        return (f"{who} waited at a barrier {where} for {waited} after {done} had finished the cell: the clients "
+                "did not take the same steps (a workload that calls comm.barrier() a different number of times on "
+                "different clients)")
 
     def wait_for_exit(self, procs: list, out: Any) -> None:
         """Clients that finished exit once their last messages are flushed; wait while they do."""
