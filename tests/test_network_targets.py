@@ -274,6 +274,7 @@ def test_a_resumed_hdfs_write_that_kept_part_of_a_transfer_completes_it_with_its
     that transfer, with the stamps it had, and goes on after it — it used to refuse, and every try of the retry
     window failed again (seen beside other load: a killed datanode, 118 tries, the cell failed). Each transfer
     then reads back as written, and a kept part of the last transfer leaves nothing to go on with."""
+    from storeval.core.oplog import OpLog
     from storeval.workloads import make_workload
     from storeval.workloads.base import ClientContext
     from storeval.workloads.kernel import PAST_END
@@ -297,7 +298,9 @@ def test_a_resumed_hdfs_write_that_kept_part_of_a_transfer_completes_it_with_its
                 n = min(ts, kept - off)
                 assert driver.pwrite(h, memoryview(buf)[:n], off) == n
             held = [h]
-            op, restart = wl._resume(c, held, [buf], stamp, seq)
+            log = OpLog(time.perf_counter_ns())
+            op, restart = wl._resume(c, held, [buf], stamp, seq, log)
+            assert (log.ops, log.bytes) == (1, ts)  # the completed transfer counts as one, whole
             if kept < 3 * ts:
                 assert restart == 2 * ts
                 for off in seq[2:]:  # as the kernel goes on: stamp, then write

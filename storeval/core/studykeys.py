@@ -127,7 +127,7 @@ SECTIONS: dict[str, Section] = {
                   "when the action happens"),
         "phase": Key("a phase of the workload", "the workload's only phase", "the phase whose start at counts from"),
         "action": Key("stop, cont, kill, start, restart or exec", "(required)", "what is done"),
-        "server": Key("testbed fault handle (e.g. hdfs.datanode1)", "(required but for exec)",
+        "server": Key("testbed fault handle", "(required but for exec)",
                       "the server acted on (`storeval testbed faults` lists them); for exec a label"),
         "for": Key("duration", "— (not undone)", "undo after this long: cont after stop, start after kill, the "
                    "undo command after exec"),

@@ -342,7 +342,7 @@ class Bandwidth(Workload):
                     if not write:
                         reopen = functools.partial(self._reopen, c, held, path, bufs, p.verify)
                     else:  # the handle again; an append-only file goes on from what the storage kept
-                        reopen = functools.partial(self._resume, c, held, bufs, stamp, seq)
+                        reopen = functools.partial(self._resume, c, held, bufs, stamp, seq, logs[j])
                         rewound = functools.partial(self._rewound, errors, ts)
                 recover = Degraded(p.on_error, p.retry_for, errors, c.driver, reopen, rewound)
             recovers.append(recover)
@@ -428,13 +428,15 @@ class Bandwidth(Workload):
                 if restart is not None and restart is not PAST_END:
                     streams[0](seq.index(restart), len(seq))
 
-    def _resume(self, c: ClientContext, held: list, bufs: list, stamp: tuple, seq: Any):
+    def _resume(self, c: ClientContext, held: list, bufs: list, stamp: tuple, seq: Any, log: OpLog):
         """A write stream's handle again after a failure (degraded mode, :meth:`Driver.resume_write`): the
         operation to go on with, and the offset to go on from when the storage kept less than acknowledged.
 
         An append-only file may keep part of a transfer (HDFS keeps what its pipeline acknowledged, packet by
         packet): the rest of that transfer is written first, with the stamps it had, so the file holds whole
-        transfers again and goes on after it (nothing is left when it was the last)."""
+        transfers again and goes on after it (nothing is left when it was the last). That transfer is now
+        written whole and counts as one of the stream's (its failed first part was never counted; timed by its
+        completion), so the phase's bytes and the read-back check after it cover it."""
         restart = c.driver.resume_write(held[0])
         write = c.driver.writer(held[0])
         ts = self.p.transfer_size
@@ -443,10 +445,13 @@ class Bandwidth(Workload):
             add, tags, view = stamp
             add(tags, base, out=view)  # the transfer's own stamps, as its first, partial write had them
             tail = memoryview(bufs[0])[restart - base:]
+            t0 = time.perf_counter_ns()
             n = write([tail], restart)
             if n != len(tail):
                 raise StorevalError(f"the reopened file kept {restart:,} bytes, part of a transfer of {ts:,}; "
                                     f"completing it wrote {n:,} of {len(tail):,} bytes")
+            log.add(t0, time.perf_counter_ns(), ts)
+            log.flush()  # folded at once: the kernel's own buffer index starts again at 0 after a failure
             restart = base + ts
             if restart > seq[-1]:
                 restart = PAST_END
