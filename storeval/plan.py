@@ -30,7 +30,7 @@ from .core.system import combinations, identity, swept
 from .spec import Study
 from .errors import InputError
 from .redact import visible
-from .workloads import WORKLOADS, Workload, make_workload, workload_class
+from .workloads import WORKLOADS, Params, Workload, make_workload, workload_class
 
 
 def _variants(target: TargetSpec) -> list[tuple[TargetSpec, dict]]:
@@ -46,7 +46,7 @@ def _variants(target: TargetSpec) -> list[tuple[TargetSpec, dict]]:
     return out
 
 
-def _fixed_clients(wl, k: int, combo: dict, memo: dict[tuple[str, int], int | None]) -> int | None:
+def _fixed_clients(wl, k: int, combo: Params, memo: dict[tuple[str, int], int | None]) -> int | None:
     """The client count workload ``wl``'s combination ``k`` fixes, worked out once per combination (not once per
     target too), and without making the workload where its class leaves the count to the study: a plan of
     100,000 cells is made in a moment."""
@@ -81,7 +81,7 @@ def plan(study: Study) -> list[Cell]:
                                          f"({fixed}), so it cannot run with client groups; remove clients: groups or "
                                          "run it in a study of its own")
                     for network, link_factors in networks:
-                        factors = {**settings, **{k: combo[k] for k in wl.sweeps}, **link_factors}
+                        factors = {**settings, **wl.swept[k], **link_factors}
                         for clients in ([fixed] if fixed is not None else study.client_combinations()):
                             if isinstance(clients, dict):  # client groups: one count of each
                                 groups, n = cell_groups(study.groups, clients), sum(clients.values())
@@ -92,7 +92,7 @@ def plan(study: Study) -> list[Cell]:
                             config += 1
         for rep in range(study.repetitions):
             for number, target, wl, combo, factors, n, groups, network in configs:
-                runs = set(combo.get("phases") or WORKLOADS[wl.kind].PHASES)
+                runs = set(getattr(combo, "phases", None) or WORKLOADS[wl.kind].PHASES)
                 faults = tuple(f for f in study.faults if f.workload in (None, wl.name)
                                and f.target in (None, target.name) and f.phase in runs)
                 cells.append(Cell(index=len(cells), config=number, target=target, workload=wl.name, kind=wl.kind,

@@ -88,7 +88,8 @@ class WorkloadSpec:
     kind: str
     fixed: dict[str, Any]
     sweeps: dict[str, list[Any]]
-    combos: list[dict[str, Any]]  # every validated parameter set, in sweep order
+    combos: list[Params]  # every parameter set in sweep order, validated once: the clients get these objects
+    swept: list[dict[str, Any]]  # each combination's swept values as JSON (its cells' factors)
 
     def as_dict(self) -> dict[str, Any]:
         return {self.kind: {**self.fixed, **self.sweeps}}
@@ -292,7 +293,8 @@ def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str,
     if count > MAX_COMBOS:
         raise InputError(f"{where}: the swept parameters make {count:,} combinations (at most {MAX_COMBOS:,}); sweep "
                          "fewer values")
-    combos = []
+    combos: list[Params] = []
+    swept: list[dict[str, Any]] = []
     for values in itertools.product(*sweeps.values()):
         combo = dict(zip(sweeps, values))
         try:
@@ -301,8 +303,10 @@ def expand_workload(name: str, kind: str, raw: dict[str, Any], where: str,
             err = pydantic_error(e, where)
             with_ = ", ".join(f"{k}={_show(v)}" for k, v in combo.items())
             raise InputError(f"{err}{f' (with {with_})' if with_ else ''}") from None
-        combos.append(params.model_dump(mode="json"))
-    return WorkloadSpec(name=name, kind=kind, fixed=fixed, sweeps=sweeps, combos=combos)
+        combos.append(params)
+        dumped = params.model_dump(mode="json", include=set(sweeps)) if sweeps else {}
+        swept.append({k: dumped[k] for k in sweeps})
+    return WorkloadSpec(name=name, kind=kind, fixed=fixed, sweeps=sweeps, combos=combos, swept=swept)
 
 
 def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -390,9 +394,9 @@ def _fault_plan(raw: dict[str, Any], raw_workloads: dict[str, Any], specs: dict[
         cls = WORKLOADS[spec.kind]
         runs: list[str] = []
         for combo in spec.combos:
-            chosen = set(combo.get("phases") or cls.PHASES)
+            chosen = set(getattr(combo, "phases", None) or cls.PHASES)
             runs += [ph for ph in cls.PHASES if ph in chosen and ph not in runs]
-            deadline = combo.get("deadline")
+            deadline = getattr(combo, "deadline", None)
             if isinstance(deadline, (int, float)) and deadline > 0:
                 for ph in cls.PHASES:
                     bounds.setdefault(name, {})[ph] = min(bounds.get(name, {}).get(ph, math.inf), float(deadline))

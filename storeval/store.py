@@ -44,6 +44,7 @@ from typing import Any
 import duckdb
 
 from . import outputs
+from .core.cell import params_json
 from .core.process import HOST, alive
 from .core.records import PhaseRecord
 from .errors import InputError, StorevalError
@@ -838,7 +839,7 @@ class Store:
         self._write({"unit": "cell", "run_id": run_id, "cell_id": cell.index, "rows": {
             "cells": [{"run_id": run_id, "cell_id": cell.index, "config": cell.config, "target": cell.target.name,
                        "target_url": cell.target.url, "workload": cell.workload, "kind": cell.kind,
-                       "params": json.dumps(cell.params), "factors": json.dumps(cell.factors), "clients": cell.clients,
+                       "params": json.dumps(cell.settings), "factors": json.dumps(cell.factors), "clients": cell.clients,
                        "repetition": cell.repetition, "status": status, "error": error, "started": started,
                        "finished": now()}],
             "phases": [{"run_id": run_id, "cell_id": cell.index, "seq": seq, "phase": phase, "iteration": iteration,
@@ -862,7 +863,7 @@ class Store:
         def dumped(memo: dict[int, str], value: Any) -> str:
             key = id(value)
             if key not in memo:
-                memo[key] = json.dumps(value)
+                memo[key] = json.dumps(params_json(value))
             return memo[key]
 
         plain = [c for c, _ in cells]

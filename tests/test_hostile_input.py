@@ -93,9 +93,9 @@ workloads:
 """)
     s = load_study(str(study))
     assert [t.url for t in s.targets.values()] == [f"file://{target}"] * 2
-    assert s.workloads["small"].combos[0]["file_size"] == 1 << 20
-    assert s.workloads["big"].combos[0]["file_size"] == 4 << 20  # the explicit key wins over the merged one
-    assert s.workloads["big"].combos[0]["transfer_size"] == 64 << 10
+    assert s.workloads["small"].combos[0].file_size == 1 << 20
+    assert s.workloads["big"].combos[0].file_size == 4 << 20  # the explicit key wins over the merged one
+    assert s.workloads["big"].combos[0].transfer_size == 64 << 10
 
 
 def test_set_values_go_through_the_same_bounded_loader(target):

@@ -34,10 +34,10 @@ def test_issue_example_expands_to_the_right_cells(tmp_path, target):
     study = load_study(write(tmp_path, EXAMPLE % target))
     cells = plan(study)
     assert len(cells) == 2 * 2 * 2  # transfer sizes x clients x repetitions
-    assert {c.params["transfer_size"] for c in cells} == {65536, 1048576}
+    assert {c.params.transfer_size for c in cells} == {65536, 1048576}
     assert {c.clients for c in cells} == {1, 2}
     assert [c.repetition for c in cells] == [0] * 4 + [1] * 4
-    assert all(c.params["file_size"] == 64 << 20 and c.params["phases"] == ["write", "read"] for c in cells)
+    assert all(c.params.file_size == 64 << 20 and c.params.phases == ["write", "read"] for c in cells)
     assert cells[0].factors == {"transfer_size": 65536, "clients": 1}
     # repetitions of one configuration share its config id
     assert {c.config for c in cells if c.repetition == 0} == {c.config for c in cells if c.repetition == 1}
@@ -111,9 +111,9 @@ def test_cli_overrides_select_add_and_sweep(tmp_path, target):
                        repetitions=1)
     cells = plan(study)
     assert [c.clients for c in cells] == [3, 3]
-    assert all(c.params["file_size"] == 8 << 20 and c.params["phases"] == ["write", "reread"] for c in cells)
+    assert all(c.params.file_size == 8 << 20 and c.params.phases == ["write", "reread"] for c in cells)
     study = load_study(None, targets=[str(target)], workloads=["bandwidth"], sets=["transfer_size=64KiB,1MiB"])
-    assert [c.params["transfer_size"] for c in plan(study)] == [65536, 65536, 1048576, 1048576]
+    assert [c.params.transfer_size for c in plan(study)] == [65536, 65536, 1048576, 1048576]
     assert list(study.targets.values())[0].url == f"file://{target}"
 
 
@@ -121,10 +121,10 @@ def test_set_can_be_scoped_to_one_workload(target):
     study = load_study(None, targets=[str(target)], workloads=["bandwidth", "metadata"],
                        sets=["bandwidth.file_size=8MiB", "metadata.file_size=4KiB,8KiB"])
     cells = plan(study)
-    assert {c.params["file_size"] for c in cells if c.kind == "bandwidth"} == {8 << 20}
-    assert {c.params["file_size"] for c in cells if c.kind == "metadata"} == {4096, 8192}
+    assert {c.params.file_size for c in cells if c.kind == "bandwidth"} == {8 << 20}
+    assert {c.params.file_size for c in cells if c.kind == "metadata"} == {4096, 8192}
     study = load_study(None, targets=[str(target)], workloads=["bandwidth", "metadata"], sets=["bandwidth.file_size=8MiB"])
-    assert {(c.kind, c.params["file_size"]) for c in plan(study)} == {("bandwidth", 8 << 20), ("metadata", 0)}
+    assert {(c.kind, c.params.file_size) for c in plan(study)} == {("bandwidth", 8 << 20), ("metadata", 0)}
 
 
 def test_targets_only_study_takes_workloads_from_the_command_line(tmp_path, target):

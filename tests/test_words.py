@@ -229,7 +229,7 @@ def test_the_defaults_printed_are_those_a_run_resolves(tmp_path):
     study = load_study(default_dir=str(target))
     assert {w.kind for w in study.workloads.values()} == {"bandwidth", "metadata", "skim"}
     for spec in study.workloads.values():
-        model, resolved = WORKLOADS[spec.kind].Params, spec.combos[0]
+        model, resolved = WORKLOADS[spec.kind].Params, spec.combos[0].model_dump(mode="json")
         for name, value in resolved.items():
             row = shown[spec.kind][name]
             assert (row["default study"] or row["default"]) == param_text(model, name, value, ", "), (spec.kind, name)

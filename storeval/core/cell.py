@@ -24,6 +24,11 @@ class TargetSpec:
     system: dict[str, Any] | None = None
 
 
+def params_json(params: Any) -> dict[str, Any]:
+    """A workload's parameters as JSON: a ``Params`` model dumped, a dict (already JSON) as it is."""
+    return params if isinstance(params, dict) else params.model_dump(mode="json")
+
+
 @dataclass(frozen=True)
 class Cell:
     index: int
@@ -31,7 +36,9 @@ class Cell:
     target: TargetSpec
     workload: str
     kind: str
-    params: dict[str, Any]
+    # the workload's ``Params``, validated once by the spec and handed to the clients as is (core/job.py); a
+    # dict only in a cell rebuilt from a state file or imported from a peer tool's output (``settings``: JSON)
+    params: Any
     factors: dict[str, Any]
     clients: int
     repetition: int
@@ -44,6 +51,11 @@ class Cell:
     network: dict[str, Any] | None = None
 
     @property
+    def settings(self) -> dict[str, Any]:
+        """The parameters as JSON (stored with the cell, kept in the state file)."""
+        return params_json(self.params)
+
+    @property
     def label(self) -> str:
         shown = ", ".join(f"{k}={factor_text(k, v) if k in LINK_KEYS else v}" for k, v in self.factors.items()
                           if k != "clients" and not k.startswith("clients."))
@@ -54,7 +66,7 @@ class Cell:
     def state(self, cell_dir: str | None) -> dict[str, Any]:
         """The cell as the run's state file keeps it (JSON), for the watchdog to clean up and record after it."""
         return {"index": self.index, "config": self.config, "target": self.target.name, "url": self.target.url,
-                "options": self.target.options, **({"system": self.target.system} if self.target.system else {}), "workload": self.workload, "kind": self.kind, "params": self.params,
+                "options": self.target.options, **({"system": self.target.system} if self.target.system else {}), "workload": self.workload, "kind": self.kind, "params": self.settings,
                 "factors": self.factors, "nclients": self.clients, "repetition": self.repetition,
                 "cell_dir": cell_dir, "faults": [f.state() for f in self.faults],
                 **({"groups": list(self.groups)} if self.groups else {}),

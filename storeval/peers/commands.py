@@ -37,8 +37,8 @@ def render(cells: list[Cell], tool: str) -> list[tuple[Cell, list[str], list[str
         if why:
             cannot.insert(0, why.format(tool=NAMES[tool]))
         for key, plain in STOREVAL_ONLY.items():
-            if cell.params.get(key, plain) != plain:
-                cannot.append(f"{key} {cell.params[key]}: storeval's own ({NAMES[tool]} stops at the first error and "
+            if cell.settings.get(key, plain) != plain:
+                cannot.append(f"{key} {cell.settings[key]}: storeval's own ({NAMES[tool]} stops at the first error and "
                               "records no trace)")
         if cell.faults:
             cannot.append(f"faults ({len(cell.faults)}): {NAMES[tool]} injects none; act on the servers yourself")

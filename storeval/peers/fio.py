@@ -116,7 +116,7 @@ def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
     """(argv, what fio cannot express) of the fio run doing ``cell``'s work in directory ``path``."""
     if cell.kind != "bandwidth":
         return [], [f"fio here stands for bandwidth workloads, not {cell.kind} (use --as mdtest for metadata)"]
-    p, cannot = cell.params, []
+    p, cannot = cell.settings, []
     depth = int(p.get("iodepth") or 1)
     argv = ["fio", f"--directory={path or 'TARGET'}/fio-cell-{cell.index:04d}", f"--bs={p['transfer_size']}",
             f"--size={p['file_size']}", f"--numjobs={cell.clients}", f"--iodepth={depth}",

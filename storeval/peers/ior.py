@@ -112,7 +112,7 @@ def load(text: str, name: str) -> PeerRun:
 # -- storeval cell → IOR command line ------------------------------------------------------------------------
 def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
     """(argv, what IOR cannot express) of the IOR run doing ``cell``'s work in directory ``path``."""
-    p, cannot = cell.params, []
+    p, cannot = cell.settings, []
     if cell.kind != "bandwidth":
         return [], [f"IOR runs bandwidth workloads, not {cell.kind} (use --as mdtest for metadata)"]
     phases = p.get("phases") or []

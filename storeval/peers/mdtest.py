@@ -142,7 +142,7 @@ def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
     """(argv, what mdtest cannot express) of the mdtest run doing ``cell``'s work in directory ``path``."""
     if cell.kind != "metadata":
         return [], [f"mdtest runs metadata workloads, not {cell.kind} (use --as ior or --as fio for bandwidth)"]
-    p, cannot = cell.params, []
+    p, cannot = cell.settings, []
     argv = ["mpiexec", "-n", str(cell.clients), "mdtest"]
     if p.get("items_per_dir") is not None:
         argv += ["-I", str(p["items_per_dir"])]
