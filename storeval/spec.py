@@ -10,7 +10,6 @@ what is expected; unknown keys are errors so typos cannot pass unnoticed.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import itertools
 import json
@@ -21,29 +20,27 @@ import typing
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError,
+                      model_validator)
 
 from . import safeyaml
 from .core.cell import TargetSpec
 from .core.faultplan import Fault, parse_plan
 from .core.network import LINK_KEYS, Group, NetworkSpec, group_combinations
 from .core.shell import fields
-from .core.system import SYSTEM_KEYS, check_command, combinations
+from .core.system import check_command, combinations
 from .drivers import NeedsExtra, driver_class, normalize_url
 from .errors import InputError, one_line
 from .fields import Duration, Rate
 from .redact import redact_text, visible
+from .validation import FieldError, pydantic_error, show as _show, suggest as _suggest
 from .units import UnitError, parse_duration, parse_rate
 from .workloads import WORKLOADS
 from .workloads.base import Params
 
-TOP_KEYS = ("targets", "workloads", "clients", "repetitions", "phase_timeout", "description", "keep_cache",
-            "probe_interval", "placement", "clients_per_host", "faults", "testbed", "targets_from", "network", "prices")
-TARGET_KEYS = ("url", "description", "limits", *SYSTEM_KEYS)
-NETWORK_KEYS = ("links", "hosts")
 DEFAULT_PROBE_INTERVAL = 1.0
 MAX_CLIENTS = 1_000_000  # beyond any machine or allocation; bounds what is sized by it before the host check
 MAX_REPETITIONS = 10_000  # every repetition is planned up front
@@ -62,6 +59,95 @@ class Limits(BaseModel):
     iops: Annotated[float, Field(gt=0)] | None = None  # operations per second
     stall: Annotated[Duration, Field(ge=1)] | None = None  # no progress this long is a stall (default 2 s)
 DEFAULT_PHASE_TIMEOUT = 3600.0
+
+
+def _whole(low: int, high: int, what: str) -> BeforeValidator:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise ValueError(f"is not a number of {what} (a whole number, {low} to {high:,})")
+        return v
+    return BeforeValidator(check)
+
+
+def _seconds(positive: bool, hint: str) -> BeforeValidator:
+    def check(v: Any) -> float:
+        try:
+            seconds = parse_duration(v)
+        except UnitError as e:
+            raise ValueError(f"{e} {hint}") from None
+        if positive and seconds <= 0:
+            raise ValueError(f"must be more than 0 seconds {hint}")
+        return seconds
+    return BeforeValidator(check)
+
+
+def _directory(v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("is not a directory (the one `storeval testbed up --dir` used)")
+    return v.strip()
+
+
+class StudySettings(BaseModel):
+    """How a study runs: top-level keys of the study file, each also a command-line option that overrides it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    repetitions: Annotated[int, _whole(1, MAX_REPETITIONS, "repetitions")] = 1
+    phase_timeout: Annotated[float, _seconds(True, "(e.g. 30m)")] = DEFAULT_PHASE_TIMEOUT
+    probe_interval: Annotated[float, _seconds(False, "(0 turns the sampling off)")] = DEFAULT_PROBE_INTERVAL
+    keep_cache: StrictBool = False
+    placement: Literal["spread", "pack"] = "spread"  # MPI: the ranks a cell of k clients uses
+    clients_per_host: Annotated[int | None, _whole(1, MAX_CLIENTS, "clients")] = None  # MPI: at most this many
+    testbed: Annotated[str | None, BeforeValidator(_directory)] = None  # the testbed whose fault handles it names
+    description: Annotated[str | None, BeforeValidator(lambda v: None if v is None else str(v))] = None
+
+
+MAX_PRICE = 1e15  # per TB or per GB/s: more than the world's GDP is a typo, and a bigger int overflows a float
+
+
+def _price(v: Any) -> Any:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_PRICE):
+        raise ValueError(f"is not a price (a number from 0 to {MAX_PRICE:.0e})")
+    return v
+
+
+def _currency(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip() or len(v) > 8:
+        raise ValueError("is not a currency code (e.g. USD, EUR)")
+    return visible(v.strip())
+
+
+class Price(BaseModel):
+    """What a system costs per TB of capacity and per GB/s of bandwidth (the report's cost table: the cost of
+    the best measured aggregate)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    per_tb: Annotated[Any, BeforeValidator(_price)] = None
+    per_gbps: Annotated[Any, BeforeValidator(_price)] = None
+    currency: Annotated[str, BeforeValidator(_currency)] = "USD"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError("is not a mapping (e.g. {per_tb: 40, currency: USD})")
+        return v
+
+    @model_validator(mode="after")
+    def _priced(self) -> Price:
+        if self.per_tb is None and self.per_gbps is None:
+            raise ValueError("give per_tb or per_gbps (the price of a TB of capacity or of a GB/s)")
+        return self
+
+
+def _prices_mapping(v: Any) -> Any:
+    if v is not None and not isinstance(v, dict):
+        raise ValueError("is not a mapping of target → prices (e.g. prices: {fast: {per_tb: 40, per_gbps: 1200, "
+                         "currency: USD}})")
+    return v
+
+
 
 # The study `storeval run` runs when given nothing: about a minute, honest (O_DIRECT where the file system allows
 # it), each data phase timed for about a second (a stonewall deadline; the file size is only an upper bound),
@@ -146,23 +232,25 @@ class Study:
 
 
 # -- error messages -----------------------------------------------------------------------------
-def _show(value: Any) -> str:
-    """A value as an error line quotes it: short, secrets masked, invisible characters escaped."""
-    text = visible(redact_text(repr(value) if isinstance(value, str) else json.dumps(value, default=str)))
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def refuse_repeats(values: list[Any], keys: list[Any], where: str) -> None:
     """The one rule of every swept list (workload parameters, client counts, group counts, link and system
     settings, --target, --workload): a value given twice — compared as normalised (``keys``: 64KiB is 65536) —
     would only make identical cells, so it is refused in one line naming it."""
+    reason = repeated(values, keys)
+    if reason:
+        raise InputError(f"{where}: {_show(values)} {reason}")
+
+
+def repeated(values: list[Any], keys: list[Any]) -> str | None:
+    """Why ``values`` (compared as ``keys``) break :func:`refuse_repeats`' rule, or None."""
     seen: dict[Any, int] = {}
     for j, key in enumerate(keys):
         i = seen.setdefault(key, j)
         if i != j:
             a, b = _show(values[i]), _show(values[j])
             same = f"{a} is given at [{i}] and [{j}]" if a == b else f"{b} at [{j}] is {a} at [{i}] again"
-            raise InputError(f"{where}: {_show(values)} repeats a value: {same} (give each value once)")
+            return f"repeats a value: {same} (give each value once)"
+    return None
 
 
 def _same(value: Any) -> Any:
@@ -183,61 +271,6 @@ def check_name(name: str, where: str) -> str:
         raise InputError(f"{where}: the name holds the invisible character {visible(bad)} (names are printed; use "
                          "letters, digits, spaces and punctuation)")
     return name
-
-
-def _suggest(word: str, choices: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(choices))}"
-
-
-def _where(prefix: str, loc: tuple) -> str:
-    out = prefix
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _reason(err: dict[str, Any]) -> str:
-    kind, msg, ctx = err["type"], err["msg"], err.get("ctx") or {}
-    if kind in ("value_error", "assertion_error"):
-        return msg.split(", ", 1)[1] if ", " in msg else msg
-    if kind in ("int_parsing", "int_type", "int_from_float"):
-        return "is not a whole number"
-    if kind in ("bool_parsing", "bool_type"):
-        return "is not true or false"
-    if kind in ("float_parsing", "float_type"):
-        return "is not a number"
-    if kind in ("string_type",):
-        return "is not a string"
-    if kind == "literal_error":
-        return "is not one of " + str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
-    if kind in ("list_type",):
-        return "is not a list"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return "is not a mapping of keys to values"
-    if kind == "greater_than_equal":
-        return f"must be at least {ctx.get('ge')}"
-    if kind == "less_than_equal":
-        return f"must be at most {ctx.get('le')}"
-    if kind == "greater_than":
-        return f"must be more than {ctx.get('gt')}"
-    return msg[0].lower() + msg[1:] if msg else kind
-
-
-def pydantic_error(exc: ValidationError, prefix: str, known: typing.Iterable[str] = ()) -> InputError:
-    """The first error of ``exc`` as one line under the YAML path ``prefix``."""
-    errs = exc.errors()
-    err = errs[0]
-    where = _where(prefix, tuple(err["loc"]))
-    more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
-    if err["type"] == "extra_forbidden":
-        key = str(err["loc"][-1])
-        return InputError(f"{where}: unknown key ({_suggest(key, known)}){more}")
-    if err["type"] == "missing":
-        return InputError(f"{where}: missing (it is required){more}")
-    if isinstance(err.get("input"), dict):  # a check across parameters: the message names them
-        return InputError(f"{where}: {_reason(err)}{more}")
-    return InputError(f"{where}: {_show(err.get('input'))} {_reason(err)}{more}")
 
 
 # -- parameters and sweeps -------------------------------------------------------------------------
@@ -347,7 +380,21 @@ def _like(name: str, entry: Any, targets: dict[Any, Any]) -> Any:
     return {**base, **{k: v for k, v in entry.items() if k != "like"}}
 
 
-TARGETS_FROM_KEYS = ("file", "allow_commands")
+def _file(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("is not a file name (e.g. storeval-testbed.yaml)")
+    return v
+
+
+class TargetsFrom(BaseModel):
+    """``targets_from: FILE`` or ``{file: FILE, allow_commands: true}``: a file whose ``targets:`` the study uses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    file: Annotated[str, BeforeValidator(_file)]
+    allow_commands: StrictBool = False  # a target there may have setup/teardown commands
+
+
+TARGETS_FROM_KEYS = tuple(TargetsFrom.model_fields)
 
 
 def _targets_from(raw: Any) -> tuple[str, dict[str, Any]]:
@@ -355,18 +402,14 @@ def _targets_from(raw: Any) -> tuple[str, dict[str, Any]]:
     (relative to the current directory, as `storeval testbed up` writes its storeval-testbed.yaml there). A file
     meant to list targets runs nothing: a target there with ``setup:``/``teardown:`` commands is refused unless
     the study itself says ``allow_commands: true``."""
-    allow = False
-    source = raw
-    if isinstance(raw, dict):
-        for key in raw:
-            if key not in TARGETS_FROM_KEYS:
-                raise InputError(f"targets_from.{visible(str(key))}: unknown key ({_suggest(str(key), TARGETS_FROM_KEYS)})")
-        source, allow = raw.get("file"), raw.get("allow_commands", False)
-        if not isinstance(allow, bool):
-            raise InputError(f"targets_from.allow_commands: {_show(allow)} is not true or false")
+    try:
+        given = TargetsFrom.model_validate(raw if isinstance(raw, dict) else {"file": raw})
+    except ValidationError as e:
+        if isinstance(raw, dict):
+            raise pydantic_error(e, "targets_from", TargetsFrom) from None
+        raise pydantic_error(e, "", names={"file": "targets_from"}) from None
+    source, allow = given.file, given.allow_commands
     where = "targets_from.file" if isinstance(raw, dict) else "targets_from"
-    if not isinstance(source, str) or not source.strip():
-        raise InputError(f"{where}: {_show(source)} is not a file name (e.g. storeval-testbed.yaml)")
     if not os.path.lexists(source):
         raise InputError(f"{where}: {visible(source)} does not exist (start the servers with `storeval testbed up` in "
                          "this directory, or give the path of a file with targets:)")
@@ -422,14 +465,71 @@ def _under(where: str, error: InputError) -> InputError:
     return InputError(f"{where}: {text}")
 
 
-def _commands(value: Any, where: str) -> list[str]:
+def _commands(value: Any) -> tuple[str, ...]:
     if value is None:
-        return []
+        return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items or not all(isinstance(c, str) and c.strip() for c in items):
-        raise InputError(f"{where}: {_show(value)} is not a command or a list of commands (e.g. lfs setstripe -c "
-                         "{stripe_count} {path})")
-    return [c.strip() for c in items]
+        raise ValueError("is not a command or a list of commands (e.g. lfs setstripe -c {stripe_count} {path})")
+    return tuple(c.strip() for c in items)
+
+
+def _setting(value: Any) -> Any:
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, (str, int, float, bool)) for v in values):
+        raise ValueError("is not a value or a list of values")
+    if isinstance(value, list):
+        reason = repeated(value, [_same(v) for v in value])
+        if reason:
+            raise ValueError(reason)
+    return value
+
+
+def _settings_mapping(v: Any) -> Any:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ValueError("is not a mapping of setting names to values (e.g. settings: {stripe_count: [1, 4]})")
+    return v
+
+
+Setting = Annotated[Any, BeforeValidator(_setting)]
+Commands = Annotated[tuple[str, ...], BeforeValidator(_commands)]
+
+
+class TargetEntry(BaseModel):
+    """A target of the study: where it is (``url``), or the testbed system storeval brings up for it (``testbed``,
+    ``use``), what its hardware can deliver (``limits``), the settings it is configured at between cells with the
+    commands that apply them; every other key is an option of its driver (validated by the driver's ``Options``),
+    or for a testbed target one of the system's own settings."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    url: Any = None
+    description: Any = None
+    limits: Annotated[Limits, BeforeValidator(lambda v: v or {})] = Limits()
+    testbed: Any = None
+    use: Any = None
+    settings: Annotated[dict[Name, Setting], BeforeValidator(_settings_mapping)] = {}
+    setup: Commands = ()
+    teardown: Commands = ()
+
+    @property
+    def rest(self) -> dict[str, Any]:
+        """The keys the target's driver (or testbed system) reads."""
+        return dict(self.model_extra or {})
+
+    def system(self, **more: Any) -> dict[str, Any]:
+        return {**more, "settings": dict(self.settings), "setup": list(self.setup), "teardown": list(self.teardown)}
+
+
+TARGET_KEYS = tuple(TargetEntry.model_fields)
+
+
+def _entry(entry: dict[str, Any], where: str) -> TargetEntry:
+    try:
+        return TargetEntry.model_validate(entry)
+    except ValidationError as e:
+        raise pydantic_error(e, where, TargetEntry) from None
 
 
 def _check_commands(system: dict[str, Any], where: str) -> None:
@@ -453,22 +553,6 @@ def _check_commands(system: dict[str, Any], where: str) -> None:
                 raise InputError(f"{where}.{key}: {e}") from None
 
 
-def _setting_values(settings: Any, where: str) -> dict[str, Any]:
-    if not isinstance(settings, dict):
-        raise InputError(f"{where}: {_show(settings)} is not a mapping of setting names to values "
-                         "(e.g. settings: {stripe_count: [1, 4]})")
-    out = {}
-    for key, value in settings.items():
-        check_name(str(key), f"{where}.{key}")
-        values = value if isinstance(value, list) else [value]
-        if not values or not all(isinstance(v, (str, int, float, bool)) for v in values):
-            raise InputError(f"{where}.{key}: {_show(value)} is not a value or a list of values")
-        if isinstance(value, list):
-            refuse_repeats(value, [_same(v) for v in value], f"{where}.{key}")
-        out[str(key)] = value
-    return out
-
-
 def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
     """A target whose system storeval's testbed brings up at each combination of its settings (core/system.py)."""
     from .testbed import SERVERS, server_class
@@ -485,10 +569,17 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
     if use not in schemes:
         raise InputError(f"{where}.use: {_show(use)} is not a target of the {kind} testbed "
                          f"(one of {', '.join(schemes) or 'none'})")
-    settings = _setting_values(entry.get("settings") or {}, f"{where}.settings")
-    for key in (*cls.options_help, "host"):  # host: every kind's check says whether it can run on one
-        if key in entry:
-            settings[key] = _setting_values({key: entry[key]}, where)[key]
+    own = (*cls.options_help, "host")  # the system's own settings (host: every kind's check says if it can run on one)
+    driver = driver_class(f"{schemes[use]}://")
+    known = [*TARGET_KEYS, *own, *driver.Options.model_fields]
+    target = _entry(entry, where)
+    settings = dict(target.settings)
+    for key in own:
+        if key in target.rest:
+            try:
+                settings[key] = _setting(target.rest[key])
+            except ValueError as e:
+                raise InputError(f"{where}.{key}: {_show(target.rest[key])} {e}") from None
     configured: dict[str, dict[str, Any]] = {}
     for combo in combinations(settings):
         try:
@@ -499,20 +590,15 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
         if same is not combo:
             raise InputError(f"{where}: settings {_show(same)} and {_show(combo)} configure the same {kind} system "
                              "(give each value once)")
-    driver = driver_class(f"{schemes[use]}://")
-    raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS and k not in cls.options_help and k != "host"}
     try:
-        options = driver.Options.model_validate(raw_opts)
-        limits = Limits.model_validate(entry.get("limits") or {})
+        options = driver.Options.model_validate({k: v for k, v in target.rest.items() if k not in own})
     except ValidationError as e:
-        raise pydantic_error(e, where, known=[*TARGET_KEYS, *cls.options_help, *driver.Options.model_fields]) from None
+        raise pydantic_error(e, where, known=known) from None
     check_name(name, where)
-    system = {"testbed": kind, "use": use, "scheme": schemes[use], "settings": settings,
-              "setup": _commands(entry.get("setup"), f"{where}.setup"),
-              "teardown": _commands(entry.get("teardown"), f"{where}.teardown")}
+    system = {**target.system(testbed=kind, use=use, scheme=schemes[use]), "settings": settings}
     _check_commands(system, where)
     return TargetSpec(name=name, url="", options=options.model_dump(mode="json", exclude_defaults=True),
-                      limits=limits.model_dump(exclude_none=True), system=system)
+                      limits=target.limits.model_dump(exclude_none=True), system=system)
 
 
 def make_target(name: str, entry: Any, where: str, url_where: str | None = None) -> TargetSpec:
@@ -539,30 +625,25 @@ def make_target(name: str, entry: Any, where: str, url_where: str | None = None)
     except InputError as e:
         raise _under(url_where, e) from None
     check_name(name, where)
+    known = [*TARGET_KEYS, *cls.Options.model_fields]
+    target = _entry(entry, where)
     try:
-        limits = Limits.model_validate(entry.get("limits") or {})
+        options = cls.Options.model_validate(target.rest)
     except ValidationError as e:
-        raise pydantic_error(e, f"{where}.limits", known=Limits.model_fields) from None
-    raw_opts = {k: v for k, v in entry.items() if k not in TARGET_KEYS}
-    try:
-        options = cls.Options.model_validate(raw_opts)
-    except ValidationError as e:
-        raise pydantic_error(e, where, known=[*TARGET_KEYS, *cls.Options.model_fields]) from None
+        raise pydantic_error(e, where, known=known) from None
     try:
         cls.check_url(url, options)
     except InputError as e:
         raise _under(url_where, e) from None
     system = None
     if any(k in entry for k in ("settings", "setup", "teardown")):
-        settings = _setting_values(entry.get("settings") or {}, f"{where}.settings")
-        system = {"target": name, "settings": settings, "setup": _commands(entry.get("setup"), f"{where}.setup"),
-                  "teardown": _commands(entry.get("teardown"), f"{where}.teardown")}
-        if not system["setup"] and not system["teardown"] and any(isinstance(v, list) for v in settings.values()):
+        system = target.system(target=name)
+        if not target.setup and not target.teardown and any(isinstance(v, list) for v in target.settings.values()):
             raise InputError(f"{where}.settings: sweeping a setting needs a setup command that applies it (add "
-                             "setup: a command using {" + next(iter(settings)) + "})")
+                             "setup: a command using {" + next(iter(target.settings)) + "})")
         _check_commands(system, where)
     return TargetSpec(name=name, url=url, options=options.model_dump(mode="json", exclude_defaults=True),
-                      limits=limits.model_dump(exclude_none=True), system=system)
+                      limits=target.limits.model_dump(exclude_none=True), system=system)
 
 
 def target_path_of(url: str) -> str:
@@ -660,17 +741,37 @@ MAX_HOST_NAME = 64
 
 def host_name(value: Any, where: str) -> str:
     """An emulated host's name as given (a study's or a command's), or one line saying why it cannot be one."""
+    try:
+        return _host(value)
+    except ValueError as e:
+        raise InputError(f"{where}: {_show(value)} {e}") from None
+
+
+def _host(value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_HOST_NAME:
-        raise InputError(f"{where}: {_show(value)} is not a host name (a word such as server1, at most "
-                         f"{MAX_HOST_NAME} characters)")
+        raise ValueError(f"is not a host name (a word such as server1, at most {MAX_HOST_NAME} characters)")
     if value.strip() in RESERVED_HOSTS:
-        raise InputError(f"{where}: '{value.strip()}' names storeval's own end of the emulated network; call the "
-                         "host otherwise")
-    return check_name(value.strip(), where)
+        raise ValueError("names storeval's own end of the emulated network; call the host otherwise")
+    return _name(value.strip())
+
+
+def _name(name: Any) -> str:
+    """A name of the study (a key), checked as :func:`check_name` checks it, for a model's validator."""
+    try:
+        return check_name(str(name), "")
+    except InputError as e:
+        raise FieldError(str(e).removeprefix(": ")) from None
 
 
 def link_value(key: str, value: Any, where: str) -> Any:
     """One value of a link setting: rate in bytes/s (None: unlimited), rtt/jitter in seconds, loss a fraction."""
+    try:
+        return _link_value(key, value)
+    except ValueError as e:
+        raise InputError(f"{where}: {_show(value)} {e}") from None
+
+
+def _link_value(key: str, value: Any) -> Any:
     try:
         if key == "rate":
             if value is None or (isinstance(value, str) and value.strip().lower() in ("unlimited", "none")):
@@ -694,83 +795,155 @@ def link_value(key: str, value: Any, where: str) -> Any:
             raise UnitError("is not a loss between 0 and 100 % (e.g. 0.1% or 0.001)")
         return fraction
     except UnitError as e:
-        raise InputError(f"{where}: {_show(value)} {e}") from None
+        raise ValueError(str(e)) from None
     except ValueError:
-        raise InputError(f"{where}: {_show(value)} is not a loss (e.g. 0.1% or 0.001)") from None
+        raise ValueError("is not a loss (e.g. 0.1% or 0.001)") from None
 
 
-def _network(raw: Any, where: str = "network") -> NetworkSpec:
-    """``network: {links: {NAME: {rate, rtt, jitter, loss}}, hosts: {HOST: {link: NAME}}}``, a list value swept."""
-    if raw is None:
-        return NetworkSpec()
-    if not isinstance(raw, dict):
-        raise InputError(f"{where}: {_show(raw)} is not a mapping (write network: {{links: {{wan: {{rtt: 12ms}}}}}})")
-    for key in raw:
-        if key not in NETWORK_KEYS:
-            raise InputError(f"{where}.{key}: unknown key ({_suggest(str(key), NETWORK_KEYS)})")
-    links: dict[str, dict[str, Any]] = {}
-    raw_links = raw.get("links") or {}
-    if not isinstance(raw_links, dict):
-        raise InputError(f"{where}.links: {_show(raw_links)} is not a mapping of link names to settings")
-    for name, settings in raw_links.items():
-        at = f"{where}.links.{visible(str(name))}"
-        check_name(str(name), at)
-        if settings is None:
-            settings = {}
-        if not isinstance(settings, dict):
-            raise InputError(f"{at}: {_show(settings)} is not a mapping of settings (rate, rtt, jitter, loss)")
-        out: dict[str, Any] = {}
-        for key, value in settings.items():
-            if key not in LINK_KEYS:
-                raise InputError(f"{at}.{key}: unknown link setting ({_suggest(str(key), LINK_KEYS)})")
-            if isinstance(value, list):
-                if not value:
-                    raise InputError(f"{at}.{key}: is an empty list (give a value, or a list of values to sweep)")
-                values = [link_value(key, v, f"{at}.{key}[{i}]") for i, v in enumerate(value)]
-                refuse_repeats(value, values, f"{at}.{key}")
-                out[key] = values if len(values) > 1 else values[0]
-            else:
-                out[key] = link_value(key, value, f"{at}.{key}")
-        links[str(name)] = out
-    hosts: dict[str, str | None] = {}
-    raw_hosts = raw.get("hosts") or {}
-    if not isinstance(raw_hosts, dict):
-        raise InputError(f"{where}.hosts: {_show(raw_hosts)} is not a mapping of host names to {{link: NAME}}")
-    for name, entry in raw_hosts.items():
-        at = f"{where}.hosts.{visible(str(name))}"
-        host = host_name(name, at)
-        entry = entry or {}
-        if not isinstance(entry, dict) or any(k != "link" for k in entry):
-            raise InputError(f"{at}: {_show(entry)} is not {{link: NAME}} (or nothing, for an unshaped host)")
-        hosts[host] = _link_name(entry.get("link"), links, f"{at}.link")
-    for name, settings in links.items():
-        jitter = max(_as_list(settings.get("jitter")) or [0.0])
-        rtt = min(_as_list(settings.get("rtt")) or [0.0])
+def _link_setting(key: str) -> BeforeValidator:
+    """A link setting's value, or a list of values to sweep (each checked, none repeated)."""
+    def check(value: Any) -> Any:
+        if not isinstance(value, list):
+            return _link_value(key, value)
+        if not value:
+            raise FieldError("is an empty list (give a value, or a list of values to sweep)")
+        values = []
+        for i, v in enumerate(value):
+            try:
+                values.append(_link_value(key, v))
+            except ValueError as e:
+                raise FieldError(str(e), i, value=v) from None
+        reason = repeated(value, values)
+        if reason:
+            raise ValueError(reason)
+        return values if len(values) > 1 else values[0]
+    return BeforeValidator(check)
+
+
+def _mapping_or_none(what: str) -> BeforeValidator:
+    def check(v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError(f"is not {what}")
+        return v
+    return BeforeValidator(check)
+
+
+Name = Annotated[str, BeforeValidator(_name)]
+HostName = Annotated[str, BeforeValidator(_host)]
+
+
+class Link(BaseModel):
+    """An emulated link (testbed/network.py): a list value is swept, one link per setting."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rate: Annotated[Any, _link_setting("rate")] = None  # bytes/s; None: unlimited
+    rtt: Annotated[Any, _link_setting("rtt")] = None  # seconds
+    jitter: Annotated[Any, _link_setting("jitter")] = None  # seconds
+    loss: Annotated[Any, _link_setting("loss")] = None  # a fraction
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError("is not a mapping of settings (rate, rtt, jitter, loss)")
+        return v
+
+    @model_validator(mode="after")
+    def _jitter(self) -> Link:
+        jitter = max(_as_list(self.jitter) or [0.0])
+        rtt = min(_as_list(self.rtt) or [0.0])
         if jitter > rtt / 2 + 1e-12:
-            raise InputError(f"{where}.links.{visible(name)}.jitter: {jitter * 1e3:g}ms is more than half the rtt "
-                             f"{rtt * 1e3:g}ms (the jitter of each way's delay); lower it or raise the rtt")
-    sweeps: dict[str, str] = {}
-    for name, settings in links.items():
-        for key, value in settings.items():
-            if isinstance(value, list):
-                if key in sweeps:
-                    raise InputError(f"{where}.links.{visible(name)}.{key}: links {sweeps[key]} and {name} both sweep "
-                                     f"{key}; sweep it on one link (the factor is named {key})")
-                sweeps[key] = name
-    return NetworkSpec(links=links, hosts=hosts)
+            raise FieldError(f"{jitter * 1e3:g}ms is more than half the rtt {rtt * 1e3:g}ms (the jitter of each way's "
+                             "delay); lower it or raise the rtt", "jitter")
+        return self
+
+    def settings(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in LINK_KEYS if k in self.model_fields_set}
 
 
-def _link_name(link: Any, links: dict[str, Any], where: str) -> str | None:
-    if link is None:
+class HostLink(BaseModel):
+    """An emulated host's place on the network: the link that attaches it (None: unshaped)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    link: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, v: Any) -> Any:
+        v = v or {}
+        if not isinstance(v, dict) or any(k != "link" for k in v):
+            raise ValueError("is not {link: NAME} (or nothing, for an unshaped host)")
+        return v
+
+
+def _unknown_link(link: Any, links: typing.Collection[str], *at: str) -> FieldError | None:
+    if link is None or (isinstance(link, str) and link in links):
         return None
-    if not isinstance(link, str) or link not in links:
-        known = ", ".join(sorted(links)) or "none: declare it under network.links"
-        raise InputError(f"{where}: {_show(link)} is not a link of network.links ({known})")
-    return link
+    known = ", ".join(sorted(links)) or "none: declare it under network.links"
+    return FieldError(f"is not a link of network.links ({known})", *at, value=link)
 
 
-def _rank_list(value: Any, where: str) -> tuple[int, ...]:
+class Network(BaseModel):
+    """``network: {links: {NAME: {rate, rtt, jitter, loss}}, hosts: {HOST: {link: NAME}}}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    links: Annotated[dict[Name, Link], _mapping_or_none("a mapping of link names to settings")] = {}
+    hosts: Annotated[dict[HostName, HostLink], _mapping_or_none("a mapping of host names to {link: NAME}")] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError("is not a mapping (write network: {links: {wan: {rtt: 12ms}}})")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Network:
+        for host, entry in self.hosts.items():
+            error = _unknown_link(entry.link, self.links, "hosts", host, "link")
+            if error:
+                raise error
+        sweeps: dict[str, str] = {}
+        for name, link in self.links.items():
+            for key, value in link.settings().items():
+                if isinstance(value, list):
+                    if key in sweeps:
+                        raise FieldError(f"links {sweeps[key]} and {name} both sweep {key}; sweep it on one link (the "
+                                         f"factor is named {key})", "links", name, key)
+                    sweeps[key] = name
+        return self
+
+    def spec(self) -> NetworkSpec:
+        return NetworkSpec(links={n: link.settings() for n, link in self.links.items()},
+                           hosts={h: e.link for h, e in self.hosts.items()})
+
+
+class StudyFile(StudySettings):
+    """A study file's top level, typed: the settings and prices here; the sections that need the installed
+    plug-ins (targets: drivers; workloads: their Params; faults: the phases those run; clients and network:
+    the hosts the targets' servers run on) are checked against each other by :func:`load_study`."""
+
+    targets: Any = None
+    targets_from: Any = None
+    workloads: Any = None
+    clients: Any = None
+    network: Network | None = None
+    faults: Any = None
+    prices: Annotated[dict[str, Price] | None, BeforeValidator(_prices_mapping)] = None
+
+
+TOP_KEYS = tuple(StudyFile.model_fields)
+NETWORK_KEYS = tuple(Network.model_fields)
+
+
+def _ranks(value: Any) -> tuple[int, ...]:
     """``0-3,8`` or ``[0, 1, 2]`` -> the ranks."""
+    if value is None:
+        return ()
     items = value if isinstance(value, list) else str(value).split(",")
     out: list[int] = []
     for item in items:
@@ -781,16 +954,81 @@ def _rank_list(value: Any, where: str) -> tuple[int, ...]:
             first, _, last = text.partition("-")
             lo, hi = int(first), int(last) if last else int(first)
         except ValueError:
-            raise InputError(f"{where}: {_show(item)} is not a rank or a range of ranks (e.g. 0-3,8)") from None
+            raise FieldError("is not a rank or a range of ranks (e.g. 0-3,8)", value=item) from None
         if lo < 0 or hi < lo or hi >= MAX_CLIENTS:
-            raise InputError(f"{where}: {_show(item)} is not a range of ranks (e.g. 0-3)")
+            raise FieldError("is not a range of ranks (e.g. 0-3)", value=item)
         out += [r for r in range(lo, hi + 1) if r not in out]
     if not out:
-        raise InputError(f"{where}: no ranks given (e.g. 0-3,8)")
+        raise FieldError("no ranks given (e.g. 0-3,8)")
     return tuple(out)
 
 
-GROUP_KEYS = ("count", "host", "link", "hosts", "hostfile", "ranks")
+def _counts(value: Any) -> tuple[int, ...]:
+    counts = value if isinstance(value, list) else [value]
+    for c in counts:
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_CLIENTS:
+            raise FieldError(f"is not a number of clients (a whole number, 0 to {MAX_CLIENTS:,})", value=c)
+    reason = repeated(counts, counts)
+    if reason:
+        raise ValueError(reason)
+    if not counts:
+        raise FieldError("no client counts given (e.g. [2, 4])")
+    return tuple(counts)
+
+
+def _hosts(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError("is not a list of host names")
+    out = []
+    for i, h in enumerate(value):
+        try:
+            out.append(_host(h))
+        except ValueError as e:
+            raise FieldError(str(e), i, value=h) from None
+    return tuple(out)
+
+
+def _file_name(v: Any) -> str | None:
+    if v is not None and (not isinstance(v, str) or not v.strip()):
+        raise ValueError("is not a file name (an MPI hostfile: one host per line)")
+    return v
+
+
+class ClientGroup(BaseModel):
+    """``clients: {NAME: {count: [2, 4], host: H, link: L}}``: one group of a cell's clients, placed on an emulated
+    host (local clients) or on real hosts and ranks (MPI); ``NAME: [2, 4]`` is its count alone."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    count: Annotated[tuple[int, ...] | None, BeforeValidator(_counts)] = None
+    host: Annotated[str | None, BeforeValidator(lambda v: None if v is None else _host(v))] = None
+    link: Any = None  # a link of network.links, checked with the study's network
+    hosts: Annotated[tuple[str, ...], BeforeValidator(_hosts)] = ()
+    hostfile: Annotated[str | None, BeforeValidator(_file_name)] = None
+    ranks: Annotated[tuple[int, ...], BeforeValidator(_ranks)] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _entry(cls, v: Any) -> Any:
+        if isinstance(v, (int, list)) and not isinstance(v, bool):
+            return {"count": v}
+        if not isinstance(v, dict):
+            raise ValueError("is not a client group (write NAME: {count: [2, 4], host: server1})")
+        return v
+
+    @model_validator(mode="after")
+    def _placed(self) -> ClientGroup:
+        if self.count is None:
+            raise FieldError("missing (how many clients this group runs, e.g. [2, 4])", "count")
+        if self.link is not None and not self.host:
+            raise FieldError("a link attaches an emulated host; add host: NAME (the clients run there)", "link")
+        if self.host and (self.hosts or self.hostfile or self.ranks):
+            raise ValueError("give host (an emulated host, local clients) or hosts/hostfile/ranks (MPI), not both")
+        return self
+
+
+GROUP_KEYS = tuple(ClientGroup.model_fields)
 
 
 def _hostfile(path: Any, where: str) -> tuple[str, ...]:
@@ -820,52 +1058,31 @@ def _hostfile(path: Any, where: str) -> tuple[str, ...]:
 
 
 def _groups(raw: dict[str, Any], network: NetworkSpec, where: str = "clients") -> tuple[dict[str, Group], NetworkSpec]:
-    """``clients: {NAME: {count: [2, 4], host: H, link: L}}``: the groups, and the network with the hosts they imply."""
+    """The study's client groups, and the network with the hosts they imply."""
+    try:
+        entries = TypeAdapter(dict[Name, ClientGroup]).validate_python(raw)
+    except ValidationError as e:
+        raise pydantic_error(e, where, dict[Name, ClientGroup]) from None
     groups: dict[str, Group] = {}
     hosts = dict(network.hosts)
-    for name, entry in raw.items():
-        at = f"{where}.{visible(str(name))}"
-        check_name(str(name), at)
-        if str(name) == "all":
+    for name, entry in entries.items():
+        at = f"{where}.{visible(name)}"
+        if name == "all":
             raise InputError(f"{at}: 'all' names every client in the reports; call the group otherwise")
-        if isinstance(entry, (int, list)) and not isinstance(entry, bool):
-            entry = {"count": entry}
-        if not isinstance(entry, dict):
-            raise InputError(f"{at}: {_show(entry)} is not a client group (write {name}: {{count: [2, 4], host: "
-                             "server1}})")
-        for key in entry:
-            if key not in GROUP_KEYS:
-                raise InputError(f"{at}.{key}: unknown key ({_suggest(str(key), GROUP_KEYS)})")
-        if "count" not in entry:
-            raise InputError(f"{at}.count: missing (how many clients this group runs, e.g. [2, 4])")
-        counts = entry["count"] if isinstance(entry["count"], list) else [entry["count"]]
-        parsed: list[int] = []
-        for i, c in enumerate(counts):
-            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_CLIENTS:
-                raise InputError(f"{at}.count: {_show(c)} is not a number of clients (a whole number, 0 to "
-                                 f"{MAX_CLIENTS:,})")
-            parsed.append(c)
-        refuse_repeats(counts, parsed, f"{at}.count")
-        if not parsed:
-            raise InputError(f"{at}.count: no client counts given (e.g. [2, 4])")
-        host = host_name(entry["host"], f"{at}.host") if entry.get("host") is not None else None
-        link = _link_name(entry.get("link"), network.links, f"{at}.link")
-        if link and not host:
-            raise InputError(f"{at}.link: a link attaches an emulated host; add host: NAME (the clients run there)")
-        real = tuple(host_name(h, f"{at}.hosts[{i}]") for i, h in enumerate(entry.get("hosts") or []))
-        if entry.get("hostfile") is not None:
-            real += tuple(h for h in _hostfile(entry["hostfile"], f"{at}.hostfile") if h not in real)
-        ranks = _rank_list(entry["ranks"], f"{at}.ranks") if entry.get("ranks") is not None else ()
-        if host and (real or ranks):
-            raise InputError(f"{at}: give host (an emulated host, local clients) or hosts/hostfile/ranks (MPI), not "
-                             "both")
-        if host:
-            had = hosts.get(host, link)
-            if link is not None and had != link:
-                raise InputError(f"{at}.link: host {host} is attached by link {had or 'none'} elsewhere in the study; "
-                                 "a host has one link (use another host name)")
-            hosts[host] = had
-        groups[str(name)] = Group(name=str(name), counts=tuple(parsed), host=host, link=link, hosts=real, ranks=ranks)
+        error = _unknown_link(entry.link, network.links)
+        if error:
+            raise InputError(f"{at}.link: {_show(error.value)} {error.reason}")
+        real = entry.hosts
+        if entry.hostfile is not None:
+            real += tuple(h for h in _hostfile(entry.hostfile, f"{at}.hostfile") if h not in real)
+        if entry.host:
+            had = hosts.get(entry.host, entry.link)
+            if entry.link is not None and had != entry.link:
+                raise InputError(f"{at}.link: host {entry.host} is attached by link {had or 'none'} elsewhere in the "
+                                 "study; a host has one link (use another host name)")
+            hosts[entry.host] = had
+        groups[name] = Group(name=name, counts=entry.count or (), host=entry.host, link=entry.link, hosts=real,
+                             ranks=entry.ranks)
     if not groups:
         raise InputError(f"{where}: no client groups (write {where}: {{onboard: {{count: [2]}}}} or a list of counts)")
     if not any(any(g.counts) for g in groups.values()):
@@ -958,9 +1175,14 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     """Read, merge and validate a study; raise InputError (one line) at the first mistake."""
     WORKLOADS.announce()  # a plug-in left out says so, in one line, before anything else
     raw = read_yaml(path) if path else {}
-    for key in raw:
-        if key not in TOP_KEYS:
-            raise InputError(f"{key}: unknown key ({_suggest(str(key), TOP_KEYS)})")
+    # the settings: the study's, a command-line option over each (its errors name the option)
+    given = {"repetitions": repetitions, "phase_timeout": phase_timeout, "probe_interval": probe_interval,
+             "placement": placement, "clients_per_host": clients_per_host, "keep_cache": keep_cache or None}
+    given = {k: v for k, v in given.items() if v is not None}
+    try:
+        doc = StudyFile.model_validate({**{str(k): v for k, v in raw.items()}, **given})
+    except ValidationError as e:
+        raise pydantic_error(e, "", StudyFile, names={k: f"--{k.replace('_', '-')}" for k in given}) from None
 
     study_targets = targets_of(raw)
     chosen_targets: dict[str, TargetSpec] = {}
@@ -1037,7 +1259,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
              for n, (kind, params) in entries.items()}
 
     # factors and engine settings
-    network = _network(raw.get("network"))
+    network = doc.network.spec() if doc.network is not None else NetworkSpec()
     groups: dict[str, Group] | None = None
     if clients is not None:
         if isinstance(raw.get("clients"), dict):
@@ -1062,38 +1284,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
             raise InputError(f"clients.{visible(g.name)}.link: the group runs on host {g.host}, where every target's "
                              f"server runs: its traffic never crosses link {g.link}; put the group on another host, or "
                              "drop link")
-    reps = repetitions if repetitions is not None else raw.get("repetitions", DEFAULT_REPETITIONS if default_study else 1)
-    if isinstance(reps, bool) or not isinstance(reps, int) or not 1 <= reps <= MAX_REPETITIONS:
-        where = "--repetitions" if repetitions is not None else "repetitions"
-        raise InputError(f"{where}: {_show(reps)} is not a number of repetitions (a whole number, 1 to "
-                         f"{MAX_REPETITIONS:,})")
-    timeout_raw = phase_timeout if phase_timeout is not None else raw.get("phase_timeout", DEFAULT_PHASE_TIMEOUT)
-    try:
-        timeout = parse_duration(timeout_raw)
-    except UnitError as e:
-        where = "--phase-timeout" if phase_timeout is not None else "phase_timeout"
-        raise InputError(f"{where}: {_show(timeout_raw)} {e}") from None
-    if timeout <= 0:
-        raise InputError("phase_timeout: must be more than 0 seconds (e.g. 30m)")
-    interval_raw = probe_interval if probe_interval is not None else raw.get("probe_interval", DEFAULT_PROBE_INTERVAL)
-    try:
-        interval = parse_duration(interval_raw)
-    except UnitError as e:
-        where = "--probe-interval" if probe_interval is not None else "probe_interval"
-        raise InputError(f"{where}: {_show(interval_raw)} {e} (0 turns the sampling off)") from None
-    keep = keep_cache if keep_cache else raw.get("keep_cache", False)
-    if not isinstance(keep, bool):
-        raise InputError(f"keep_cache: {_show(keep)} is not true or false")
-    place = placement if placement is not None else raw.get("placement", "spread")
-    if place not in ("spread", "pack"):
-        where = "--placement" if placement is not None else "placement"
-        raise InputError(f"{where}: {_show(place)} is not one of spread, pack")
-    per_host = clients_per_host if clients_per_host is not None else raw.get("clients_per_host")
-    if per_host is not None and (isinstance(per_host, bool) or not isinstance(per_host, int)
-                                 or not 1 <= per_host <= MAX_CLIENTS):
-        where = "--clients-per-host" if clients_per_host is not None else "clients_per_host"
-        raise InputError(f"{where}: {_show(per_host)} is not a number of clients (a whole number, 1 to "
-                         f"{MAX_CLIENTS:,})")
+    reps = doc.repetitions if "repetitions" in doc.model_fields_set else DEFAULT_REPETITIONS if default_study else 1
     variants = sum(len(combinations(t.system["settings"])) if t.system else 1 for t in chosen_targets.values())
     client_variants = math.prod(len(g.counts) for g in groups.values()) if groups else len(client_counts)
     cells = (variants * sum(len(w.combos) for w in specs.values()) * client_variants
@@ -1105,58 +1296,24 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     if groups:
         client_counts = sorted({sum(c.values()) for c in group_combinations(groups)})
     faults = _fault_plan(raw, raw_workloads, specs, {**study_targets, **chosen_targets})  # --target narrows
-    bed = raw.get("testbed")
-    if bed is not None and (not isinstance(bed, str) or not bed.strip()):
-        raise InputError(f"testbed: {_show(bed)} is not a directory (the one `storeval testbed up --dir` used)")
-    description = raw.get("description")
-    prices = _prices(raw.get("prices"), study_targets)
+    prices = _prices(doc.prices, study_targets)
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
-                 phase_timeout=timeout, source=os.path.abspath(path) if path else None,
-                 description=str(description) if description is not None else None, keep_cache=keep,
-                 probe_interval=interval, placement=place, clients_per_host=per_host, faults=faults,
-                 testbed=bed.strip() if bed else None, groups=groups,
+                 phase_timeout=doc.phase_timeout, source=os.path.abspath(path) if path else None,
+                 description=doc.description, keep_cache=doc.keep_cache, probe_interval=doc.probe_interval,
+                 placement=doc.placement, clients_per_host=doc.clients_per_host, faults=faults,
+                 testbed=doc.testbed, groups=groups,
                  network=network if (network.links or network.hosts) else None,
                  prices={n: p for n, p in prices.items() if n in chosen_targets} or None)
 
 
-PRICE_KEYS = ("per_tb", "per_gbps", "currency")
-
-
-MAX_PRICE = 1e15  # per TB or per GB/s: more than the world's GDP is a typo, and a bigger int overflows a float
-
-
-def _prices(raw: Any, targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``prices: {TARGET: {per_tb: 40, per_gbps: 1200, currency: USD}}``: what a system costs per TB of capacity
-    and per GB/s of bandwidth, for the report's cost table (cost of the best measured aggregate)."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise InputError(f"prices: {_show(raw)} is not a mapping of target → prices (e.g. prices: {{fast: "
-                         "{per_tb: 40, per_gbps: 1200, currency: USD}})")
+def _prices(prices: dict[str, Price] | None, targets: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``prices: {TARGET: {per_tb: 40, per_gbps: 1200, currency: USD}}``, each naming a target of the study."""
     out = {}
-    for name, entry in raw.items():
-        where = f"prices.{visible(str(name))}"
+    for name, price in (prices or {}).items():
         if name not in targets:
-            raise InputError(f"{where}: no target of that name (targets: {', '.join(map(str, targets)) or 'none'})")
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: {_show(entry)} is not a mapping (e.g. {{per_tb: 40, currency: USD}})")
-        unknown = [k for k in entry if k not in PRICE_KEYS]
-        if unknown:
-            raise InputError(f"{where}.{visible(str(unknown[0]))}: not a price key (known: {', '.join(PRICE_KEYS)})")
-        price: dict[str, Any] = {}
-        for key in ("per_tb", "per_gbps"):
-            v = entry.get(key)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_PRICE:
-                raise InputError(f"{where}.{key}: {_show(v)} is not a price (a number from 0 to {MAX_PRICE:.0e})")
-            price[key] = v
-        if not price:
-            raise InputError(f"{where}: give per_tb or per_gbps (the price of a TB of capacity or of a GB/s)")
-        currency = entry.get("currency", "USD")
-        if not isinstance(currency, str) or not currency.strip() or len(currency) > 8:
-            raise InputError(f"{where}.currency: {_show(currency)} is not a currency code (e.g. USD, EUR)")
-        out[str(name)] = {**price, "currency": visible(currency.strip())}
+            raise InputError(f"prices.{visible(name)}: no target of that name (targets: "
+                             f"{', '.join(map(str, targets)) or 'none'})")
+        out[name] = price.model_dump(exclude_none=True)
     return out
 
 

@@ -69,8 +69,8 @@ def refusal(tmp_path, faults: str, **kw) -> str:
     ("[{at: 1s, action: stop, server: minio, restart_after: 5s}]",
      "workloads.bw.faults[0].restart_after: only a kill is restarted after a while (use for: with stop)"),
     ("[{at: 1s, action: exec, run: 'true', when: now}]",
-     "workloads.bw.faults[0].when: unknown key of a fault (one of at, phase, action, server, for, restart_after, "
-     "run, undo, target, workload, timeout, expect, wait_recovery)"),
+     "workloads.bw.faults[0].when: unknown key (known: action, at, expect, for, phase, restart_after, run, server, "
+     "target, timeout, undo, wait_recovery, workload)"),
     ("[{at: 1s, action: exec, run: 'true', expect: survive}]",
      "workloads.bw.faults[0].expect: 'survive' is not an outcome (one of ok, failed)"),
     ("[{at: 1s, action: exec, run: 'true', target: other}]",

@@ -97,7 +97,7 @@ MISTAKES = [
                                               "(e.g. 0.1% or 0.001)"),
     ("network: {links: {wan: {rate: fast}}}", "network.links.wan.rate: 'fast' is not a rate (e.g. 10Gbit, 3GB/s, "
                                               "800MiB/s)"),
-    ("network: {links: {wan: {delay: 1ms}}}", "network.links.wan.delay: unknown link setting (known: jitter, loss, "
+    ("network: {links: {wan: {delay: 1ms}}}", "network.links.wan.delay: unknown key (known: jitter, loss, "
                                               "rate, rtt)"),
     ("network: {links: {wan: {rtt: [1ms, 1ms]}}}", 'network.links.wan.rtt: ["1ms", "1ms"] repeats a value: \'1ms\' is given at [0] and [1] (give each value once)'),
     ("network: {links: {a: {rtt: [1ms, 2ms]}, b: {rtt: [3ms, 4ms]}}}",

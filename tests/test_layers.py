@@ -13,7 +13,7 @@ ROOT = Path(storeval.__file__).parent
 # Lowest first; a module may import its own layer and the layers before it.
 LAYERS: list[set[str]] = [
     {"storeval", "errors", "units", "fields", "redact", "histogram", "interrupts", "safeyaml", "outputs", "stats",
-     "plugins", "lazy"},
+     "plugins", "lazy", "validation"},
     {"core", "traces"},  # traces: the trace model and its parsers, plain data like core
     {"drivers"},
     {"probes"},

@@ -287,7 +287,7 @@ def test_prices_are_checked_in_one_line(tmp_path):
             ("{a: {per_tb: -1}}", "error: prices.a.per_tb: -1 is not a price (a number from 0 to 1e+15)"),
             ("{a: {per_gbps: 1" + "0" * 400 + "}}", "error: prices.a.per_gbps: " + "1" + "0" * 56
              + "... is not a price (a number from 0 to 1e+15)"),  # a float would overflow: refused, cut short
-            ("{a: {per_pb: 1}}", "error: prices.a.per_pb: not a price key (known: per_tb, per_gbps, currency)"),
+            ("{a: {per_pb: 1}}", "error: prices.a.per_pb: unknown key (did you mean 'per_tb'?)"),
             ("{a: {currency: EUR}}", "error: prices.a: give per_tb or per_gbps (the price of a TB of capacity or of "
                                      "a GB/s)")):
         (tmp_path / "s.yaml").write_text(base + f"prices: {prices}\n")

@@ -51,11 +51,11 @@ def code_keys() -> dict[str, tuple[str, ...]]:
         "limits": tuple(spec.Limits.model_fields),
         "group": tuple(spec.GROUP_KEYS),
         "network": tuple(spec.NETWORK_KEYS),
-        "link": tuple(network.LINK_KEYS),
-        "network_host": ("link",),  # spec._network: a host's entry is {link: NAME} or nothing
+        "link": tuple(spec.Link.model_fields),
+        "network_host": tuple(spec.HostLink.model_fields),  # a host's entry is {link: NAME} or nothing
         "workload": ("KIND", "faults"),  # spec._workload_entry: one kind, and the workload's own faults
         "fault": tuple(faultplan.KEYS),
-        "price": tuple(spec.PRICE_KEYS),
+        "price": tuple(spec.Price.model_fields),
     }
 
 

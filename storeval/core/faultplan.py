@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ..errors import InputError
 from ..units import UnitError, format_share, parse_duration
+from ..validation import FieldError, pydantic_error, show
 
 ACTIONS = ("stop", "cont", "kill", "start", "restart", "exec")
 UNDO = {"stop": "cont", "kill": "start"}  # what ``for`` undoes a server action with
-KEYS = ("at", "phase", "action", "server", "for", "restart_after", "run", "undo", "target", "workload", "timeout",
-        "expect", "wait_recovery")
 EXPECT = ("ok", "failed")  # what the phase should do under the fault (seed 003's matrix states it)
 DEFAULT_EXEC_TIMEOUT = 60.0
 
@@ -76,139 +77,175 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _show(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def _duration(value: Any, where: str, example: str) -> float:
-    try:
-        seconds = parse_duration(value)
-    except (UnitError, TypeError, ValueError) as e:
-        raise InputError(f"{where}: {_show(value)} {e} (e.g. {example})") from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InputError(f"{where}: {_show(value)} is not a duration of 0 s or more (e.g. {example})")
-    return seconds
-
-
-def _at(value: Any, where: str) -> tuple[float | None, float | None]:
-    if isinstance(value, str) and value.strip().endswith("%"):
-        text = value.strip()[:-1].strip()
+def _duration(example: str) -> BeforeValidator:
+    def check(value: Any) -> float | None:
+        if value is None:
+            return None
         try:
-            share = float(text) / 100
-        except ValueError:
-            raise InputError(f"{where}: {_show(value)} is not a share of the phase's work (e.g. 30%)") from None
-        if not 0 <= share < 1:
-            raise InputError(f"{where}: {_show(value)} is not inside the phase (give 0% up to, not including, 100%)")
-        return None, share
+            seconds = parse_duration(value)
+        except (UnitError, TypeError, ValueError) as e:
+            raise ValueError(f"{e} (e.g. {example})") from None
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"is not a duration of 0 s or more (e.g. {example})")
+        return seconds
+    return BeforeValidator(check)
+
+
+def _at(value: Any) -> tuple[float | None, float | None] | None:
+    """(seconds, None) or (None, share) of the phase's work; None: not given."""
     if value is None:
-        raise InputError(f"{where}: is missing (when the action happens: 10s after the phase starts, or 30% of "
-                         "its work)")
-    return _duration(value, where, "10s, or 30% of the phase's work"), None
+        return None
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            share = float(value.strip()[:-1].strip()) / 100
+        except ValueError:
+            raise ValueError("is not a share of the phase's work (e.g. 30%)") from None
+        if not 0 <= share < 1:
+            raise ValueError("is not inside the phase (give 0% up to, not including, 100%)")
+        return None, share
+    return _duration("10s, or 30% of the phase's work").func(value), None
 
 
-def parse_fault(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds: dict[str, dict[str, float]],
-                workload: str | None = None) -> Fault:
-    """One plan item. ``phases`` maps each workload the item may apply to onto the phases its cells run;
-    ``bounds`` maps ``workload`` → ``phase`` → the seconds after which that phase surely ends (its deadline),
-    where the parameters say so. Raises InputError (one line, naming ``where``)."""
-    if not isinstance(raw, dict):
-        raise InputError(f"{where}: {_show(raw)} is not a fault (write {{at: 10s, phase: read, action: stop, "
-                         "server: NAME, for: 10s}})")
-    for key in raw:
-        if key not in KEYS:
-            raise InputError(f"{where}.{key}: unknown key of a fault (one of {', '.join(KEYS)})")
-    action = raw.get("action")
-    if action not in ACTIONS:
-        raise InputError(f"{where}.action: {_show(action)} is not an action (one of {', '.join(ACTIONS)})")
-    at_s, at_share = _at(raw.get("at"), f"{where}.at")
-    workload = raw.get("workload", workload)
-    if workload is not None:
-        if workload not in phases:
-            raise InputError(f"{where}.workload: {_show(workload)} is not a selected workload (one of "
-                             f"{', '.join(sorted(phases))})")
-        scope = {workload: phases[workload]}
-    else:
-        scope = phases
-    phase = raw.get("phase")
-    possible = sorted({ph for phs in scope.values() for ph in phs})
-    if phase is None:
-        if len(possible) != 1:
-            raise InputError(f"{where}.phase: is missing (the phase whose start 'at' counts from: one of "
+def _one_of(choices: tuple[str, ...], what: str) -> BeforeValidator:
+    def check(value: Any) -> Any:
+        if value is not None and value not in choices:
+            raise ValueError(f"is not {what} (one of {', '.join(choices)})")
+        return value
+    return BeforeValidator(check)
+
+
+def _text(what: str) -> BeforeValidator:
+    def check(value: Any) -> Any:
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"is not {what}")
+        return value
+    return BeforeValidator(check)
+
+
+class FaultEntry(BaseModel):
+    """One item of a fault plan as a study writes it. :meth:`fault` checks it against the phases the study's
+    workloads run (and the deadlines that end them) and makes the :class:`Fault`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    action: Annotated[str | None, _one_of(ACTIONS, "an action")] = None
+    at: Annotated[tuple[float | None, float | None] | None, BeforeValidator(_at)] = None
+    phase: Annotated[str | None, _text("a phase")] = None
+    server: Annotated[str | None, _text("a name")] = None  # a testbed fault handle (a label for exec)
+    for_: Annotated[float | None, _duration("10s")] = Field(None, alias="for")
+    restart_after: Annotated[float | None, _duration("10s")] = None
+    run: Any = None  # exec: the command (run by /bin/sh)
+    undo: Annotated[str | None, _text("a command")] = None
+    target: Annotated[str | None, _text("a target name")] = None
+    workload: Any = None
+    timeout: Annotated[float | None, _duration("60s")] = None
+    expect: Annotated[str | None, _one_of(EXPECT, "an outcome")] = None
+    wait_recovery: Annotated[float | None, _duration("5m")] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError("is not a fault (write {at: 10s, phase: read, action: stop, server: NAME, for: 10s})")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FaultEntry:
+        """The rules between keys that need nothing but the item."""
+        action = self.action
+        if action is None:
+            raise FieldError(f"is not an action (one of {', '.join(ACTIONS)})", "action", value=None)
+        if self.at is None:
+            raise FieldError("is missing (when the action happens: 10s after the phase starts, or 30% of its work)",
+                             "at")
+        if action == "exec":
+            if not isinstance(self.run, str) or not self.run.strip():
+                raise FieldError("an exec fault needs the command to run (run: \"lctl set_param ...\")", "run")
+            if self.undo is not None and not self.undo.strip():
+                raise FieldError("is not a command", "undo", value=self.undo)
+        else:
+            if not self.server or not self.server.strip():
+                raise FieldError(f"a {action} fault needs the server it acts on (a testbed fault handle such as "
+                                 "hdfs.datanode1; `storeval testbed faults` lists them)", "server")
+            for key in ("run", "undo"):
+                if getattr(self, key) is not None:
+                    raise FieldError(f"only an exec fault runs a command (this one is {action})", key)
+        if self.restart_after is not None:
+            if action != "kill":
+                raise FieldError(f"only a kill is restarted after a while (use for: with {action})", "restart_after")
+            if self.for_ is not None:
+                raise ValueError("give for or restart_after, not both")
+        undo_after = self.for_ if self.for_ is not None else self.restart_after
+        if undo_after is not None:
+            if undo_after <= 0:
+                raise FieldError("must be more than 0 s (e.g. 10s)", "for")
+            if action == "exec" and self.undo is None:
+                raise FieldError("an exec fault is undone after a while only with an undo command (add undo: "
+                                 "\"...\")", "for")
+            if action in ("cont", "start", "restart"):
+                raise FieldError(f"a {action} is not undone (for: goes with stop, kill or exec)", "for")
+        if self.timeout is not None:
+            if action != "exec":
+                raise FieldError("only an exec fault's command has a time limit", "timeout")
+            if self.timeout <= 0:
+                raise FieldError("must be more than 0 s (e.g. 60s)", "timeout")
+        return self
+
+    def fault(self, where: str, phases: dict[str, tuple[str, ...]], bounds: dict[str, dict[str, float]],
+              workload: str | None = None) -> Fault:
+        """The item in the study: ``phases`` maps each workload it may apply to onto the phases its cells run;
+        ``bounds`` maps workload → phase → the seconds after which that phase surely ends (its deadline)."""
+        workload = self.workload if self.workload is not None else workload
+        if workload is not None:
+            if workload not in phases:
+                raise InputError(f"{where}.workload: {show(workload)} is not a selected workload (one of "
+                                 f"{', '.join(sorted(phases))})")
+            scope = {workload: phases[workload]}
+        else:
+            scope = phases
+        possible = sorted({ph for phs in scope.values() for ph in phs})
+        phase = self.phase
+        if phase is None:
+            if len(possible) != 1:
+                raise InputError(f"{where}.phase: is missing (the phase whose start 'at' counts from: one of "
+                                 f"{', '.join(possible)})")
+            phase = possible[0]
+        if phase not in possible:
+            raise InputError(f"{where}.phase: {show(phase)} is not a phase the workload runs (one of "
                              f"{', '.join(possible)})")
-        phase = possible[0]
-    if phase not in possible:
-        raise InputError(f"{where}.phase: {_show(phase)} is not a phase the workload runs (one of "
-                         f"{', '.join(possible)})")
-    if at_s is not None:
-        for name, phs in scope.items():
-            limit = bounds.get(name, {}).get(phase)
-            if phase in phs and limit is not None and at_s >= limit:
-                raise InputError(f"{where}.at: {format_duration(at_s)} is beyond the phase {phase} of {name}, whose "
-                                 f"deadline ends it at {format_duration(limit)} (give an earlier at, or a share "
-                                 "such as 30%)")
-    server, run, undo = raw.get("server"), raw.get("run"), raw.get("undo")
-    if action == "exec":
-        if not isinstance(run, str) or not run.strip():
-            raise InputError(f"{where}.run: an exec fault needs the command to run (run: \"lctl set_param ...\")")
-        if undo is not None and (not isinstance(undo, str) or not undo.strip()):
-            raise InputError(f"{where}.undo: {_show(undo)} is not a command")
-    else:
-        if not isinstance(server, str) or not server.strip():
-            raise InputError(f"{where}.server: a {action} fault needs the server it acts on (a testbed fault "
-                             "handle such as hdfs.datanode1; `storeval testbed faults` lists them)")
-        for key in ("run", "undo"):
-            if raw.get(key) is not None:
-                raise InputError(f"{where}.{key}: only an exec fault runs a command (this one is {action})")
-    if server is not None and not isinstance(server, str):
-        raise InputError(f"{where}.server: {_show(server)} is not a name")
-    for_raw = raw.get("for")
-    if raw.get("restart_after") is not None:
-        if action != "kill":
-            raise InputError(f"{where}.restart_after: only a kill is restarted after a while (use for: with "
-                             f"{action})")
-        if for_raw is not None:
-            raise InputError(f"{where}: give for or restart_after, not both")
-        for_raw = raw["restart_after"]
-    for_s = None
-    if for_raw is not None:
-        for_s = _duration(for_raw, f"{where}.for", "10s")
-        if for_s <= 0:
-            raise InputError(f"{where}.for: must be more than 0 s (e.g. 10s)")
-        if action == "exec" and undo is None:
-            raise InputError(f"{where}.for: an exec fault is undone after a while only with an undo command "
-                             "(add undo: \"...\")")
-        if action in ("cont", "start", "restart"):
-            raise InputError(f"{where}.for: a {action} is not undone (for: goes with stop, kill or exec)")
-    timeout = DEFAULT_EXEC_TIMEOUT
-    if raw.get("timeout") is not None:
-        if action != "exec":
-            raise InputError(f"{where}.timeout: only an exec fault's command has a time limit")
-        timeout = _duration(raw["timeout"], f"{where}.timeout", "60s")
-        if timeout <= 0:
-            raise InputError(f"{where}.timeout: must be more than 0 s (e.g. 60s)")
-    wait = 0.0
-    if raw.get("wait_recovery") is not None:
-        wait = _duration(raw["wait_recovery"], f"{where}.wait_recovery", "5m")
-    expect = raw.get("expect")
-    if expect is not None and expect not in EXPECT:
-        raise InputError(f"{where}.expect: {_show(expect)} is not an outcome (one of {', '.join(EXPECT)})")
-    target = raw.get("target")
-    if target is not None and not isinstance(target, str):
-        raise InputError(f"{where}.target: {_show(target)} is not a target name")
-    return Fault(where=where, action=action, phase=phase, at_s=at_s, at_share=at_share,
-                 server=server.strip() if isinstance(server, str) else None, for_s=for_s,
-                 run=run if action == "exec" else None, undo=undo if action == "exec" else None, target=target,
-                 workload=workload, timeout_s=timeout, expect=expect, wait_recovery_s=wait)
+        at_s, at_share = self.at or (None, None)
+        if at_s is not None:
+            for name, phs in scope.items():
+                limit = bounds.get(name, {}).get(phase)
+                if phase in phs and limit is not None and at_s >= limit:
+                    raise InputError(f"{where}.at: {format_duration(at_s)} is beyond the phase {phase} of {name}, "
+                                     f"whose deadline ends it at {format_duration(limit)} (give an earlier at, or a "
+                                     "share such as 30%)")
+        exec_ = self.action == "exec"
+        return Fault(where=where, action=self.action or "", phase=phase, at_s=at_s, at_share=at_share,
+                     server=self.server.strip() if self.server else None,
+                     for_s=self.for_ if self.for_ is not None else self.restart_after,
+                     run=self.run if exec_ else None, undo=self.undo if exec_ else None, target=self.target,
+                     workload=workload, timeout_s=self.timeout if self.timeout is not None else DEFAULT_EXEC_TIMEOUT,
+                     expect=self.expect, wait_recovery_s=self.wait_recovery or 0.0)
 
 
 def parse_plan(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds: dict[str, dict[str, float]],
                workload: str | None = None) -> list[Fault]:
+    """A study's (or a workload's) ``faults:`` list, each item validated and placed; one line at the first
+    mistake."""
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise InputError(f"{where}: {_show(raw)} is not a list of faults (write {where}: [{{at: 10s, action: "
+        raise InputError(f"{where}: {show(raw)} is not a list of faults (write {where}: [{{at: 10s, action: "
                          "stop, server: NAME, for: 10s}}])")
-    return [parse_fault(item, f"{where}[{i}]", phases, bounds, workload) for i, item in enumerate(raw)]
+    try:
+        entries = TypeAdapter(list[FaultEntry]).validate_python(raw)
+    except ValidationError as e:
+        raise pydantic_error(e, where, list[FaultEntry]) from None
+    return [entry.fault(f"{where}[{i}]", phases, bounds, workload) for i, entry in enumerate(entries)]
+
+
+KEYS = tuple(f.alias or name for name, f in FaultEntry.model_fields.items())
 
 
 def handles_overlap(a: str | None, b: str | None) -> bool:

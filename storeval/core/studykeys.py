@@ -1,7 +1,7 @@
 """What every key of a study file means, as data: one line each, with its type (and unit) and default.
 
-spec.py validates a study against its key tuples (TOP_KEYS, TARGET_KEYS, GROUP_KEYS …) and core/faultplan.py
-and core/network.py against theirs; this is their documentation, kept beside no code so that every layer may
+spec.py validates a study with its models (StudyFile, TargetEntry, ClientGroup, Network, Link, Price …) and
+core/faultplan.py against its keys; this is their documentation, kept beside no code so that every layer may
 read it. ``storeval.app.reference`` renders it into docs/reference.md, and tests/test_reference.py fails for a
 key the code accepts that is not here, or one here the code no longer accepts. A default written ``—`` means
 the key is optional and has none (leaving it out turns the feature off)."""
