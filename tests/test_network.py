@@ -88,6 +88,18 @@ print(json.dumps({"bytes": got, "seconds": time.perf_counter() - t}))
 """
 
 
+def _in_group(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
 
@@ -361,15 +373,18 @@ def test_remove_after_a_create_killed_half_way(tmp_path):
     record = tmp_path / "net.json"
     code = (f"import json\nfrom storeval.testbed.network import Network\nn = Network.plan({{'a': None, 'b': 'wan', "
             f"'c': 'wan'}})\nopen({str(record)!r}, 'w').write(json.dumps(n.to_json()))\nn.create()\n")
-    child = subprocess.Popen([sys.executable, "-c", code], env=_env())
+    # a process group of its own, killed as a whole (as mpiexec, Slurm or a terminal kill a run): an `ip` command
+    # the create had started would otherwise finish after the kill, on a busy machine even after remove()
+    child = subprocess.Popen([sys.executable, "-c", code], env=_env(), start_new_session=True)
     try:
         poll(lambda: record.exists() and record.stat().st_size > 0, "the plan")
         net = Network.from_json(json.loads(record.read_text()))
         poll(lambda: os.path.exists(f"/run/netns/{net.switch}") or child.poll() is not None, "the switch")
         time.sleep(0.05)
     finally:
-        child.send_signal(signal.SIGKILL)
+        os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+    poll(lambda: not _in_group(child.pid), "the killed group's processes to end")
     net.remove()
     _assert_gone(net)
     # relays the killed create started were never recorded (nobody saved them): found in its switch, stopped
