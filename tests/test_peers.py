@@ -319,7 +319,9 @@ def test_live_ior_and_mdtest_import_exactly(mpi_peers, tmp_path):
     assert _summary(doc, "read")["bandwidth_MiBps"]["mean"] == pytest.approx(read["bwMeanMIB"], rel=1e-4)
     md = _report(tmp_path / "res", tmp_path, ids[1])
     line = next(ln for ln in (tmp_path / "md.txt").read_text().splitlines() if ln.strip().startswith("File stat"))
-    assert _summary(md, "file-stat")["ops_per_s"]["mean"] == pytest.approx(float(line.split()[-2]), rel=NS_REL)
+    rate = float(line.split()[-2])
+    # 60 stats may take 26 µs on a fast machine: the store's whole nanoseconds then bound the rate to 1 ns / span
+    assert _summary(md, "file-stat")["ops_per_s"]["mean"] == pytest.approx(rate, rel=max(NS_REL, 1e-9 * rate / 60))
 
 
 def test_live_fio_imports_one_record_per_job_with_exact_bytes(fio_tool, tmp_path):
