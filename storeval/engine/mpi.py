@@ -16,6 +16,12 @@ run the very same client loop as local processes (engine/clients.py) over a sub-
   is named (rank, host, phase) and the job is aborted (``MPI_Abort``) after rank 0 has removed the cell's
   files. If ``mpiexec`` itself kills the job (a rank died), the watchdog rank 0 started cleans up and says
   which rank died.
+* A lost node: a rank that sends no word for SILENCE seconds (its host down, its network dead: nothing tells
+  the launcher) fails its cell naming it and its host; the cell's other participants are stopped and what they
+  measured is kept; then the ranks that still answer make a communicator of their own (``Create_group``, a
+  collective among them alone) and the run goes on over it, without every rank of the lost hosts. MPICH has no
+  fault tolerance: the job ends with ``MPI_Abort`` after rank 0 has stored and reported everything (a lost
+  rank's connections could hang ``MPI_Finalize``).
 * Stop signals: ``mpiexec`` forwards SIGINT and SIGTERM to every rank. Rank 0 stops the cell (ABORT to every
   participant), waits while they clean up and stores it as interrupted; a rank that gets one on its own
   aborts its peers and reports it, and the cell is interrupted the same way.
@@ -43,7 +49,7 @@ from ..core.outcome import CellOutcome, PhaseWatcher
 from ..core.process import host_facts, process_view, set_process_name
 from ..core.stop import STOP, ClientStopped
 
-TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT = 101, 102, 103, 104, 105
+TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT, TAG_REGROUP = 101, 102, 103, 104, 105, 106
 POLL = 0.001
 # seconds between two looks at a pending barrier at most, once a wait has grown long, when this kernel runs more
 # ranks than this process may use CPUs (emulated nodes, an oversubscribed node): a look every POLL by hundreds of
@@ -65,9 +71,50 @@ def launched_by_mpiexec() -> bool:
 
 
 def world() -> Any:
+    """Every rank the job started: point-to-point messages use it (ranks are world ranks everywhere)."""
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
+
+
+# the communicator of the ranks that still answer, for collectives (barriers, broadcasts, each cell's split): the
+# world until a host is lost, then one made by the ranks left (see _regroup); () until then
+_LIVE: list[Any] = []
+# requests of collectives a lost rank will never join: kept (MPI forbids freeing a pending collective's request,
+# and mpi4py would free it with the object), never waited on again
+_ABANDONED: list[Any] = []
+
+
+def live() -> Any:
+    return _LIVE[-1] if _LIVE else world()
+
+
+def _make_live(ranks: list[int], epoch: int) -> None:
+    """Make the communicator of world ranks ``ranks`` (rank 0 first; every one of them calls this with the same
+    list): ``Create_group`` is collective among the group's members alone, so lost ranks take no part."""
+    now = live()
+    where = world().Get_group().Translate_ranks(ranks, now.Get_group())
+    _LIVE.append(now.Create_group(now.Get_group().Incl(where), tag=epoch))
+
+
+def _asked_to_regroup(longest: float) -> bool:
+    """A rank other than 0, waiting in a collective: rank 0 asks whether it still answers (a host was lost).
+    Answer, take the list of ranks that did, and make their communicator; True when this rank is in it."""
+    w = world()
+    if w.Get_rank() == 0 or not w.Iprobe(source=0, tag=TAG_REGROUP):
+        return False
+    _, epoch = w.recv(source=0, tag=TAG_REGROUP)
+    w.send(("here", epoch), dest=0, tag=TAG_REGROUP)
+    pause = POLL
+    while not w.Iprobe(source=0, tag=TAG_REGROUP):
+        time.sleep(pause)
+        pause = min(pause * 1.25, longest)
+    _, epoch, ranks = w.recv(source=0, tag=TAG_REGROUP)
+    if w.Get_rank() not in ranks:  # rank 0 stopped waiting for this rank's answer: the job goes on without it
+        _forwarded()
+        os._exit(1)
+    _make_live(ranks, epoch)
+    return True
 
 
 class MpiComm:
@@ -309,7 +356,7 @@ def participate(job: Job, ranks: list[int], leaders: set[int],
     w = world()
     me = w.Get_rank()
     key = ranks.index(me) if me in ranks else 0
-    sub = w.Split(color=0 if me in ranks else 1, key=key)
+    sub = live().Split(color=0 if me in ranks else 1, key=key)
     cell = job.seed
     offsets = _clock_offsets(w, ranks, cell, longest=longest_poll)
     if me not in ranks:
@@ -363,7 +410,7 @@ class MpiEngine:
 
     def __init__(self, placement: str = "spread", clients_per_host: int | None = None) -> None:
         w = world()  # every rank builds one: the allgathers below are collective
-        _meet(w, CROWDED_POLL)  # ranks still importing storeval: wait for them without spinning
+        _meet(CROWDED_POLL)  # ranks still importing storeval: wait for them without spinning
         self.size, self.rank = w.Get_size(), w.Get_rank()
         import psutil
 
@@ -381,6 +428,7 @@ class MpiEngine:
         self.longest_poll = CROWDED_POLL if crowded else POLL
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
+        self.lost: list[int] = []  # ranks of the hosts lost so far (the run goes on without them)
 
     def describe_hosts(self) -> list[dict[str, Any]]:
         """Every host the job's ranks run on (name, kernel, OS, CPU, memory), for the run's environment."""
@@ -397,7 +445,6 @@ class MpiEngine:
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress=None, on_clients=None,
                  watcher: PhaseWatcher | None = None) -> CellOutcome:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
-        w = world()
         try:
             ranks, members = self.choose(job, nclients)
         except ValueError as e:
@@ -408,8 +455,8 @@ class MpiEngine:
             on_clients([{"rank": r, "pid": self.procs[r][0], "created": self.procs[r][1], "host": self.procs[r][2],
                          "coordinator": r == 0} for r in ranks])
         leaders = {r for i, r in enumerate(ranks) if self.hosts[r] not in {self.hosts[x] for x in ranks[:i]}}
-        _meet(w, self.longest_poll)
-        w.bcast(("cell", job, ranks, leaders), root=0)
+        _meet(self.longest_poll)
+        live().bcast(("cell", job, ranks, leaders), root=0)
         steps = [tuple(s) for s in job.steps]
         # rank 0's host: its side process samples it, with its clients' /proc/<pid>/io (every other host's
         # leader samples its own: self.host_sampler)
@@ -444,6 +491,8 @@ class MpiEngine:
         outcome = watch.outcome()
         outcome.samples = sampler.stop(GRACE_SECONDS if outcome.status == "ok" else 1.0) if sampler is not None else []
         outcome.samples += host_samples
+        if watch.lost:  # hosts down: the run goes on with the ranks that still answer
+            outcome.error = f"{outcome.error}; {self._regroup(watch.lost)}"
         if watch.unanswered:  # ranks that did not stop: the job cannot go on (rank 0 cleans up, then aborts it)
             who = _ranks_named(watch.unanswered, self.hosts)
             outcome.fatal = True
@@ -458,6 +507,9 @@ class MpiEngine:
         ``ranks`` rule allows, group after group, and each client's group; rank 0 (whose thread is the
         coordinator's client) first when it takes part. ValueError (one line) when a rule leaves too few ranks."""
         if not job.groups:
+            if nclients > len(self.order):
+                raise ValueError(f"clients {nclients}: the job has {len(self.order)} ranks left, without the lost "
+                                 f"{self._lost_hosts()} (lower --clients, or run again)")
             return self.order[:nclients], ()
         chosen: list[int] = []
         names: list[str] = []
@@ -498,10 +550,53 @@ class MpiEngine:
 
     def shutdown(self, code: int = 0) -> None:
         """End the other ranks' :func:`serve` with the job's exit code (every rank exits with the same one)."""
+        _meet(self.longest_poll)
+        live().bcast(("stop", code, None, None), root=0)
+        _settle(self.longest_poll)
+        if self.lost:  # a lost rank's connections can hang MPI_Finalize: everything is stored, end the job here
+            self.abort_job(code)
+
+    def _lost_hosts(self) -> str:
+        return ", ".join(dict.fromkeys(self.hosts[r] for r in self.lost))
+
+    def _regroup(self, silent: list[int]) -> str:
+        """Go on without the hosts of the ``silent`` ranks: every other live rank is asked whether it still
+        answers (it does from the barrier it waits in, see :func:`_meet`); those that do, and rank 0, make the
+        communicator the run goes on with. Waits while answers keep coming (SILENCE seconds after the last one
+        at most). What the cell's error says of it."""
+        from mpi4py import MPI
+
         w = world()
-        _meet(w, self.longest_poll)
-        w.bcast(("stop", code, None, None), root=0)
-        _settle(w, self.longest_poll)
+        down = {self.hosts[r] for r in silent}
+        gone = [r for r in self.live_ranks() if self.hosts[r] in down]
+        asked = [r for r in self.live_ranks() if r != 0 and r not in gone]
+        epoch = len(_LIVE) + 1
+        sends = [w.isend(("ask", epoch), dest=r, tag=TAG_REGROUP) for r in asked]
+        answered: set[int] = set()
+        last, status = time.monotonic(), MPI.Status()
+        while len(answered) < len(asked) and time.monotonic() - last < SILENCE:
+            while w.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_REGROUP, status=status):
+                source = status.Get_source()
+                if w.recv(source=source, tag=TAG_REGROUP) == ("here", epoch):
+                    answered.add(source)
+                    last = time.monotonic()
+            time.sleep(0.01)
+        _ABANDONED.extend(sends)  # those to ranks that never answered stay pending
+        quiet = [r for r in asked if r not in answered]
+        ranks = [0, *sorted(answered)]
+        for r in ranks[1:]:
+            w.send(("live", epoch, ranks), dest=r, tag=TAG_REGROUP)
+        for r in quiet:  # they may answer later, and must not wait for ever: they leave the job
+            _ABANDONED.append(w.isend(("live", epoch, ranks), dest=r, tag=TAG_REGROUP))
+        _make_live(ranks, epoch)
+        self.lost += [r for r in (*gone, *quiet) if r not in self.lost]
+        self.order = [r for r in self.order if r not in self.lost]
+        hosts = ", ".join(sorted(down | {self.hosts[r] for r in quiet}))
+        return (f"the run goes on without {hosts} ({len(ranks)} rank{'s' if len(ranks) > 1 else ''} left, the job "
+                "ends with MPI_Abort after the last cell)")
+
+    def live_ranks(self) -> list[int]:
+        return [r for r in range(self.size) if r not in self.lost]
 
     def abort_job(self, code: int) -> None:
         """End every rank now (a rank hung): MPI_Abort, after rank 0 stored and cleaned up — and after the
@@ -517,10 +612,10 @@ class MpiEngine:
         set_process_name("storeval-rank")
         with interrupts.deferred():
             while True:
-                _meet(w, self.longest_poll)  # the whole of a cell this rank is not in, and rank 0's storing
-                what, job, ranks, leaders = w.bcast(None, root=0)
+                _meet(self.longest_poll)  # the whole of a cell this rank is not in, and rank 0's storing
+                what, job, ranks, leaders = live().bcast(None, root=0)
                 if what == "stop":
-                    _settle(w, self.longest_poll)
+                    _settle(self.longest_poll)
                     interrupts.take()  # acted upon: this rank exits with rank 0's code
                     return job
                 msgs = participate(job, ranks, leaders, sample=lambda: self.host_sampler(job, ranks, leaders),
@@ -560,22 +655,29 @@ def _forwarded(patience: float = 10.0) -> None:
             continue
 
 
-def _meet(w: Any, longest: float) -> None:
-    """Wait until every rank is here (a barrier), looking every ``longest`` seconds at most instead of spinning
-    in MPI: MPICH's blocking collectives poll, and ranks that wait there for a whole cell they are not in, or for
-    peers still starting, take the CPUs the working ranks need when ranks outnumber CPUs. The blocking collective
-    that follows finds everyone there."""
-    request = w.Ibarrier()
+def _meet(longest: float) -> None:
+    """Wait until every live rank is here (a barrier), looking every ``longest`` seconds at most instead of
+    spinning in MPI: MPICH's blocking collectives poll, and ranks that wait there for a whole cell they are not
+    in, or for peers still starting, take the CPUs the working ranks need when ranks outnumber CPUs. The blocking
+    collective that follows finds everyone there. A barrier a lost rank will never reach is left when rank 0
+    asks the ranks that answer to go on without it, and the wait goes on among them."""
+    request = live().Ibarrier()
     pause = POLL
     while not request.Test():
+        if _asked_to_regroup(longest):
+            _ABANDONED.append(request)
+            request, pause = live().Ibarrier(), POLL
+            continue
         time.sleep(pause)
         pause = min(pause * 1.25, longest)
 
 
-def _settle(w: Any, longest: float = POLL) -> None:
+def _settle(longest: float = POLL) -> None:
     """Receive the messages nobody waits for any more (late aborts and phase ends), then meet: MPI_Finalize
     with unreceived messages can hang, and a launcher kills the ranks still running when one exits non-zero."""
     from mpi4py import MPI
+
+    w = world()
 
     def drain() -> None:
         status = MPI.Status()
@@ -583,7 +685,7 @@ def _settle(w: Any, longest: float = POLL) -> None:
             w.recv(source=status.Get_source(), tag=status.Get_tag())
 
     drain()
-    _meet(w, longest)
+    _meet(longest)
     drain()
 
 
@@ -598,6 +700,7 @@ class _MpiWatch(Watch):
         self.beats = {r: (0, 0) for r in ranks}  # rank -> (last progress stamp, state: 0 working, 1 waiting, 2 finished)
         self.results: dict[int, list[tuple]] = {}
         self.unanswered: list[int] = []
+        self.lost: list[int] = []  # participants whose host went silent: no result will come from them
         self.local_pids = local_pids
         # when each rank's last word in this cell came; None until its first: a rank still starting its client
         # (hundreds of ranks on few CPUs take a while) is not silent, and the phase timeout bounds its start
@@ -660,9 +763,31 @@ class _MpiWatch(Watch):
                     self.unanswered = [r for r in self.ranks[1:] if r not in self.results]
                     return
             else:
-                self.check_answering()
+                try:
+                    self.check_answering()
+                except RankHung as e:  # a host down: stop the others, keep what they measured, go on without it
+                    if self.hosts[0] in {self.hosts[r] for r in e.ranks}:
+                        raise  # a rank silent beside rank 0 is no lost host: the job cannot go on
+                    self.lose(e)
+                    stopping_since = time.monotonic()
+                    continue
                 self.check_hung(clock, stranded)
             time.sleep(0.05)
+
+    def lose(self, e: RankHung) -> None:
+        """Every participant on the silent ranks' hosts is lost (a host is down as a whole): the cell fails naming
+        them, their results are not waited for, and the other participants are stopped (ABORT)."""
+        down = {self.hosts[r] for r in e.ranks}
+        self.lost = [r for r in self.ranks if self.hosts[r] in down]
+        for r in self.lost:
+            self.results.setdefault(r, [])
+        self.events.append({"kind": "timeout", "rank": e.ranks[0], "phase": self.label(e.step), "message": str(e)})
+        self.fail("failed", e.step, str(e))
+        STOP.set()
+        w = world()
+        for r in self.ranks[1:]:
+            if r not in self.lost:
+                w.send(self.cell, dest=r, tag=TAG_ABORT)
 
     def check_hung(self, clock: HangClock, stranded: HangClock) -> None:
         """A working rank without progress for the phase timeout has hung (RankHung). A rank waiting at a barrier
