@@ -63,6 +63,18 @@ MALFORMED = [
     ("direct with odd transfers", "workloads: {bw: {bandwidth: {file_size: 1000, transfer_size: 100, direct: true}}}",
      "workloads.bw: direct I/O needs transfer_size to be a multiple of 512 bytes"),
     ("bad phase timeout", "workloads: {bw: bandwidth}\nphase_timeout: soon", "phase_timeout: 'soon' is not a duration"),
+    # the study's models (issue 31): each mistake at its own path, the value shown, one line
+    ("a flag given as a number", "workloads: {bw: bandwidth}\nkeep_cache: 1", "keep_cache: 1 is not true or false"),
+    ("placement out of its choices", "workloads: {bw: bandwidth}\nplacement: packed",
+     "placement: 'packed' is not one of spread, pack"),
+    ("a sweep's bad value named by its index", "workloads: {bw: bandwidth}\nnetwork: {links: {w: {rtt: [1ms, bad]}}}",
+     "network.links.w.rtt[1]: 'bad' is not a duration"),
+    ("a host list's bad entry", "workloads: {bw: bandwidth}\nclients: {g: {count: 1, hosts: [a, 5]}}",
+     "clients.g.hosts[1]: 5 is not a host name"),
+    ("faults not a list", "workloads: {bw: bandwidth}\nfaults: {a: 1}",
+     'faults: {"a": 1} is not a list of faults (write faults: [{at: 10s, action: stop, server: NAME, for: 10s}])'),
+    ("a fault's two undo times", "workloads: {bw: bandwidth}\n"
+     "faults: [{at: 1s, action: kill, server: a, restart_after: 5s, for: 1s}]", "faults[0]: give for or restart_after, not both"),
 ]
 
 
@@ -91,6 +103,10 @@ TARGET_MISTAKES = [
      "targets.s.endpoint: 'http://***@h:9000' holds a password; credentials never go in a URL"),
     ("duplicate key", "targets: {s: {url: 'null://'}, s: {url: 'null://x'}}",
      "study.yaml:1:32: the key 's' appears twice in one mapping (first at line 1); keep one"),
+    ("a limit's misspelt key", "targets: {s: {url: 'null://', limits: {netwrk: 1}}}",
+     "targets.s.limits.netwrk: unknown key (did you mean 'network'?)"),
+    ("a setting swept twice with one value", "targets: {s: {url: 'null://', settings: {a: [1, 1.0]}, setup: 'x {a}'}}",
+     "targets.s.settings.a: [1, 1.0] repeats a value: 1.0 at [1] is 1 at [0] again (give each value once)"),
     ("invisible character in a name", 'targets: {"s\\u202e": {url: "null://"}}',
      "targets.s\\u202e: the name holds the invisible character \\u202e"),
 ]
@@ -144,6 +160,10 @@ def test_targets_only_study_takes_workloads_from_the_command_line(tmp_path, targ
     ({"clients": "1,x"}, "--clients: 'x' is not a whole number of clients"),
     ({"workloads": ["nosuch"]}, "--workload nosuch: not a workload of the study"),
     ({"targets": ["/nonexistent/dir"]}, "--target /nonexistent/dir: directory /nonexistent/dir does not exist"),
+    # a setting given on the command line over the study's: its errors name the option
+    ({"phase_timeout": "0s"}, "--phase-timeout: '0s' must be more than 0 seconds (e.g. 30m)"),
+    ({"placement": "packed"}, "--placement: 'packed' is not one of spread, pack"),
+    ({"clients_per_host": 0}, "--clients-per-host: 0 is not a number of clients (a whole number, 1 to 1,000,000)"),
 ])
 def test_command_line_mistakes(target, kwargs, message):
     kwargs.setdefault("targets", [str(target)])

@@ -237,7 +237,7 @@ def parse_plan(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds:
         return []
     if not isinstance(raw, list):
         raise InputError(f"{where}: {show(raw)} is not a list of faults (write {where}: [{{at: 10s, action: "
-                         "stop, server: NAME, for: 10s}}])")
+                         "stop, server: NAME, for: 10s}])")
     try:
         entries = TypeAdapter(list[FaultEntry]).validate_python(raw)
     except ValidationError as e:
