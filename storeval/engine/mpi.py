@@ -19,9 +19,10 @@ run the very same client loop as local processes (engine/clients.py) over a sub-
 * A lost node: a rank that sends no word for SILENCE seconds (its host down, its network dead: nothing tells
   the launcher) fails its cell naming it and its host; the cell's other participants are stopped and what they
   measured is kept; then the ranks that still answer make a communicator of their own (``Create_group``, a
-  collective among them alone) and the run goes on over it, without every rank of the lost hosts. MPICH has no
-  fault tolerance: the job ends with ``MPI_Abort`` after rank 0 has stored and reported everything (a lost
-  rank's connections could hang ``MPI_Finalize``).
+  collective among them alone) and the run goes on over it, without every rank of the lost hosts. Rank 0 calls
+  that roll before every cell: a host lost while no cell used it is found there. MPICH has no fault tolerance:
+  the job ends with ``MPI_Abort`` after rank 0 has stored and reported everything (a lost rank's connections
+  could hang ``MPI_Finalize``).
 * Stop signals: ``mpiexec`` forwards SIGINT and SIGTERM to every rank. Rank 0 stops the cell (ABORT to every
   participant), waits while they clean up and stores it as interrupted; a rank that gets one on its own
   aborts its peers and reports it, and the cell is interrupted the same way.
@@ -78,7 +79,7 @@ def world() -> Any:
 
 
 # the communicator of the ranks that still answer, for collectives (barriers, broadcasts, each cell's split): the
-# world until a host is lost, then one made by the ranks left (see _regroup); () until then
+# world until a host is lost, then one made by the ranks left (see MpiEngine.roll_call); () until then
 _LIVE: list[Any] = []
 # requests of collectives a lost rank will never join: kept (MPI forbids freeing a pending collective's request,
 # and mpi4py would free it with the object), never waited on again
@@ -98,8 +99,9 @@ def _make_live(ranks: list[int], epoch: int) -> None:
 
 
 def _asked_to_regroup(longest: float) -> bool:
-    """A rank other than 0, waiting in a collective: rank 0 asks whether it still answers (a host was lost).
-    Answer, take the list of ranks that did, and make their communicator; True when this rank is in it."""
+    """A rank other than 0, waiting for the next cell: rank 0 calls the roll (see :meth:`MpiEngine.roll_call`).
+    Answer, then take its word: ``go`` (everyone answered: the wait goes on as it was) or the list of the ranks
+    that answered, who make their own communicator; True when the wait must start again on it."""
     w = world()
     if w.Get_rank() == 0 or not w.Iprobe(source=0, tag=TAG_REGROUP):
         return False
@@ -109,7 +111,10 @@ def _asked_to_regroup(longest: float) -> bool:
     while not w.Iprobe(source=0, tag=TAG_REGROUP):
         time.sleep(pause)
         pause = min(pause * 1.25, longest)
-    _, epoch, ranks = w.recv(source=0, tag=TAG_REGROUP)
+    word = w.recv(source=0, tag=TAG_REGROUP)
+    if word[0] == "go":
+        return False
+    _, epoch, ranks = word
     if w.Get_rank() not in ranks:  # rank 0 stopped waiting for this rank's answer: the job goes on without it
         _forwarded()
         os._exit(1)
@@ -429,6 +434,7 @@ class MpiEngine:
         self.ctx: Any = None  # rank 0's multiprocessing context for the probe side process, made when needed
         self.order = placement_order(self.hosts, placement, clients_per_host)
         self.lost: list[int] = []  # ranks of the hosts lost so far (the run goes on without them)
+        self.epoch = 0  # roll calls so far (each one's messages and communicator tag)
 
     def describe_hosts(self) -> list[dict[str, Any]]:
         """Every host the job's ranks run on (name, kernel, OS, CPU, memory), for the run's environment."""
@@ -445,17 +451,19 @@ class MpiEngine:
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress=None, on_clients=None,
                  watcher: PhaseWatcher | None = None) -> CellOutcome:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
+        lost = self._lost_between_cells()  # every live rank answers, or the run goes on without its host
+        _meet(self.longest_poll)
         try:
             ranks, members = self.choose(job, nclients)
         except ValueError as e:
-            return CellOutcome(status="failed", error=str(e))
+            live().bcast(("skip", None, None, None), root=0)
+            return CellOutcome(status="failed", error=str(e), events=lost)
         if members:
             job = dataclasses.replace(job, members=members)
         if on_clients is not None:
             on_clients([{"rank": r, "pid": self.procs[r][0], "created": self.procs[r][1], "host": self.procs[r][2],
                          "coordinator": r == 0} for r in ranks])
         leaders = {r for i, r in enumerate(ranks) if self.hosts[r] not in {self.hosts[x] for x in ranks[:i]}}
-        _meet(self.longest_poll)
         live().bcast(("cell", job, ranks, leaders), root=0)
         steps = [tuple(s) for s in job.steps]
         # rank 0's host: its side process samples it, with its clients' /proc/<pid>/io (every other host's
@@ -480,8 +488,8 @@ class MpiEngine:
             if sampler is not None:
                 sampler.stop(1.0)
             return CellOutcome(status="failed", error=str(e), failed_step=e.step, fatal=True,
-                               events=[{"kind": "timeout", "rank": e.ranks[0], "phase": watch.label(e.step),
-                                        "message": str(e)}])
+                               events=[*lost, {"kind": "timeout", "rank": e.ranks[0], "phase": watch.label(e.step),
+                                               "message": str(e)}])
         host_samples: list[tuple] = []
         for m in [*(result.get("msgs") or []), *(m for r in ranks[1:] for m in watch.results.get(r, []))]:
             if m[0] == "samples":  # another host's leader sampled its host
@@ -489,10 +497,11 @@ class MpiEngine:
             else:
                 watch.handle(m)
         outcome = watch.outcome()
+        outcome.events[:0] = lost
         outcome.samples = sampler.stop(GRACE_SECONDS if outcome.status == "ok" else 1.0) if sampler is not None else []
         outcome.samples += host_samples
         if watch.lost:  # hosts down: the run goes on with the ranks that still answer
-            outcome.error = f"{outcome.error}; {self._regroup(watch.lost)}"
+            outcome.error = f"{outcome.error}; {self.roll_call(watch.lost)}"
         if watch.unanswered:  # ranks that did not stop: the job cannot go on (rank 0 cleans up, then aborts it)
             who = _ranks_named(watch.unanswered, self.hosts)
             outcome.fatal = True
@@ -550,6 +559,7 @@ class MpiEngine:
 
     def shutdown(self, code: int = 0) -> None:
         """End the other ranks' :func:`serve` with the job's exit code (every rank exits with the same one)."""
+        self._lost_between_cells()
         _meet(self.longest_poll)
         live().bcast(("stop", code, None, None), root=0)
         _settle(self.longest_poll)
@@ -559,18 +569,21 @@ class MpiEngine:
     def _lost_hosts(self) -> str:
         return ", ".join(dict.fromkeys(self.hosts[r] for r in self.lost))
 
-    def _regroup(self, silent: list[int]) -> str:
-        """Go on without the hosts of the ``silent`` ranks: every other live rank is asked whether it still
-        answers (it does from the barrier it waits in, see :func:`_meet`); those that do, and rank 0, make the
-        communicator the run goes on with. Waits while answers keep coming (SILENCE seconds after the last one
-        at most). What the cell's error says of it."""
+    def roll_call(self, silent: list[int]) -> str | None:
+        """Ask every live rank but those on the hosts of the ``silent`` ones whether it still answers (it does
+        from where it waits for the next cell, see :func:`_meet`), waiting while answers keep coming (SILENCE
+        seconds after the last one at most). When all answer and none is silent, they are told to go on as they
+        were; else those that answered and rank 0 make the communicator the run goes on with (``Create_group``,
+        a collective among them alone) and the ranks left out are lost. What the run's messages say of it, or
+        None when nothing changed."""
         from mpi4py import MPI
 
         w = world()
         down = {self.hosts[r] for r in silent}
         gone = [r for r in self.live_ranks() if self.hosts[r] in down]
         asked = [r for r in self.live_ranks() if r != 0 and r not in gone]
-        epoch = len(_LIVE) + 1
+        self.epoch += 1
+        epoch = self.epoch
         sends = [w.isend(("ask", epoch), dest=r, tag=TAG_REGROUP) for r in asked]
         answered: set[int] = set()
         last, status = time.monotonic(), MPI.Status()
@@ -580,10 +593,14 @@ class MpiEngine:
                 if w.recv(source=source, tag=TAG_REGROUP) == ("here", epoch):
                     answered.add(source)
                     last = time.monotonic()
-            time.sleep(0.01)
+            time.sleep(POLL)
         _ABANDONED.extend(sends)  # those to ranks that never answered stay pending
         quiet = [r for r in asked if r not in answered]
         ranks = [0, *sorted(answered)]
+        if not gone and not quiet:
+            for r in asked:
+                w.send(("go", epoch), dest=r, tag=TAG_REGROUP)
+            return None
         for r in ranks[1:]:
             w.send(("live", epoch, ranks), dest=r, tag=TAG_REGROUP)
         for r in quiet:  # they may answer later, and must not wait for ever: they leave the job
@@ -594,6 +611,17 @@ class MpiEngine:
         hosts = ", ".join(sorted(down | {self.hosts[r] for r in quiet}))
         return (f"the run goes on without {hosts} ({len(ranks)} rank{'s' if len(ranks) > 1 else ''} left, the job "
                 "ends with MPI_Abort after the last cell)")
+
+    def _lost_between_cells(self) -> list[dict[str, Any]]:
+        """The roll call before a cell (and before the job ends): a rank that does not answer is lost (its host
+        went down while no cell used it); the run goes on without its host and the cell's events say so."""
+        before = set(self.lost)
+        said = self.roll_call([])
+        gone = [r for r in self.lost if r not in before]
+        if said is None or not gone:
+            return []
+        return [{"kind": "warning", "rank": gone[0], "phase": None,
+                 "message": f"{_ranks_named(gone, self.hosts)} stopped answering between cells: {said}"}]
 
     def live_ranks(self) -> list[int]:
         return [r for r in range(self.size) if r not in self.lost]
@@ -614,6 +642,8 @@ class MpiEngine:
             while True:
                 _meet(self.longest_poll)  # the whole of a cell this rank is not in, and rank 0's storing
                 what, job, ranks, leaders = live().bcast(None, root=0)
+                if what == "skip":  # a cell rank 0 could not place (too few ranks left): the next one
+                    continue
                 if what == "stop":
                     _settle(self.longest_poll)
                     interrupts.take()  # acted upon: this rank exits with rank 0's code
@@ -659,8 +689,9 @@ def _meet(longest: float) -> None:
     """Wait until every live rank is here (a barrier), looking every ``longest`` seconds at most instead of
     spinning in MPI: MPICH's blocking collectives poll, and ranks that wait there for a whole cell they are not
     in, or for peers still starting, take the CPUs the working ranks need when ranks outnumber CPUs. The blocking
-    collective that follows finds everyone there. A barrier a lost rank will never reach is left when rank 0
-    asks the ranks that answer to go on without it, and the wait goes on among them."""
+    collective that follows finds everyone there. Ranks other than 0 answer rank 0's roll call from here; when
+    it leaves a lost rank out, the barrier that rank will never reach is left and the wait goes on among the
+    ranks that answered."""
     request = live().Ibarrier()
     pause = POLL
     while not request.Test():
