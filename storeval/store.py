@@ -839,7 +839,7 @@ class Store:
         self._write({"unit": "cell", "run_id": run_id, "cell_id": cell.index, "rows": {
             "cells": [{"run_id": run_id, "cell_id": cell.index, "config": cell.config, "target": cell.target.name,
                        "target_url": cell.target.url, "workload": cell.workload, "kind": cell.kind,
-                       "params": json.dumps(cell.settings), "factors": json.dumps(cell.factors), "clients": cell.clients,
+                       "params": json.dumps(params_json(cell.params)), "factors": json.dumps(cell.factors), "clients": cell.clients,
                        "repetition": cell.repetition, "status": status, "error": error, "started": started,
                        "finished": now()}],
             "phases": [{"run_id": run_id, "cell_id": cell.index, "seq": seq, "phase": phase, "iteration": iteration,

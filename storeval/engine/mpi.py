@@ -594,7 +594,7 @@ class MpiEngine:
                     answered.add(source)
                     last = time.monotonic()
             time.sleep(POLL)
-        _ABANDONED.extend(sends)  # those to ranks that never answered stay pending
+        _ABANDONED.extend(s for s in sends if not s.Test())  # to ranks that never answered: pending for ever
         quiet = [r for r in asked if r not in answered]
         ranks = [0, *sorted(answered)]
         if not gone and not quiet:
