@@ -56,6 +56,23 @@ def default_study_run(tmp_path_factory, pytestconfig):
     return work, Result(**json.loads(saved.read_text(encoding="utf-8"))), out
 
 
+# XRootD's client defaults (XrdClConstants.hh). The xrootd driver sets the process-wide client environment
+# from its target's timeout; a test that uses the client directly afterwards in the same worker would
+# inherit, say, a 5 s request timeout, and a create the redirector answers with a wait would expire.
+_XRD_DEFAULTS = {"TimeoutResolution": 15, "ConnectionWindow": 120, "ConnectionRetry": 5, "RequestTimeout": 1800,
+                 "StreamTimeout": 60, "StreamErrorWindow": 1800}
+
+
+@pytest.fixture(autouse=True)
+def _xrootd_client_defaults():
+    """Each test starts with XRootD's own client defaults, whatever a driver in an earlier test set."""
+    xrd = sys.modules.get("XRootD.client")
+    if xrd is not None:
+        for name, value in _XRD_DEFAULTS.items():
+            xrd.EnvPutInt(name, value)
+    yield
+
+
 @pytest.fixture
 def target(tmp_path: Path) -> Path:
     """An empty directory to use as a file:// target."""

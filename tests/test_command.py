@@ -250,7 +250,7 @@ def test_a_target_no_tool_can_reach_is_refused_in_one_line(tmp_path):
     r, _ = run(tmp_path, path, rc=1)
     assert r.err_lines == ["cell 0 (n · w · 1 client) failed: client 0 failed in prepare: target n cannot be reached "
                            "by outside tools (the command workload needs a target whose files a program can name: "
-                           "file://, root://, s3://, hdfs://, nfs://)"]
+                           "file://, root://, davs://, s3://, hdfs://, nfs://)"]
 
 
 # -- S3: aws-cli against the testbed MinIO, its keys through the environment only ---------------------------------

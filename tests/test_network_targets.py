@@ -1,4 +1,4 @@
-"""S3, XRootD and HDFS targets against real servers started by the testbed (no mocks anywhere)."""
+"""S3, XRootD (root:// and davs://) and HDFS targets against real servers started by the testbed (no mocks anywhere)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from storeval.testbed.base import free_port
 from .helpers import load_json, storeval
 
 MiB = 1 << 20
-NETWORK = ("minio", "xrootd", "hdfs")
+NETWORK = ("minio", "xrootd", "xrootd-davs", "hdfs")
 
 
 def study_file(tmp_path: Path, targets: dict) -> Path:
@@ -55,7 +55,7 @@ def test_same_byte_and_op_accounting_on_every_server_and_a_local_directory(tmp_p
     # directory phases run where there are directories, file phases everywhere
     ran = {n: [p["phase"] for p in c["metadata"]["phases"] if p["status"] == "ok"] for n, c in by_target.items()}
     assert ran["minio"] == ["file-create", "file-stat", "file-read", "file-remove"]
-    assert ran["xrootd"] == ran["hdfs"] == ran["local"]
+    assert ran["xrootd"] == ran["xrootd-davs"] == ran["hdfs"] == ran["local"]
     assert os.listdir(target) == []
 
 

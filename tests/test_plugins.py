@@ -224,8 +224,8 @@ def test_a_plugin_that_fails_to_import_is_one_warning_and_the_rest_works(tmp_pat
     assert r.err_lines == ["warning: workload 'touch' of package touchplug cannot load (ModuleNotFoundError: No module "
                            "named 'no_such_module_here'); it is left out"]
     r = storeval("run", "--target", "nosuch:///x", "--workload", "bandwidth", cwd=tmp_path, env=env)
-    assert r.rc == 2 and r.err_lines[-1].endswith("unknown scheme 'nosuch://' (known: dir://, file://, hdfs://, "
-                                                  "nfs://, null://, root://, s3://)")
+    assert r.rc == 2 and r.err_lines[-1].endswith("unknown scheme 'nosuch://' (known: dav://, davs://, dir://, "
+                                                  "file://, hdfs://, http://, https://, nfs://, null://, root://, s3://)")
 
 
 @pytest.mark.parametrize("module, extra, url", [("obstore", "s3", "s3://bucket/x"), ("hdfs_native", "hdfs",

@@ -44,10 +44,10 @@ def test_testbed_up_run_down_leaves_nothing_behind(tmp_path, testbed):
         assert cell["status"] == "ok", cell["error"]
         counts.setdefault(cell["target"], {}).update(
             {(cell["workload"], p["phase"]): (p["bytes"], p["ops"]) for p in cell["phases"] if p["status"] == "ok"})
-    assert set(counts) == {"minio", "xrootd", "hdfs"}
+    assert set(counts) == {"minio", "xrootd", "xrootd-davs", "hdfs"}  # the same XRootD over root:// and davs://
     assert counts["minio"][("bandwidth", "write")] == (2 * 16 * MiB, 32)
     assert counts["minio"][("metadata", "file-create")] == (2 * 100 * 16 * MiB, 200)  # mdtest -n 100, -w 16MiB
-    for name in ("xrootd", "hdfs"):
+    for name in ("xrootd", "xrootd-davs", "hdfs"):
         assert {k: v for k, v in counts[name].items() if k in counts["minio"]} == counts["minio"], name
 
     down = storeval("testbed", "down", cwd=tmp_path, timeout=300)

@@ -157,8 +157,11 @@ def test_state_has_everything_a_rebuilt_server_needs(server: XrootdServer):
 
     rebuilt = XrootdServer(Path(st.root), {}, ServerState.from_json(st.to_json()))
     assert rebuilt.alive() and rebuilt.ready()
-    assert rebuilt.targets() == server.targets() == {"xrootd": {"url": f"root://{ns.ns_addr}:{port}//storeval",
-                                                                 "server_pids": [p.pid for p in server.state.procs]}}
+    pids = [p.pid for p in server.state.procs]
+    assert rebuilt.targets() == server.targets() == {
+        "xrootd": {"url": f"root://{ns.ns_addr}:{port}//storeval", "server_pids": pids},
+        "xrootd-davs": {"url": f"davs://{ns.ns_addr}:{port}/storeval", "ca_file": str(server.ca_file), "server_pids": pids}}
+    assert server.ca_file.is_file() and oct((server.home / "tls" / "host.key").stat().st_mode & 0o777) == "0o600"
     assert rebuilt.trace_log() == server.trace_log() == Path(st.info["log"])
     assert rebuilt.status() == (f"xrootd: running — xrootd pid {pid} up; ports xrootd {port} on {ns.ns_addr} (network "
                                 f"namespace {ns.name}; clients connect from {ns.host_addr})")

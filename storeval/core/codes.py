@@ -70,6 +70,9 @@ CODES: dict[str, Code] = {
     "engine-fallback": Code((WARNING,), "the I/O engine asked for (io_uring, the native loop) could not be used; "
                             "the phase ran on another (the message names it)",
                             "build the native extension, or enable io_uring on the host"),
+    "vector-split": Code((WARNING,), "the target did not take the phase's vector reads as one request each: every "
+                         "range went as a request of its own (an HTTP server without multi-range GETs)",
+                         "read the figure as one request per range, or use a server or protocol with vector reads"),
     "fits-in-ram": Code((WARNING,), "the data read fit in the RAM of a host whose page cache was kept: memory may "
                         "have served it", "read at least the RAM factor × RAM, or let storeval drop caches"),
     "imported": Code((WARNING,), "the record was imported from a peer tool's output (IOR, mdtest, fio, warp), not "

@@ -398,6 +398,12 @@ class Driver(ABC):
         from the writes that fill them, ``s3upload.RequestTimes``); None where each call is its own request."""
         return None
 
+    def take_warnings(self) -> list[tuple[str, str]]:
+        """The (code, sentence) warnings this driver has for the phase that just ended (codes from
+        ``core/codes.py``): how it had to do an operation other than the phase asked, e.g. a vector read split
+        into one request per range. The engine attaches them to the client's record; most drivers have none."""
+        return []
+
     def invalidate(self, path: str) -> bool:
         """Drop this client's cached pages of ``path`` (fio's ``invalidate``); False where there is no such cache."""
         return False
@@ -529,7 +535,7 @@ class Driver(ABC):
         as ``root://host:port//path`` or ``s3://bucket/key``. Targets that no outside tool can reach refuse in
         one line."""
         raise CapabilityError(f"{self.label} cannot be reached by outside tools (the command workload needs a "
-                              "target whose files a program can name: file://, root://, s3://, hdfs://, nfs://)")
+                              "target whose files a program can name: file://, root://, davs://, s3://, hdfs://, nfs://)")
 
     def tool_env(self) -> dict[str, str]:
         """The environment an outside tool needs to reach this target (credentials, endpoint), never printed

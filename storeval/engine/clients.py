@@ -160,6 +160,8 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
                 send(("partial", rank, rec.record(0).to_wire()))
                 raise
             rec.finish()
+            for code, message in driver.take_warnings():
+                ctx.warn(rec, code, message)
             if bound:
                 record_trace(rec, driver.take())
             io1 = _own_io()

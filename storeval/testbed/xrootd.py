@@ -64,6 +64,7 @@ import pwd
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -146,7 +147,7 @@ class XrootdServer(Server):
     kind = "xrootd"
     summary = ("XRootD 5 (Debian xrootd-server) in a network namespace of its own: one server, or a redirector "
                "and N data servers; every read traced")
-    target_schemes = {"xrootd": "root"}
+    target_schemes = {"xrootd": "root", "xrootd-davs": "davs"}
     options_help = {"servers": f"data servers, 1-{MAX_SERVERS} (default 1: one xrootd; 2 or more: a redirector "
                                "and that many data servers)", "host": HOST_HELP}
 
@@ -343,6 +344,7 @@ class XrootdServer(Server):
         return False
 
     def _write_config(self, port: int) -> None:
+        tls = self.home / "tls"
         self.write_file(self.config_file, "\n".join([
             "# written by storeval testbed: one server, alone in its network namespace",
             f"xrd.port {port}",
@@ -352,8 +354,52 @@ class XrootdServer(Server):
             f"all.adminpath {self.home / 'admin'}",
             f"all.pidpath {self.home / 'run'}",
             "xrootd.trace fs fsio request",
+            "# the same files over HTTPS and HTTP (WebDAV), on the same port (XrdHttp tells the protocols apart)",
+            f"xrd.protocol XrdHttp:{port} libXrdHttp.so",
+            f"http.cert {tls / 'host.pem'}",
+            f"http.key {tls / 'host.key'}",
+            f"http.cafile {tls / 'ca.pem'}",
             "",
         ]))
+
+    @property
+    def ca_file(self) -> Path:
+        """The testbed's own CA certificate (under ``--dir``): what a ``davs://`` client checks the server with."""
+        return self.root / "ca" / "ca.pem"
+
+    def _make_certificates(self, user: str | None) -> None:
+        """A CA of this testbed's own (its key never kept) and the server's certificate signed by it, for the
+        namespace's address, 127.0.0.1 and localhost; the server's copy readable by the user it runs as only."""
+        names = f"IP:{self.address},IP:127.0.0.1,DNS:localhost"
+        with tempfile.TemporaryDirectory() as tmp:
+            t = Path(tmp)
+            steps = [
+                ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", t / "ca.key", "-out",
+                 t / "ca.pem", "-days", "30", "-subj", "/CN=storeval testbed CA",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+                ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", t / "host.key", "-out", t / "host.csr",
+                 "-subj", f"/CN={self.address}"],
+                ["openssl", "x509", "-req", "-in", t / "host.csr", "-CA", t / "ca.pem", "-CAkey", t / "ca.key",
+                 "-CAcreateserial", "-out", t / "host.pem", "-days", "30", "-extfile", t / "ext.cnf"],
+            ]
+            (t / "ext.cnf").write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n"
+                                       "basicConstraints=CA:FALSE\n")
+            for cmd in steps:
+                proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120)
+                if proc.returncode != 0:
+                    last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+                    raise TestbedError(f"xrootd: cannot make its TLS certificate ({cmd[0]} {cmd[1]}: {last}); "
+                                       "install openssl")
+            self.mkdir(self.root / "ca")
+            self.write_file(self.ca_file, (t / "ca.pem").read_text())
+            self.mkdir(self.home / "tls")
+            self.write_file(self.home / "tls" / "ca.pem", (t / "ca.pem").read_text())
+            self.write_file(self.home / "tls" / "host.pem", (t / "host.pem").read_text())
+            self.write_file(self.home / "tls" / "host.key", (t / "host.key").read_text(), mode=0o600)
+        if user is not None:
+            ent = pwd.getpwnam(user)
+            for name in ("tls", "tls/ca.pem", "tls/host.pem", "tls/host.key"):
+                os.chown(self.home / name, ent.pw_uid, ent.pw_gid)
 
     def _write_cluster_config(self) -> None:
         auth = self.home / "auth.db"
@@ -431,6 +477,7 @@ class XrootdServer(Server):
             self._start_single(user)
 
     def _start_single(self, user: str | None) -> None:
+        self._make_certificates(user)
         log = self.log_file
         port = XROOTD_PORT
         last = ""
@@ -669,7 +716,11 @@ class XrootdServer(Server):
                 f"connect from {ns.host_addr})") if ns else ""
 
     def targets(self) -> dict[str, dict[str, Any]]:
-        return {"xrootd": {"url": f"{self.url}//{EXPORT}", **self.server_counters()}}
+        out = {"xrootd": {"url": f"{self.url}//{EXPORT}", **self.server_counters()}}
+        if not self.clustered:  # the same files over HTTPS (a redirector's WebDAV listing shows one data server's)
+            out["xrootd-davs"] = {"url": f"davs://{self.address}:{self.port}/{EXPORT}", "ca_file": str(self.ca_file),
+                                  **self.server_counters()}
+        return out
 
     def readv_limits(self) -> tuple[int, int]:
         """``(readv_iov_max, readv_ior_max)`` as this server reports them."""
