@@ -150,8 +150,8 @@ def _install_test_environment() -> list[str]:
 
         if os.geteuid() != 0:
             raise TestbedError("not root: the Debian packages of the servers and Chromium are not installed")
-        apt_install(*xrootd.PACKAGES, *glusterfs.PACKAGES, *ceph.PACKAGES, *nfs.PACKAGES, *slurm.PACKAGES, "chromium",
-                    "fio")
+        apt_install(*xrootd.PACKAGES, *xrootd.GRID_CLIENTS, *glusterfs.PACKAGES, *ceph.PACKAGES, *nfs.PACKAGES,
+                    *slurm.PACKAGES, "chromium", "fio")
 
     def minio():
         from storeval.testbed.minio import install_minio
@@ -164,8 +164,8 @@ def _install_test_environment() -> list[str]:
         HdfsServer(Path("/nonexistent")).install()
 
     threads = [threading.Thread(target=part, args=(name, fn), daemon=True)
-               for name, fn in (("Debian packages (servers, slurm, chromium, fio)", debian), ("MinIO (go build)", minio),
-                                ("HDFS (maven)", hdfs))]
+               for name, fn in (("Debian packages (servers, grid clients, slurm, chromium, fio)", debian),
+                                ("MinIO (go build)", minio), ("HDFS (maven)", hdfs))]
     for t in threads:
         t.start()
     for t in threads:

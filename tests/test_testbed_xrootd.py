@@ -160,7 +160,8 @@ def test_state_has_everything_a_rebuilt_server_needs(server: XrootdServer):
     pids = [p.pid for p in server.state.procs]
     assert rebuilt.targets() == server.targets() == {
         "xrootd": {"url": f"root://{ns.ns_addr}:{port}//storeval", "server_pids": pids},
-        "xrootd-davs": {"url": f"davs://{ns.ns_addr}:{port}/storeval", "ca_file": str(server.ca_file), "server_pids": pids}}
+        "xrootd-davs": {"url": f"davs://{ns.ns_addr}:{port}/storeval", "ca_file": str(server.ca_file),
+                        "ca_dir": str(server.ca_file.parent), "server_pids": pids}}
     assert server.ca_file.is_file() and oct((server.home / "tls" / "host.key").stat().st_mode & 0o777) == "0o600"
     assert rebuilt.trace_log() == server.trace_log() == Path(st.info["log"])
     assert rebuilt.status() == (f"xrootd: running — xrootd pid {pid} up; ports xrootd {port} on {ns.ns_addr} (network "

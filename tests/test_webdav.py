@@ -198,3 +198,26 @@ def test_vector_reads_are_multi_range_gets_and_a_split_is_said(tmp_path, testbed
     env = json.dumps(doc.get("environment", {}))
     assert "multi-range GET" in env and "one GET per range" in env
     assert shutil.which("xrootd")  # the testbed's server ran (the session fixture would have failed otherwise)
+
+
+def test_davix_and_gfal2_read_beside_storeval_with_the_token_in_their_environment_only(tmp_path, testbed_targets):
+    """The ready study wlcg-clients: davix-get and gfal2 (Python binding) read the same files as storeval's driver;
+    each command's bytes are the files', the CA reaches them as X509_CERT_DIR, the token as BEARER_TOKEN."""
+    spec = yaml.safe_load(Path("studies/wlcg-clients.yaml").read_text())
+    spec["targets"] = {"davs": {**testbed_targets["xrootd-davs"], "token_env": "SV_TEST_BEARER"}}
+    spec["clients"] = [2]
+    path = tmp_path / "wlcg-clients.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out.json"
+    r = storeval("run", str(path), "--set", "file_size=8MiB", "--set", "storeval.chunk_size=8MiB", "--json", str(out),
+                 cwd=tmp_path, env={"SV_TEST_BEARER": TOKEN}, timeout=900)
+    assert r.rc == 0, r.err
+    cells = {c["workload"]: c for c in load_json(out)["cells"]}
+    assert set(cells) == {"davix", "gfal2", "storeval"}
+    for name, cell in cells.items():
+        assert cell["status"] == "ok", (name, cell["error"])
+        (phase,) = [p for p in cell["phases"] if p["status"] == "ok"]
+        assert phase["bytes"] == 2 * 8 * MiB, name
+    blob = everything_written(tmp_path, r.out, r.err)
+    assert "davix-get --capath" in blob and "environment variable SV_TEST_BEARER" in blob
+    assert TOKEN not in blob

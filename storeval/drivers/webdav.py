@@ -67,6 +67,9 @@ class WebdavOptions(DriverOptions):
     timeout: Duration = Field(30.0, description="per socket operation (connect, send, each wait for an answer)")
     ca_file: str | None = Field(None, description="the CA certificates (PEM) the server's certificate is checked "
                                                   "against (default: the system's, and X509_CERT_DIR's)")
+    ca_dir: str | None = Field(None, description="a directory of CA certificates named by hash (the grid's "
+                                                 "/etc/grid-security/certificates); outside tools get it as "
+                                                 "X509_CERT_DIR (default: the X509_CERT_DIR variable's)")
     token_file: str | None = Field(None, description="a file holding the bearer token (default: WLCG discovery: "
                                                      "BEARER_TOKEN, BEARER_TOKEN_FILE, $XDG_RUNTIME_DIR/bt_u<uid>)")
     token_env: str | None = Field(None, description="the environment variable holding the bearer token")
@@ -160,6 +163,9 @@ class WebdavDriver(Driver):
             raise InputError(f"{parsed.shown} names no server (write {parsed.scheme}://HOST:PORT/path)")
         if options.ca_file is not None and not (os.path.isfile(options.ca_file) and os.access(options.ca_file, os.R_OK)):
             raise InputError(f"ca_file {options.ca_file} is not a readable file (give the CA certificates in PEM)")
+        if options.ca_dir is not None and not os.path.isdir(options.ca_dir):
+            raise InputError(f"ca_dir {options.ca_dir} is not a directory (give the CA certificates' directory, "
+                             "e.g. /etc/grid-security/certificates)")
         if options.token_env is not None and options.token_file is not None:
             raise InputError("give token_file or token_env, not both")
         if options.token_env is not None and not os.environ.get(options.token_env):
@@ -178,8 +184,8 @@ class WebdavDriver(Driver):
     # -- connections ------------------------------------------------------------------------------------
     def _ssl(self) -> ssl.SSLContext:
         if self._context is None:
-            self._context = ssl.create_default_context(cafile=self.options.ca_file,
-                                                       capath=os.environ.get("X509_CERT_DIR") or None)
+            self._context = ssl.create_default_context(
+                cafile=self.options.ca_file, capath=self.options.ca_dir or os.environ.get("X509_CERT_DIR") or None)
         return self._context
 
     def _new_conn(self, netloc: str | None = None, secure: bool | None = None) -> http.client.HTTPConnection:
@@ -324,9 +330,13 @@ class WebdavDriver(Driver):
         return f"{self.parsed_url.scheme}://{self.netloc}{self._url_path(path)}"
 
     def tool_env(self) -> dict[str, str]:
-        """``BEARER_TOKEN`` (gfal2 and davix read it), ``X509_CERT_DIR`` left as it is."""
+        """``BEARER_TOKEN`` (gfal2 reads it; the token was registered as a secret when read) and, with ``ca_dir``,
+        ``X509_CERT_DIR`` (where gfal2 and davix look for CAs; davix-get also takes ``--capath {ca_dir}``)."""
         token, _ = bearer_token(self.options)
-        return {"BEARER_TOKEN": token} if token else {}
+        env = {"BEARER_TOKEN": token} if token else {}
+        if self.options.ca_dir:
+            env["X509_CERT_DIR"] = self.options.ca_dir
+        return env
 
     # -- data -------------------------------------------------------------------------------------------
     def open(self, path: str, mode: str, *, direct: bool = False) -> DavHandle:

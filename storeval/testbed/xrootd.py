@@ -87,6 +87,9 @@ from ..traces.xrootd import data_ops, pgwrite_payload
 from .netns import Netns, Taken, require_root
 
 PACKAGES = ("xrootd-server", "xrootd-client")
+# the grid's own clients, measured beside storeval's drivers by the command workload (studies/wlcg-clients.yaml):
+# davix-get/davix-put, and gfal2 through its Python binding (Debian has no gfal2-util, so no gfal-copy)
+GRID_CLIENTS = ("davix", "python3-gfal2", "gfal2-plugin-http", "gfal2-plugin-xrootd", "gfal2-plugin-file")
 RUN_AS = "xrootd"  # the user Debian's package creates; the server refuses to run as root
 EXPORT = "storeval"  # the directory (under each data dir) the storeval target points at
 START_ATTEMPTS = 3
@@ -390,8 +393,14 @@ class XrootdServer(Server):
                     last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
                     raise TestbedError(f"xrootd: cannot make its TLS certificate ({cmd[0]} {cmd[1]}: {last}); "
                                        "install openssl")
+            proc = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(t / "ca.pem")], capture_output=True,
+                                  text=True, timeout=60)
+            if proc.returncode != 0 or not proc.stdout.strip():
+                raise TestbedError("xrootd: cannot name its CA certificate by hash (openssl x509 -hash); install openssl")
             self.mkdir(self.root / "ca")
             self.write_file(self.ca_file, (t / "ca.pem").read_text())
+            # the grid's layout (X509_CERT_DIR): gfal2, davix and other tools find the CA by its subject's hash
+            self.write_file(self.root / "ca" / f"{proc.stdout.strip()}.0", (t / "ca.pem").read_text())
             self.mkdir(self.home / "tls")
             self.write_file(self.home / "tls" / "ca.pem", (t / "ca.pem").read_text())
             self.write_file(self.home / "tls" / "host.pem", (t / "host.pem").read_text())
@@ -719,7 +728,7 @@ class XrootdServer(Server):
         out = {"xrootd": {"url": f"{self.url}//{EXPORT}", **self.server_counters()}}
         if not self.clustered:  # the same files over HTTPS (a redirector's WebDAV listing shows one data server's)
             out["xrootd-davs"] = {"url": f"davs://{self.address}:{self.port}/{EXPORT}", "ca_file": str(self.ca_file),
-                                  **self.server_counters()}
+                                  "ca_dir": str(self.ca_file.parent), **self.server_counters()}
         return out
 
     def readv_limits(self) -> tuple[int, int]:
