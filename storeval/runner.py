@@ -45,6 +45,7 @@ from .spec import Study
 from .traces.recorded import render as render_trace, write_new
 from .store import Store, now
 from .systems import Systems
+from .testbed import server_class
 from .workloads import make_workload, preload_of
 
 
@@ -338,7 +339,10 @@ class Runner:
 
         hosts, links = cell.network["hosts"], cell.network["links"]
         host_links = {h: links[link] for h, link in hosts.items() if link}
-        server_host = (cell.target.system or {}).get("settings", {}).get("host")
+        system = cell.target.system or {}
+        settings = system.get("settings", {})
+        server_host = (server_class(system["testbed"]).host_of(system.get("use"), settings) if system.get("testbed")
+                       else settings.get("host"))
         port = driver_class(cell.target.url).default_port
         endpoint = server_endpoint(cell.target.url, cell.target.options, port)
         rtt: dict[str, Any] = {}

@@ -1274,10 +1274,15 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
     else:
         client_counts = list(DEFAULT_CLIENTS) if not path else [1]
     server_hosts = []
+    from .testbed import server_class
+
     for t in chosen_targets.values():  # a testbed server placed on an emulated host: that host is the network's
-        placed = _as_list(((t.system or {}).get("settings") or {}).get("host"))
-        server_hosts.append(set(placed))
-        for host in placed:
+        settings = (t.system or {}).get("settings") or {}
+        cls = server_class(t.system["testbed"]) if t.system and t.system.get("testbed") else None
+        keys = ("host", *cls.target_hosts.values()) if cls is not None else ("host",)
+        mine = cls.target_hosts.get(t.system.get("use") or "", "host") if cls is not None else "host"
+        server_hosts.append(set(_as_list(settings.get(mine))))  # where the target's own server runs
+        for host in (h for key in keys for h in _as_list(settings.get(key))):
             network.hosts.setdefault(host, None)
     for g in (groups or {}).values():
         if g.link and server_hosts and all(hosts == {g.host} for hosts in server_hosts):

@@ -273,7 +273,8 @@ class Systems:
             return target
         from .spec import make_target
 
-        kind, use = system["testbed"], system["use"]
+        kind = system["testbed"]
+        use = (target.system or system)["use"]  # the target's own pick: targets sharing a system pick apart
         servers = self._testbed().load()
         if kind not in servers:
             raise StorevalError(f"the {kind} testbed is not running in {self._testbed().dir}")

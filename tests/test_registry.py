@@ -100,7 +100,7 @@ def test_an_outside_package_adds_a_testbed_system_through_its_entry_point_alone(
     r = storeval("testbed", "up", "lustre", cwd=tmp, env=env)
     assert r.rc == 2
     assert r.err_lines == [REFUSED, "error: testbed up lustre: unknown system (choose from minio, minio-ec, xrootd, "
-                                    "hdfs, glusterfs, ceph, nfs, slurm, memstore)"]
+                                    "xcache, hdfs, glusterfs, ceph, nfs, slurm, memstore)"]
     # its class is the one asked: its own settings check answers (nothing is started)
     r = storeval("testbed", "up", "memstore", "--servers", "3", cwd=tmp, env=env)
     assert r.rc == 2

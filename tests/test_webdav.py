@@ -93,6 +93,10 @@ def test_a_write_handle_is_front_to_back_and_an_empty_file_is_a_file(testbed_tar
         d.put(f"{name}.d/inner", b"1")
         with pytest.raises(OSError, match="not empty"):
             d.rmdir(f"{name}.d")  # a WebDAV DELETE would take the whole tree: rmdir refuses first
+        with pytest.raises(OSError, match="not empty"):
+            d.fast_ops().rmdir(d.native(f"{name}.d"))
+        with pytest.raises(IsADirectoryError):
+            d.remove(f"{name}.d")  # a file's removal never deletes a directory
         assert d.exists(f"{name}.d/inner")
     finally:
         for p in (name, f"{name}.empty", f"{name}.d/inner"):
@@ -159,7 +163,7 @@ def test_a_bearer_token_from_the_environment_or_a_file_reaches_no_output(tmp_pat
 
 def test_refusals_are_one_line(tmp_path, testbed_targets):
     davs = dict(testbed_targets["xrootd-davs"])
-    no_ca = {k: v for k, v in davs.items() if k != "ca_file"}
+    no_ca = {k: v for k, v in davs.items() if k not in ("ca_file", "ca_dir")}
     r = storeval("run", str(study(tmp_path, {"x": no_ca})), "--workload", "bandwidth", "--set", "file_size=1MiB",
                  cwd=tmp_path, env={"X509_CERT_DIR": ""})
     assert r.rc != 0

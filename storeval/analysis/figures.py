@@ -345,6 +345,7 @@ class ConfigSummary:
     links: dict[str, dict[str, Any]] = field(default_factory=dict)  # emulated host → its link's traffic
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # clients on several hosts: each host's (hosts.py)
     host_spread: dict[str, Any] | None = None  # the spread between those hosts
+    cache: dict[str, Summary] = field(default_factory=dict)  # a cache's hit, miss and origin bytes (sanity.py)
 
     def as_dict(self) -> dict[str, Any]:
         def s(x: Summary | None) -> dict | None:
@@ -361,6 +362,7 @@ class ConfigSummary:
                 "outlier_rule": OUTLIER_RULE, "outliers_excluded": self.outliers_excluded,
                 "amplification": s(self.amplification), "moved_sources": self.moved_sources,
                 **({"io_engines": self.io_engines} if self.io_engines else {}),
+                **({"cache": {k: s(v) for k, v in self.cache.items()}} if self.cache else {}),
                 **({"latency_of": self.latency_of} if self.latency_of else {}),
                 **({"jain": s(self.jain), "cov": s(self.cov), "spread": s(self.spread)} if self.jain else {}),
                 **({"group": self.group, "clients": self.clients} if self.group else {}),
@@ -464,7 +466,20 @@ def _config_summary(items: list[tuple[CellRow, PhaseFigures]], phase: str, exclu
         jain=summarize([f["jain"] for f in fair if f.get("jain") is not None]),
         cov=summarize([f["cov"] for f in fair if f.get("cov") is not None]),
         spread=summarize([f["spread"] for f in fair if f.get("spread") is not None]),
-        hosts=summarize_hosts(ok), host_spread=summarize_spread(ok))
+        hosts=summarize_hosts(ok), host_spread=summarize_spread(ok), cache=_cache_summaries(ok))
+
+
+CACHE_FIGURES = ("cache_hit_bytes", "cache_miss_bytes", "origin_read_bytes")
+
+
+def _cache_summaries(ok: list[PhaseFigures]) -> dict[str, Summary]:
+    """A cache's own figures of the phase (hits, misses, what its origin moved), over repetitions; none elsewhere."""
+    out = {}
+    for key in CACHE_FIGURES:
+        values = [v for ph in ok if (v := (ph.probes or {}).get(key)) is not None]
+        if values:
+            out[key] = summarize(values)
+    return out
 
 
 def _amplification(ph: PhaseFigures) -> float | None:

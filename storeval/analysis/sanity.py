@@ -49,6 +49,7 @@ CACHE_SERVED = 0.1  # device bytes below this fraction of the bytes read means m
 SHARED_INTERFACE = 2.0  # an interface moving this many times what the clients did carries other traffic
 SHARED_INTERFACE_BYTES = 1 << 20  # ... and at least this much more
 REPORTED = {"server_minio": "server (minio metrics)", "server_jmx": "server (datanode jmx)"}  # probe: source
+CACHE_PROBE = "server_xcache"  # a cache's own record of what it served: hits from its disk, misses from the origin
 SERVER_CACHE = 0.1  # server disk reads short of what it served by more than this fraction: its cache served it
 MIN_SECONDS = 0.2  # CPU accounting is too coarse to judge shorter phases
 STALL_SECONDS = 2.0  # no operation completed by any client for this long is a stall (target limits: stall)
@@ -105,6 +106,11 @@ def phase_probes(records: list[PhaseRecord], where: dict[str, Any]) -> dict[str,
                    server_read_bytes=sum(m.get("read_bytes", 0.0) for m in nodes.values()),
                    server_write_bytes=sum(m.get("write_bytes", 0.0) for m in nodes.values()))
         break
+    cache = next((r.extra["probes"][CACHE_PROBE] for r in records if CACHE_PROBE in r.extra.get("probes", {})), None)
+    if cache is not None:  # one host's delta, as a reported source's
+        c = cache.get("cache", {})
+        out.update(cache_hit_bytes=c.get("hit_bytes"), cache_miss_bytes=c.get("miss_bytes"),
+                   cache_bypass_bytes=c.get("bypass_bytes"), origin_read_bytes=cache.get("origin", {}).get("read_bytes"))
     if failures:  # a reported source that could not be read: the figure falls back, and says why
         out["server_fallback"] = "; ".join(failures)
         if out.get("server_source"):

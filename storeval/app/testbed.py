@@ -20,6 +20,7 @@ class UpRequest:
     hdfs_datanodes: int | None = None
     host: str | None = None
     directory: str = "storeval-testbed"
+    origin_host: str | None = None  # --origin-host (XCache's origin)
 
 
 def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
@@ -36,12 +37,13 @@ def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
     host = request.host
     if host is not None:
         host = host_name(host, "testbed up --host")
-        placeable = [k for k in SERVERS if "host" in server_class(k).options_help]
+        placeable = [k for k in SERVERS if server_class(k).host_setting in server_class(k).options_help]
         for kind in kinds:
             if kind not in placeable:
                 raise InputError(f"testbed up {kind} --host: {kind} cannot run on an emulated host (those that can: "
                                  f"{', '.join(placeable) or 'none yet'})")
-    given = {k: v for k, v in (("servers", request.count), ("type", request.volume_type)) if v is not None}
+    given = {k: v for k, v in (("servers", request.count), ("type", request.volume_type),
+                               ("origin_host", request.origin_host)) if v is not None}
     options: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         takes = server_class(kind).options_help
@@ -52,7 +54,7 @@ def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
         if kind == "hdfs" and request.hdfs_datanodes is not None:
             mine["servers"] = request.hdfs_datanodes
         if host is not None:
-            mine["host"] = host  # every kind named runs on that host
+            mine[server_class(kind).host_setting] = host  # every kind named runs on that host
         options[kind] = server_class(kind).check_options(mine)
     return options
 

@@ -2,25 +2,28 @@
 XrdHttp, dCache, EOS, StoRM, any WebDAV server.
 
 ``davs://host:port/path`` is ``https://host:port/path`` spoken as WebDAV, ``dav://`` the same over plain HTTP.
-Reads are ranged GETs received straight into the caller's buffer; vector reads are one multi-range GET per
-batch of ranges (``multipart/byteranges``) where the server answers them so, and one GET per range where it
-does not — found on the first vector read and recorded in the environment (``vector_read``); every phase whose
-vector reads were split so carries the warning ``vector-split``. Writes stream one PUT per file in chunked
-transfer encoding, front to back, each ``pwrite`` one
-chunk, sent without waiting for the server's ``100 Continue`` (``Expect: 100-continue`` is sent all the same:
-XrdHttp 5.5 answers a chunked PUT without it with ``400 Invalid chunked encoding`` or a closed connection);
-``close`` ends the PUT and returns once the server has answered it (it holds the whole file). Whole files
-(``put``) go as one PUT with its length. Metadata is WebDAV's: PROPFIND (depth 0: stat, depth 1: listing),
-MKCOL, DELETE.
+Reads are ranged GETs received straight into the caller's buffer, each clipped to the file's size (learnt by
+the HEAD that opens it). Vector reads are one multi-range GET per batch of ranges (``multipart/byteranges``)
+where the server answers them so, and one GET per range where it does not — found on the first vector read and
+recorded in the environment (``vector_read``); every phase whose vector reads were split so carries the warning
+``vector-split``. Writes stream one PUT per file in chunked transfer encoding, front to back, each ``pwrite``
+one chunk, sent without waiting for the server's ``100 Continue`` (``Expect: 100-continue`` is sent all the
+same: XrdHttp 5.5 answers a chunked PUT without it with ``400 Invalid chunked encoding`` or a closed
+connection); ``close`` ends the PUT and returns once the server has answered it (it holds the whole file).
+Whole files (``put``) go as one PUT with its length. Metadata is WebDAV's: PROPFIND (depth 0: stat, depth 1:
+listing), MKCOL, DELETE. A DELETE of a collection removes everything under it, so ``rmdir`` lists the directory
+first and refuses one that is not empty, and ``remove`` refuses a directory: storeval deletes only what it
+created.
 
 Authentication is a bearer token, read once from ``token_file``, from the environment variable ``token_env``,
 or as the WLCG bearer-token discovery finds it (``BEARER_TOKEN``, ``BEARER_TOKEN_FILE``,
 ``$XDG_RUNTIME_DIR/bt_u<uid>``, ``/tmp/bt_u<uid>``); it is registered with ``redact`` the moment it is read, so
 no output, result or report can show it, and only where it came from is recorded. TLS checks the server's
-certificate against ``ca_file`` (else the system's CAs, and ``X509_CERT_DIR`` where the grid's CA directory is
-set). Every socket operation waits at most the target's ``timeout``. A redirect (a redirector sending clients
-to a data server, as XRootD's, dCache's and EOS's do) is followed; once a target has redirected, a streamed
-write first creates its file with an empty PUT (which follows the redirect) and streams to where that went.
+certificate against ``ca_file`` and ``ca_dir`` (else the system's CAs, and ``X509_CERT_DIR`` where the grid's
+CA directory is set). Every socket operation waits at most the target's ``timeout``. A redirect (a redirector
+sending clients to a data server, as XRootD's, dCache's and EOS's do) is followed; once a target has redirected,
+a streamed write first creates its file with an empty PUT (which follows the redirect) and streams to where
+that went.
 
 Why ``http.client`` and not another library: obstore's HTTP store (reqwest/hyper) sends header names in lower
 case, as HTTP allows, and XrdHttp 5.5 matches ``Range``, ``Depth`` and ``Content-Length`` case-sensitively:
@@ -161,7 +164,8 @@ class WebdavDriver(Driver):
         parsed = cls.parse(url)
         if not parsed.host:
             raise InputError(f"{parsed.shown} names no server (write {parsed.scheme}://HOST:PORT/path)")
-        if options.ca_file is not None and not (os.path.isfile(options.ca_file) and os.access(options.ca_file, os.R_OK)):
+        ca_file = options.ca_file
+        if ca_file is not None and not (os.path.isfile(ca_file) and os.access(ca_file, os.R_OK)):
             raise InputError(f"ca_file {options.ca_file} is not a readable file (give the CA certificates in PEM)")
         if options.ca_dir is not None and not os.path.isdir(options.ca_dir):
             raise InputError(f"ca_dir {options.ca_dir} is not a directory (give the CA certificates' directory, "
@@ -276,7 +280,8 @@ class WebdavDriver(Driver):
 
     # -- errors -----------------------------------------------------------------------------------------
     def _status(self, status: int, body: bytes, op: str, path: str) -> OSError | TargetError:
-        reason = first_line(Exception(body.decode("utf-8", "replace"))) if body.strip() else http.client.responses.get(status, "")
+        text = body.decode("utf-8", "replace")
+        reason = first_line(Exception(text)) if text.strip() else http.client.responses.get(status, "")
         if status == 404:
             return FileNotFoundError(errno_mod.ENOENT, f"{op} {path}: {reason}")
         if status in (401, 403):
@@ -293,7 +298,8 @@ class WebdavDriver(Driver):
     def _error(self, exc: BaseException, op: str, path: str) -> TargetError:
         if isinstance(exc, ssl.SSLCertVerificationError):
             return TargetError(self.scrub(f"{self.label}: {op} failed: the server's certificate is not trusted "
-                                          f"({exc.verify_message}); give its CA as ca_file"), "SSLCertVerificationError")
+                                          f"({exc.verify_message}); give its CA as ca_file"),
+                               "SSLCertVerificationError")
         return self.failure(exc, op, path)
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -346,15 +352,18 @@ class WebdavDriver(Driver):
         target = self._url_path(path)
         if mode == "r":
             resp, _, _ = self._request("HEAD", target, op="open", path=path)
-            return DavHandle(path, mode, target, int(resp.getheader("Content-Length") or -1))
+            size = resp.getheader("Content-Length")
+            return DavHandle(path, mode, target, int(size) if size and size.isdigit() else self.stat(path).size)
         h = DavHandle(path, mode, target)
         if self.redirected:  # a redirector: create the file where it sends it, then stream there
             h.target = self._put_whole(target, b"", path)
         return h
 
     def pread(self, h: Handle, buf, offset: int) -> int:
-        n = len(buf)
-        if n == 0:
+        # the range is clipped to the file: XrdHttp 5.5 answers one that crosses the end (or starts there) with a
+        # Content-Length it never sends, and the connection, then the server's next answer, are lost
+        n = min(len(buf), h.size - offset) if h.size >= 0 else len(buf)
+        if n <= 0:
             return 0
         try:
             resp, _, got = self._request("GET", h.target, {"Range": f"bytes={offset}-{offset + n - 1}"}, op="read",
@@ -592,7 +601,10 @@ class WebdavDriver(Driver):
         self._request("DELETE", target, op="rmdir", path=path)
 
     def remove(self, path: str) -> None:
+        """DELETE of one file; a directory is refused first (a WebDAV DELETE of a collection takes its whole tree)."""
         self.check_server()
+        if self.stat(path).is_dir:
+            raise IsADirectoryError(errno_mod.EISDIR, f"removal {path}: is a directory")
         self._request("DELETE", self._url_path(path), op="removal", path=path)
 
     def _list_native(self, target: str, path: str) -> list[str]:
@@ -609,13 +621,17 @@ class WebdavDriver(Driver):
         return self._list_native(self._url_path(path), path)
 
     def fast_ops(self) -> FastOps:
-        """WebDAV's calls on encoded URL paths (:meth:`native`)."""
+        """WebDAV's calls on encoded URL paths (:meth:`native`). rmdir is a depth-1 PROPFIND and a DELETE, as
+        :meth:`rmdir`: a metadata phase's dir-remove rate counts both requests. remove is the DELETE alone (the
+        phase removes the files it created)."""
         request = self._request
 
         def mkdir(p: str) -> None:
             request("MKCOL", p, op="mkdir", path=p)
 
-        def rmdir(p: str) -> None:
+        def rmdir(p: str) -> None:  # a listing, then DELETE: a collection's DELETE would take what is inside
+            if self._list_native(p, p):
+                raise OSError(errno_mod.ENOTEMPTY, f"rmdir {p}: directory not empty")
             request("DELETE", p, op="rmdir", path=p)
 
         def create(p: str, data) -> None:

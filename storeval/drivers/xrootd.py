@@ -8,11 +8,17 @@ Every call carries the target's ``timeout``, and the client checks its timers ev
 every 15 s, which let a 3 s timeout fire after 15): a frozen server fails an operation within the timeout.
 A server that cannot be talked to is named in one line (``Driver.failure``); the operations after it fail
 at once.
+
+A read-only cache in front of an origin (XCache) is a target with ``write_url``: writes, creations and removals
+go to the origin, reads, stats and listings through the cache, as a site's jobs read through XCache and write to
+storage directly. A file rewritten at the origin may still be served from the cache as it was (XCache does not
+revalidate what it holds). With ``cache_dir``, the cache's own access records give each phase its hit and miss
+bytes (``drivers/xcachestats.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 from XRootD import client as xrd
@@ -38,6 +44,15 @@ MODE = AccessMode.UR | AccessMode.UW | AccessMode.GR | AccessMode.OR
 
 class XrootdOptions(DriverOptions):
     timeout: Duration = Field(30.0, description="per request, and the bound on connecting")
+    cache_dir: str | None = Field(None, description="the disk cache of an XCache on this host (its oss.localroot): "
+                                                    "the access records there say, per phase, the bytes served from "
+                                                    "the cache (hits) and fetched from the origin (misses)")
+    origin_pids: list[Annotated[int, Field(ge=1)]] = Field(
+        [], description="with cache_dir: the PIDs of the cache's origin server on this host, to count what the "
+                        "origin moved in each phase")
+    write_url: str | None = Field(None, description="where writes, creations and removals go when the target is a "
+                                                    "read-only cache (an XCache's origin: root://HOST:PORT//same/path);"
+                                                    " reads, stats and listings go to the target's url")
 
 
 class XrdHandle(Handle):
@@ -52,6 +67,7 @@ class XrdHandle(Handle):
 class XrootdDriver(Driver):
     default_port = 1094
     scheme = "root"
+    counter_sources = ("storeval.drivers.xcachestats:XcacheRecords",)  # an XCache's records, where cache_dir says
     Options = XrootdOptions
     caps = Capabilities(random_write=True, direct_io=False, vector_read=True, directories=True,
                         append_only=False, fsync=True, shared_write=True)  # shared writes open with FORCE
@@ -67,6 +83,10 @@ class XrootdDriver(Driver):
         self.server = f"root://{self.parsed_url.netloc}"
         self.root = "/" + self.parsed_url.path.strip("/")
         self.fs: Any = None
+        self.wfs: Any = None  # the write side's (the origin's, under a read-only cache; else the same as fs)
+        self.wserver = self.server
+        if self.options.write_url:
+            self.wserver = f"root://{self.parse(self.options.write_url).netloc}"
         self.iov_max, self.ior_max = DEFAULT_IOV_MAX, DEFAULT_IOR_MAX
         self.timeout = int(max(1, round(self.options.timeout)))
 
@@ -78,6 +98,12 @@ class XrootdDriver(Driver):
         if not parsed.path.startswith("//"):
             raise InputError(f"{parsed.shown}: XRootD paths are absolute (write root://{parsed.netloc}//path, two "
                              "slashes)")
+        if options.write_url is not None:
+            origin = cls.parse(options.write_url)
+            if not origin.host or origin.path.strip("/") != parsed.path.strip("/"):
+                raise InputError(f"write_url {origin.shown}: give the server and the same path as the url "
+                                 f"(root://HOST:PORT/{parsed.path}: a cache shows its origin's files at the same "
+                                 "paths)")
 
     def _p(self, path: str) -> str:
         return f"{self.root.rstrip('/')}/{path}" if path else self.root
@@ -118,6 +144,9 @@ class XrootdDriver(Driver):
         # that came back could never be reached again by this process (on_error: retry reopens its files)
         xrd.EnvPutInt("StreamErrorWindow", 1)
         self.fs = xrd.FileSystem(self.server)
+        self.wfs = xrd.FileSystem(self.wserver) if self.wserver != self.server else self.fs
+        if self.wfs is not self.fs:
+            self._check(self.wfs.stat(self.root, timeout=self.timeout)[0], "stat", self.root)
         status, info = self.fs.stat(self.root, timeout=self.timeout)
         if not status.ok:
             if status.errno == NOT_FOUND:
@@ -132,7 +161,7 @@ class XrootdDriver(Driver):
                 self.iov_max, self.ior_max = values
 
     def shutdown(self) -> None:
-        self.fs = None
+        self.fs = self.wfs = None
 
     def layout(self) -> dict[str, Any]:
         """No option of an XRootD target changes how its files sit (the server's configuration does)."""
@@ -140,6 +169,7 @@ class XrootdDriver(Driver):
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"url": self.url, "driver": self.scheme, "server": self.server,
+                               **({"write_server": self.wserver} if self.wserver != self.server else {}),
                                "readv_iov_max": self.iov_max, "readv_ior_max": self.ior_max}
         if self.fs is not None and self.down is None:
             status, answer = self.fs.query(QueryCode.CONFIG, "version", timeout=self.timeout)
@@ -151,7 +181,7 @@ class XrootdDriver(Driver):
     def open(self, path: str, mode: str, *, direct: bool = False) -> XrdHandle:
         self.check_server()
         f = xrd.File()
-        url = self._url(path)
+        url = self._url(path) if mode == "r" else f"{self.wserver}/{self._p(path)}"
         if mode == "r":
             status, _ = f.open(url, OpenFlags.READ, timeout=self.timeout)
         else:
@@ -248,7 +278,8 @@ class XrootdDriver(Driver):
     def put(self, path: str, data) -> None:
         self.check_server()
         f = xrd.File()
-        status, _ = f.open(self._url(path), OpenFlags.DELETE | OpenFlags.WRITE, MODE, timeout=self.timeout)
+        status, _ = f.open(f"{self.wserver}/{self._p(path)}", OpenFlags.DELETE | OpenFlags.WRITE, MODE,
+                           timeout=self.timeout)
         self._check(status, "creation", path)
         try:
             if len(data):
@@ -278,18 +309,18 @@ class XrootdDriver(Driver):
 
     def mkdir(self, path: str) -> None:
         self.check_server()
-        status, _ = self.fs.mkdir(self._p(path), MkDirFlags.NONE, MODE | AccessMode.UX | AccessMode.GX | AccessMode.OX,
+        status, _ = self.wfs.mkdir(self._p(path), MkDirFlags.NONE, MODE | AccessMode.UX | AccessMode.GX | AccessMode.OX,
                                   timeout=self.timeout)
         self._check(status, "mkdir", path)
 
     def rmdir(self, path: str) -> None:
         self.check_server()
-        status, _ = self.fs.rmdir(self._p(path), timeout=self.timeout)
+        status, _ = self.wfs.rmdir(self._p(path), timeout=self.timeout)
         self._check(status, "rmdir", path)
 
     def remove(self, path: str) -> None:
         self.check_server()
-        status, _ = self.fs.rm(self._p(path), timeout=self.timeout)
+        status, _ = self.wfs.rm(self._p(path), timeout=self.timeout)
         self._check(status, "removal", path)
 
     def listdir(self, path: str) -> list[str]:
@@ -301,6 +332,7 @@ class XrootdDriver(Driver):
     def fast_ops(self) -> FastOps:
         """The namespace calls on absolute server paths; create and read open the file by URL."""
         fs, server, timeout = self.fs, self.server, self.timeout
+        wfs, wserver = self.wfs, self.wserver
         dir_mode = MODE | AccessMode.UX | AccessMode.GX | AccessMode.OX
 
         def check(status: Any, what: str, path: str) -> None:
@@ -308,10 +340,10 @@ class XrootdDriver(Driver):
                 self._check(status, what, path)
 
         def mkdir(path: str) -> None:
-            check(fs.mkdir(path, MkDirFlags.NONE, dir_mode, timeout=timeout)[0], "mkdir", path)
+            check(wfs.mkdir(path, MkDirFlags.NONE, dir_mode, timeout=timeout)[0], "mkdir", path)
 
         def rmdir(path: str) -> None:
-            check(fs.rmdir(path, timeout=timeout)[0], "rmdir", path)
+            check(wfs.rmdir(path, timeout=timeout)[0], "rmdir", path)
 
         def stat(path: str) -> Any:
             status, info = fs.stat(path, timeout=timeout)
@@ -325,7 +357,7 @@ class XrootdDriver(Driver):
 
         def create(path: str, data) -> None:
             f = xrd.File()
-            check(f.open(f"{server}/{path}", OpenFlags.NEW, MODE, timeout=timeout)[0], "creation", path)
+            check(f.open(f"{wserver}/{path}", OpenFlags.NEW, MODE, timeout=timeout)[0], "creation", path)
             try:
                 if len(data):
                     check(f.write(bytes(data), 0, len(data), timeout=timeout)[0], "write", path)
@@ -347,7 +379,7 @@ class XrootdDriver(Driver):
                     f.close(timeout=timeout)
 
         def remove(path: str) -> None:
-            check(fs.rm(path, timeout=timeout)[0], "removal", path)
+            check(wfs.rm(path, timeout=timeout)[0], "removal", path)
 
         return FastOps(mkdir=mkdir, rmdir=rmdir, stat=stat, listdir=listdir, create=create, read=read,
                        remove=remove)

@@ -435,6 +435,14 @@ def phase_tables(summary: list[ConfigSummary]) -> list[dict[str, Any]]:
             caption.append(("moved × = bytes the target moved / bytes the phase asked for; " if report.amplification else "")
                            + "bytes moved counted at: " + "; ".join(
                                f"{', '.join(targets)} — {src}" for src, targets in sources.items()) + ".")
+        cached = [r for r in rows if not r.group and any(r.cache.get(k) and r.cache[k].mean
+                                                         for k in ("cache_hit_bytes", "cache_miss_bytes"))]
+        if cached:  # a cache's own account of each phase: what it served from its disk, what it fetched
+            caption.append("cache: " + "; ".join(
+                f"{' '.join(x for x in (r.target, r.phase, factors_text(r.kind, r.factors)) if x)} — hits "
+                f"{_bytes(r.cache, 'cache_hit_bytes')}, misses {_bytes(r.cache, 'cache_miss_bytes')}, origin moved "
+                f"{_bytes(r.cache, 'origin_read_bytes')}" for r in cached)
+                + " (hits and misses: the cache's access records; origin moved: its processes' reads).")
         engines: dict[str, list[str]] = {}  # what ran the timed loop → the targets it ran on
         for r in rows:
             for engine in r.io_engines:
@@ -782,3 +790,9 @@ def print_comparison(c: Any, console: Console) -> None:
                          ("not compared, parameters differ", c.differ)):
         if items:
             console.print(f"{label}: " + safe("; ".join(items)), highlight=False)
+
+
+def _bytes(figures: dict[str, Any], key: str) -> str:
+    """A byte figure of a summary (its mean), or – where it is missing."""
+    value = figures.get(key)
+    return format_size(value.mean) if value is not None else "–"

@@ -489,6 +489,10 @@ class Server(ABC):
     options_help: ClassVar[dict[str, str]] = {}
     # the targets it writes, name -> URL scheme (a study's `testbed: KIND` target is checked before it runs)
     target_schemes: ClassVar[dict[str, str]] = {}
+    # the setting that names the emulated host each target's server runs on (default: ``host``), for a system
+    # whose parts run on several hosts (XCache and its origin): a cell's round trip is that host's link's
+    target_hosts: ClassVar[dict[str, str]] = {}
+    host_setting: ClassVar[str] = HOST_OPTION  # the setting `testbed up --host` gives (XCache: its cache's host)
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -507,6 +511,11 @@ class Server(ABC):
             takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items() if k != HOST_OPTION) or "none"
             raise TestbedOptionError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
         return dict(options)
+
+    @classmethod
+    def host_of(cls, use: str | None, settings: dict[str, Any]) -> str | None:
+        """The emulated host the server of target ``use`` runs on under ``settings`` (None: this machine)."""
+        return settings.get(cls.target_hosts.get(use or "", HOST_OPTION))
 
     @classmethod
     def hosts_needed(cls, options: dict[str, Any]) -> list[str]:
