@@ -36,7 +36,7 @@ from .drivers import NeedsExtra, driver_class, normalize_url
 from .errors import InputError, one_line
 from .fields import Duration, Rate
 from .redact import redact_text, visible
-from .validation import FieldError, pydantic_error, show as _show, suggest as _suggest
+from .validation import FieldError, mapping_only, pydantic_error, show as _show, suggest as _suggest
 from .units import UnitError, parse_duration, parse_rate
 from .workloads import WORKLOADS
 from .workloads.base import Params
@@ -127,12 +127,7 @@ class Price(BaseModel):
     per_gbps: Annotated[Any, BeforeValidator(_price)] = None
     currency: Annotated[str, BeforeValidator(_currency)] = "USD"
 
-    @model_validator(mode="before")
-    @classmethod
-    def _mapping(cls, v: Any) -> Any:
-        if not isinstance(v, dict):
-            raise ValueError("is not a mapping (e.g. {per_tb: 40, currency: USD})")
-        return v
+    _mapping = mapping_only("is not a mapping (e.g. {per_tb: 40, currency: USD})")
 
     @model_validator(mode="after")
     def _priced(self) -> Price:
@@ -843,14 +838,7 @@ class Link(BaseModel):
     jitter: Annotated[Any, _link_setting("jitter")] = None  # seconds
     loss: Annotated[Any, _link_setting("loss")] = None  # a fraction
 
-    @model_validator(mode="before")
-    @classmethod
-    def _mapping(cls, v: Any) -> Any:
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            raise ValueError("is not a mapping of settings (rate, rtt, jitter, loss)")
-        return v
+    _mapping = mapping_only("is not a mapping of settings (rate, rtt, jitter, loss)", none_is_empty=True)
 
     @model_validator(mode="after")
     def _jitter(self) -> Link:
@@ -894,12 +882,7 @@ class Network(BaseModel):
     links: Annotated[dict[Name, Link], _mapping_or_none("a mapping of link names to settings")] = {}
     hosts: Annotated[dict[HostName, HostLink], _mapping_or_none("a mapping of host names to {link: NAME}")] = {}
 
-    @model_validator(mode="before")
-    @classmethod
-    def _mapping(cls, v: Any) -> Any:
-        if not isinstance(v, dict):
-            raise ValueError("is not a mapping (write network: {links: {wan: {rtt: 12ms}}})")
-        return v
+    _mapping = mapping_only("is not a mapping (write network: {links: {wan: {rtt: 12ms}}})")
 
     @model_validator(mode="after")
     def _consistent(self) -> Network:

@@ -10,10 +10,24 @@ import types
 import typing
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 
 from .errors import InputError
 from .redact import redact_text, visible
+
+
+def mapping_only(message: str, *, none_is_empty: bool = False) -> Any:
+    """A model's before-validator: the value is a mapping (None an empty one, with ``none_is_empty``), or the
+    model fails with ``message`` (``is not a mapping (write …)``), which the formatter puts after the key's path.
+    Use in a model's body: ``_mapping = mapping_only("is not a mapping (write …)")``."""
+    def check(cls: type, v: Any) -> Any:
+        if v is None and none_is_empty:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError(message)
+        return v
+
+    return model_validator(mode="before")(classmethod(check))
 
 
 def show(value: Any) -> str:

@@ -91,3 +91,22 @@ def test_the_wan_study_reads_faster_through_a_warm_cache_than_across_the_link(tm
     assert events["cached"] > 2 * events["direct"], events
     rtt = [e for e in doc["events"] if e.get("kind") == "network"]
     assert rtt and all("rtt-off" not in str(p.get("warnings")) for p in phase.values())
+
+
+def test_the_cache_and_its_origin_on_two_emulated_hosts_from_the_command_line(tmp_path):
+    r = storeval("testbed", "up", "xcache", "--host", "near", "--origin-host", "far", "--dir", "bed", cwd=tmp_path,
+                 timeout=600)
+    try:
+        assert r.rc == 0, r.err
+        targets = yaml.safe_load((tmp_path / "storeval-testbed.yaml").read_text())["targets"]
+        network = storeval("testbed", "network", "--dir", "bed", cwd=tmp_path).out.splitlines()
+        hosts = {line.split()[0].rstrip(":"): line.split()[1] for line in network
+                 if line.startswith(("near: 10.", "far: 10."))}  # "near: 10.x.y.z in NETNS, no link …"
+        assert set(hosts) == {"near", "far"}, hosts
+        assert targets["xcache"]["url"] == f"root://{hosts['near']}:1094//storeval"
+        assert targets["xcache-origin"]["url"] == targets["xcache"]["write_url"] == f"root://{hosts['far']}:1095//storeval"
+        status = storeval("testbed", "status", "--dir", "bed", cwd=tmp_path).out
+        assert "cache on host near" in status and "origin on host far" in status, status
+    finally:
+        down = storeval("testbed", "down", "--dir", "bed", cwd=tmp_path, timeout=600)
+    assert down.rc == 0, down.err

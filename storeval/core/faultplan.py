@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter,
 
 from ..errors import InputError
 from ..units import UnitError, format_share, parse_duration
-from ..validation import FieldError, pydantic_error, show
+from ..validation import FieldError, mapping_only, pydantic_error, show
 
 ACTIONS = ("stop", "cont", "kill", "start", "restart", "exec")
 UNDO = {"stop": "cont", "kill": "start"}  # what ``for`` undoes a server action with
@@ -141,12 +141,7 @@ class FaultEntry(BaseModel):
     expect: Annotated[str | None, _one_of(EXPECT, "an outcome")] = None
     wait_recovery: Annotated[float | None, _duration("5m")] = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _mapping(cls, v: Any) -> Any:
-        if not isinstance(v, dict):
-            raise ValueError("is not a fault (write {at: 10s, phase: read, action: stop, server: NAME, for: 10s})")
-        return v
+    _mapping = mapping_only("is not a fault (write {at: 10s, phase: read, action: stop, server: NAME, for: 10s})")
 
     @model_validator(mode="after")
     def _consistent(self) -> FaultEntry:
