@@ -106,6 +106,7 @@ def test_a_down_or_refusing_target_fails_its_cell_quickly_and_the_others_run(tmp
         "s3-bad-credentials": {**minio, "credentials_file": str(bad_creds)},
         "xrootd-down": {"url": f"root://127.0.0.1:{closed}//storeval", "timeout": "5s"},
         "hdfs-down": {"url": f"hdfs://127.0.0.1:{closed}/storeval", "timeout": "10s"},
+        "davs-down": {"url": f"davs://127.0.0.1:{closed}/storeval", "timeout": "5s"},
         "minio": minio,
     }
     study = study_file(tmp_path, targets)
@@ -122,6 +123,8 @@ def test_a_down_or_refusing_target_fails_its_cell_quickly_and_the_others_run(tmp
                                      "(the server is down or unreachable)")
     assert errors["hdfs-down"] == (f"target hdfs-down: stat of /storeval failed: no answer from 127.0.0.1:{closed} "
                                    "within 10 s (the server is frozen, overloaded or unreachable)")
+    assert errors["davs-down"] == (f"target davs-down: stat of /storeval failed: connection refused by "
+                                   f"127.0.0.1:{closed} (the server is down or unreachable)")
     assert all("\n" not in e for e in errors.values() if e)
     blob = everything_written(tmp_path)
     assert "WrongSecret123456" not in blob

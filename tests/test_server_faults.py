@@ -319,12 +319,13 @@ def test_a_frozen_s3_server_fails_its_cell_within_the_timeout(tmp_path, target):
 
 
 @needs_xrootd
-def test_a_frozen_xrootd_server_fails_its_cell_within_the_timeout(tmp_path, target):
+@pytest.mark.parametrize("use", ["xrootd", "xrootd-davs"])  # the same server over root:// and over HTTPS
+def test_a_frozen_xrootd_server_fails_its_cell_within_the_timeout(tmp_path, target, use):
     from storeval.testbed.xrootd import XrootdServer
 
     server = start(XrootdServer, tmp_path / "xrootd")
     try:
-        entry = {**server.targets()["xrootd"], "timeout": f"{TIMEOUT}s"}
+        entry = {**server.targets()[use], "timeout": f"{TIMEOUT}s"}
         port = server.state.ports["xrootd"]
         took, rc, _, stderr, doc = run_with_frozen_server(tmp_path, target, "xrootd", entry, server)
         assert rc == 1, stderr

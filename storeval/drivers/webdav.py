@@ -307,7 +307,7 @@ class WebdavDriver(Driver):
         token, self._source = bearer_token(self.options)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            st = self.stat("")
+            st = self._stat_native(self.root, self.root)
         except FileNotFoundError:
             raise StorevalError(f"directory {self.root} does not exist on {self.netloc} (create it first)") from None
         if not st.is_dir:
