@@ -26,6 +26,7 @@ through ``B_bypass``), which ``xrdpfc_print -j`` prints as JSON. The ``xcache`` 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import time
 from pathlib import Path
@@ -107,6 +108,10 @@ class XcacheServer(XrootdServer):
         ns = self.netns
         return ns.name if ns else None
 
+    def daemon_namespaces(self) -> list[str]:
+        hosts = self.state.info.get("hosts")
+        return [h["netns"] for h in hosts.values()] if hosts else super().daemon_namespaces()
+
     def node_address(self, node: str) -> str:
         placed = self._host(node)
         return placed["address"] if placed else self.address
@@ -141,8 +146,6 @@ class XcacheServer(XrootdServer):
             os.close(self.ledger.open(self._node_log(node, "xrootd"), append=True))
         self.state.info["user"] = user
         if user is not None:
-            import pwd
-
             ent = pwd.getpwnam(user)
             for top, dirs, files in os.walk(self.home):
                 for name in [top, *(os.path.join(top, n) for n in dirs + files)]:

@@ -742,8 +742,9 @@ class XrootdServer(Server):
 
         A daemon an `up` started but was killed before it could record runs inside this server's namespace
         with this server's configuration file: found by both (never by name), it is stopped with the rest."""
-        name = self.netns_name
-        if name is not None and os.path.exists(os.path.join("/run/netns", name)):
+        for name in self.daemon_namespaces():
+            if not os.path.exists(os.path.join("/run/netns", name)):
+                continue
             recorded = {p.pid for p in self.state.procs}
             for pid in _netns_pids(name):
                 if pid not in recorded and self._runs_our_config(pid):
@@ -759,6 +760,10 @@ class XrootdServer(Server):
             del self.state.info["netns"]
             self._journal()
         return left
+
+    def daemon_namespaces(self) -> list[str]:
+        """The network namespaces its daemons run in (where `stop` looks for one an `up` could not record)."""
+        return [self.netns_name] if self.netns_name is not None else []
 
     def _runs_our_config(self, pid: int) -> bool:
         try:
