@@ -225,3 +225,21 @@ def test_davix_and_gfal2_read_beside_storeval_with_the_token_in_their_environmen
     blob = everything_written(tmp_path, r.out, r.err)
     assert "davix-get --capath" in blob and "environment variable SV_TEST_BEARER" in blob
     assert TOKEN not in blob
+
+
+def test_plain_http_works_for_whole_files_and_refuses_streams_xrdhttp_breaks(tmp_path, testbed_targets):
+    """dav:// (no TLS) to the same server: metadata's whole-file PUTs and GETs give the same bytes as davs://;
+    a streamed write is refused in one line naming why and what to use (XrdHttp 5.5 resets chunked uploads
+    without TLS), and the run goes on."""
+    url = testbed_targets["xrootd-davs"]["url"].replace("davs://", "dav://")
+    targets = {"plain": {"url": url, "server_pids": testbed_targets["xrootd-davs"]["server_pids"]}}
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study(tmp_path, targets)), "--workload", "metadata", "--workload", "bandwidth",
+                 "--set", "items=20", "--set", "file_size=1MiB", "--json", str(out), cwd=tmp_path)
+    assert r.rc == 1, r.err
+    cells = {c["workload"]: c for c in load_json(out)["cells"]}
+    assert cells["metadata"]["status"] == "ok"
+    read = next(p for p in cells["metadata"]["phases"] if p["phase"] == "file-read")
+    assert read["bytes"] == 20 * MiB
+    assert "streamed writes over plain HTTP to XrootD/v5.5" in cells["bandwidth"]["error"]
+    assert "write through davs://" in cells["bandwidth"]["error"]
