@@ -31,26 +31,27 @@ def test_testbed_up_run_down_leaves_nothing_behind(tmp_path, testbed):
     assert len(procs) == 3 and all(psutil.pid_exists(p["pid"]) for p in procs)
     assert (tmp_path / "storeval-testbed.yaml").exists()
 
-    status = storeval("testbed", "status", cwd=tmp_path)
-    assert status.rc == 0 and all(k in status.out for k in ("minio", "xrootd", "hdfs")) and "DOWN" not in status.out
+    try:  # a failed check must not leave the servers running: down in every case
+        status = storeval("testbed", "status", cwd=tmp_path)
+        assert status.rc == 0 and all(k in status.out for k in ("minio", "xrootd", "hdfs")) and "DOWN" not in status.out
 
-    # the check, verbatim: every target succeeds with identical byte and op counts
-    run = storeval("run", "storeval-testbed.yaml", "--workload", "bandwidth", "--workload", "metadata", "--clients", "2",
-                   "--set", "file_size=16MiB", "--json", "out.json", cwd=tmp_path, timeout=1800)
-    assert run.rc == 0, run.err
-    doc = load_json(tmp_path / "out.json")
-    counts: dict[str, dict] = {}
-    for cell in doc["cells"]:
-        assert cell["status"] == "ok", cell["error"]
-        counts.setdefault(cell["target"], {}).update(
-            {(cell["workload"], p["phase"]): (p["bytes"], p["ops"]) for p in cell["phases"] if p["status"] == "ok"})
-    assert set(counts) == {"minio", "xrootd", "xrootd-davs", "hdfs"}  # the same XRootD over root:// and davs://
-    assert counts["minio"][("bandwidth", "write")] == (2 * 16 * MiB, 32)
-    assert counts["minio"][("metadata", "file-create")] == (2 * 100 * 16 * MiB, 200)  # mdtest -n 100, -w 16MiB
-    for name in ("xrootd", "xrootd-davs", "hdfs"):
-        assert {k: v for k, v in counts[name].items() if k in counts["minio"]} == counts["minio"], name
-
-    down = storeval("testbed", "down", cwd=tmp_path, timeout=300)
+        # the check, verbatim: every target succeeds with identical byte and op counts
+        run = storeval("run", "storeval-testbed.yaml", "--workload", "bandwidth", "--workload", "metadata",
+                       "--clients", "2", "--set", "file_size=16MiB", "--json", "out.json", cwd=tmp_path, timeout=1800)
+        assert run.rc == 0, run.err
+        doc = load_json(tmp_path / "out.json")
+        counts: dict[str, dict] = {}
+        for cell in doc["cells"]:
+            assert cell["status"] == "ok", cell["error"]
+            counts.setdefault(cell["target"], {}).update({(cell["workload"], p["phase"]): (p["bytes"], p["ops"])
+                                                          for p in cell["phases"] if p["status"] == "ok"})
+        assert set(counts) == {"minio", "xrootd", "xrootd-davs", "hdfs"}  # the same XRootD over root:// and davs://
+        assert counts["minio"][("bandwidth", "write")] == (2 * 16 * MiB, 32)
+        assert counts["minio"][("metadata", "file-create")] == (2 * 100 * 16 * MiB, 200)  # mdtest -n 100, -w 16MiB
+        for name in ("xrootd", "xrootd-davs", "hdfs"):
+            assert {k: v for k, v in counts[name].items() if k in counts["minio"]} == counts["minio"], name
+    finally:
+        down = storeval("testbed", "down", cwd=tmp_path, timeout=300)
     assert down.rc == 0, down.err
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (any(psutil.pid_exists(p["pid"]) and
