@@ -23,8 +23,8 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError,
-                      model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, TypeAdapter,
+                      ValidationError, model_validator)
 
 from . import safeyaml
 from .core.cell import TargetSpec
@@ -382,11 +382,13 @@ def _file(v: Any) -> str:
 
 
 class TargetsFrom(BaseModel):
-    """``targets_from: FILE`` or ``{file: FILE, allow_commands: true}``: a file whose ``targets:`` the study uses."""
+    """``targets_from: FILE`` or ``{file: FILE, allow_commands: true, only: [NAME, …]}``: a file whose ``targets:``
+    the study uses (all of them, or those ``only`` names: a testbed's file may offer more than a study measures)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     file: Annotated[str, BeforeValidator(_file)]
     allow_commands: StrictBool = False  # a target there may have setup/teardown commands
+    only: list[StrictStr] | None = None  # the file's targets the study uses (default: all of them)
 
 
 TARGETS_FROM_KEYS = tuple(TargetsFrom.model_fields)
@@ -412,6 +414,12 @@ def _targets_from(raw: Any) -> tuple[str, dict[str, Any]]:
     found = other.get("targets") if isinstance(other, dict) else None
     if not isinstance(found, dict) or not found:
         raise InputError(f"{where}: {visible(source)} has no targets: mapping")
+    if given.only is not None:
+        missing = [n for n in given.only if n not in found]
+        if missing:
+            raise InputError(f"targets_from.only: {visible(missing[0])} is not a target of {visible(source)} "
+                             f"(it has {', '.join(visible(str(n)) for n in found)})")
+        found = {n: e for n, e in found.items() if n in given.only}
     if not allow:
         for name, entry in found.items():
             keys = [k for k in ("setup", "teardown") if isinstance(entry, dict) and entry.get(k)]

@@ -191,15 +191,18 @@ def test_placeable_kinds_come_from_the_registry_it_is_handed(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ counter sources
-SOURCES = ("storeval.drivers.s3metrics:MinioMetrics", "storeval.drivers.hdfsjmx:DatanodeJmx")
+SOURCES = ("storeval.drivers.s3metrics:MinioMetrics", "storeval.drivers.hdfsjmx:DatanodeJmx",
+           "storeval.drivers.xcachestats:XcacheRecords")
 
 
 def test_every_counter_source_is_its_driver_s_and_declares_its_option_probe_and_name():
     declared = {scheme: driver_class(f"{scheme}://").counter_sources for scheme in DRIVERS}
-    assert {k: v for k, v in declared.items() if v} == {"s3": (SOURCES[0],), "hdfs": (SOURCES[1],)}
+    assert {k: v for k, v in declared.items() if v} == {"s3": (SOURCES[0],), "hdfs": (SOURCES[1],),
+                                                        "root": (SOURCES[2],)}
     classes = [source_class(path) for path in SOURCES]
     assert [(s.option, s.probe, s.name) for s in classes] == [("metrics_urls", "server_minio", "minio metrics"),
-                                                             ("jmx", "server_jmx", "datanode jmx")]
+                                                             ("jmx", "server_jmx", "datanode jmx"),
+                                                             ("cache_dir", "server_xcache", "xcache records")]
     assert all(issubclass(s, CounterSource) for s in classes)
     with pytest.raises(TypeError, match="is not a CounterSource"):
         source_class("storeval.drivers.s3:S3Driver")

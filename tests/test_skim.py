@@ -198,7 +198,7 @@ def test_same_skim_on_every_testbed_server(tmp_path, testbed_targets):
     doc = load_json(out)
     needed = {c["target"]: skim_phase({"cells": [c]})["bytes_needed"] for c in doc["cells"]}
     events = {c["target"]: skim_phase({"cells": [c]})["events"] for c in doc["cells"]}
-    assert set(needed) == {"minio", "xrootd", "hdfs"}
+    assert set(needed) == {"minio", "xrootd", "xrootd-davs", "hdfs"}
     assert len(set(needed.values())) == 1 and len(set(events.values())) == 1
     for cell in doc["cells"]:
         ph = skim_phase({"cells": [cell]})

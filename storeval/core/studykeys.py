@@ -60,6 +60,8 @@ SECTIONS: dict[str, Section] = {
         "file": Key("file name", "(required)", "the YAML file whose targets: the study uses"),
         "allow_commands": Key("true or false", "false", "allow that file's targets to run setup/teardown "
                               "commands on this host"),
+        "only": Key("list of target names", "all", "the file's targets the study uses (a testbed's file may offer "
+                    "more, e.g. XRootD as root:// and davs://)"),
     }),
     "target": Section("targets.NAME", "a target: a URL (or `testbed: KIND`), and the options of its driver (see "
                       "Target options)", {
