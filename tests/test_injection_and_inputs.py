@@ -186,7 +186,7 @@ def test_targets_from_refuses_commands_unless_the_study_allows_them(tmp_path):
     assert f"setup of target fs (from {f}): running `touch {tmp_path / 'data'}/../RAN`" in " ".join((r.out + r.err).split())
     with pytest.raises(InputError) as e:
         load_study(write(tmp_path, {"targets_from": {"file": str(f), "allow": True}}, "bad.yaml"))
-    assert str(e.value) == "targets_from.allow: unknown key (known: allow_commands, file)"
+    assert str(e.value) == "targets_from.allow: unknown key (known: allow_commands, file, only)"
 
 
 def test_targets_from_a_fifo_or_a_device_is_refused_at_once_naming_a_targets_file(tmp_path):

@@ -61,7 +61,7 @@ SECTIONS: dict[str, Section] = {
         "allow_commands": Key("true or false", "false", "allow that file's targets to run setup/teardown "
                               "commands on this host"),
         "only": Key("list of target names", "all", "the file's targets the study uses (a testbed's file may offer "
-                    "more, e.g. XRootD as root:// and davs://)"),
+                    "more than a study measures, e.g. one server under two protocols)"),
     }),
     "target": Section("targets.NAME", "a target: a URL (or `testbed: KIND`), and the options of its driver (see "
                       "Target options)", {
