@@ -238,8 +238,8 @@ def test_every_command_s_help_shows_what_users_type_never_python_types(helps):
 def test_a_bad_testbed_system_or_count_is_refused_in_one_line_and_starts_nothing(tmp_path):
     r = storeval("testbed", "up", "lustre", "--dir", "bed", cwd=tmp_path)
     assert r.rc == 2 and r.out == "" and r.err_lines == [
-        "error: testbed up lustre: unknown system (choose from minio, minio-ec, xrootd, xcache, hdfs, glusterfs, ceph, "
-        "nfs, slurm)"]
+        "error: testbed up lustre: unknown system (choose from minio, minio-ec, xrootd, xcache, xrootd-tpc, hdfs, "
+        "glusterfs, ceph, nfs, slurm)"]
     r = storeval("testbed", "up", "minio", "--servers", "17", "--dir", "bed", cwd=tmp_path)
     assert r.rc == 2 and r.err_lines == ["error: Invalid value for '--servers': Input should be less than or equal "
                                          "to 16 (see storeval testbed up --help)"]

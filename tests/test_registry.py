@@ -100,7 +100,7 @@ def test_an_outside_package_adds_a_testbed_system_through_its_entry_point_alone(
     r = storeval("testbed", "up", "lustre", cwd=tmp, env=env)
     assert r.rc == 2
     assert r.err_lines == [REFUSED, "error: testbed up lustre: unknown system (choose from minio, minio-ec, xrootd, "
-                                    "xcache, hdfs, glusterfs, ceph, nfs, slurm, memstore)"]
+                                    "xcache, xrootd-tpc, hdfs, glusterfs, ceph, nfs, slurm, memstore)"]
     # its class is the one asked: its own settings check answers (nothing is started)
     r = storeval("testbed", "up", "memstore", "--servers", "3", cwd=tmp, env=env)
     assert r.rc == 2
@@ -213,6 +213,6 @@ def test_an_outside_testbed_system_driver_and_workload_run_one_study_together(tm
                                                               "settings": {}, "setup": [], "teardown": []}
     # the system was brought up for the cell and taken down after it: its process is gone
     assert [e["kind"] for e in doc["events"]] == ["system-up", "system-down"]
-    assert doc["events"][1]["message"] == "dirbed () stopped"
+    assert doc["events"][1]["message"] == "dirbed stopped"
     assert not [p for p in psutil.process_iter(["cmdline"]) if mark in (p.info["cmdline"] or [])]
     assert sorted(os.listdir(tmp_path)) == ["out.json", "res", "site", "study.yaml"]

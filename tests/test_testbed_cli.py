@@ -68,7 +68,7 @@ def test_testbed_up_run_down_leaves_nothing_behind(tmp_path, testbed):
 def test_testbed_rejects_unknown_servers(tmp_path):
     r = storeval("testbed", "up", "lustre", cwd=tmp_path)
     assert r.rc == 2 and r.err_lines == ["error: testbed up lustre: unknown system (choose from minio, minio-ec, xrootd, "
-                                         "xcache, hdfs, glusterfs, ceph, nfs, slurm)"]
+                                         "xcache, xrootd-tpc, hdfs, glusterfs, ceph, nfs, slurm)"]
     assert not (tmp_path / "storeval-testbed").exists()
     r = storeval("testbed", "up", "minio", "--servers", "3", cwd=tmp_path)  # a setting the kind does not take
     assert r.rc == 2 and r.err_lines == ["error: testbed minio: no setting 'servers' (it takes: none)"]

@@ -21,6 +21,7 @@ class UpRequest:
     host: str | None = None
     directory: str = "storeval-testbed"
     origin_host: str | None = None  # --origin-host (XCache's origin)
+    peer_host: str | None = None  # --peer-host: the second host of a system on two (Server.peer_setting)
 
 
 def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
@@ -55,6 +56,13 @@ def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
             mine["servers"] = request.hdfs_datanodes
         if host is not None:
             mine[server_class(kind).host_setting] = host  # every kind named runs on that host
+        if request.peer_host is not None:
+            peer = server_class(kind).peer_setting
+            if peer is None:
+                two = [k for k in SERVERS if server_class(k).peer_setting]
+                raise InputError(f"testbed up {kind} --peer-host: {kind} does not run on two hosts (those that do: "
+                                 f"{', '.join(two)})")
+            mine[peer] = host_name(request.peer_host, "testbed up --peer-host")
         options[kind] = server_class(kind).check_options(mine)
     return options
 

@@ -21,8 +21,8 @@ testbed_app = App(no_args_is_help=True,
 @testbed_app.command("up")
 def testbed_up(
     systems: Optional[list[str]] = typer.Argument(
-        None, metavar="SYSTEM", help="Systems to start: minio, minio-ec, xrootd, xcache, hdfs, glusterfs, ceph, nfs; slurm "
-                                     "(a batch system on emulated nodes) (default: minio xrootd hdfs)."),
+        None, metavar="SYSTEM", help="Systems to start: minio, minio-ec, xrootd, xcache, xrootd-tpc, hdfs, glusterfs, "
+                                     "ceph, nfs; slurm (a batch system on emulated nodes) (default: minio xrootd hdfs)."),
     count: Optional[int] = typer.Option(None, "--servers", metavar="N", min=1, max=16,
                                         help="Storage servers of each SYSTEM, 1 to 16: bricks, OSDs, data servers, "
                                              "MinIO nodes, datanodes (default: each system's own)."),
@@ -36,12 +36,16 @@ def testbed_up(
     origin_host: Optional[str] = typer.Option(None, "--origin-host", metavar="HOST",
                                               help="XCache: the emulated host its origin runs on, behind that "
                                                    "host's link (with --host, the cache's host)."),
+    peer_host: Optional[str] = typer.Option(None, "--peer-host", metavar="HOST",
+                                            help="A system on two hosts (xcache, xrootd-tpc): the emulated host its "
+                                                 "second part runs on (XCache's origin, TPC site b); --host the "
+                                                 "first's."),
     directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
 ) -> None:
     """Install (first time) and start testbed servers; write storeval-testbed.yaml with a target for each."""
     from ..app.testbed import UpRequest, testbed_up as up
 
-    bed = up(UpRequest(systems or [], count, kind_of, hdfs_datanodes, host, directory, origin_host), _say())
+    bed = up(UpRequest(systems or [], count, kind_of, hdfs_datanodes, host, directory, origin_host, peer_host), _say())
     if bed.targets_record:
         print(f"targets written to {bed.targets_file}: storeval run {bed.targets_file.name} --workload bandwidth")
 

@@ -45,7 +45,7 @@ from .owned import FOREIGN, Ledger, Left, NotOwned, describe
 
 # storeval's own systems in the order every list names them (the entry points' metadata is sorted by name);
 # tests/test_registry.py holds it equal to the storeval.testbed entry points of pyproject.toml
-LISTED = ("minio", "minio-ec", "xrootd", "xcache", "hdfs", "glusterfs", "ceph", "nfs", "slurm")
+LISTED = ("minio", "minio-ec", "xrootd", "xcache", "xrootd-tpc", "hdfs", "glusterfs", "ceph", "nfs", "slurm")
 
 
 def _check_server(cls: object, plugin: Plugin) -> None:

@@ -493,6 +493,7 @@ class Server(ABC):
     # whose parts run on several hosts (XCache and its origin): a cell's round trip is that host's link's
     target_hosts: ClassVar[dict[str, str]] = {}
     host_setting: ClassVar[str] = HOST_OPTION  # the setting `testbed up --host` gives (XCache: its cache's host)
+    peer_setting: ClassVar[str | None] = None  # a system on two hosts: the setting `--peer-host` gives (its second)
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:

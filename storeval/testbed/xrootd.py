@@ -103,6 +103,16 @@ NETNS_ATTEMPTS = 3
 _READY = re.compile(r"------ (?:xrootd|cmsd) \S+ initialization completed")
 _LOG_NAMES = re.compile(r"\.?(?:xrootd|cmsd)\.log.*")  # a daemon's log, its fifo (-k fifo), rotated copies
 
+def http_lines(tls: Path) -> list[str]:
+    """What a daemon needs to serve HTTPS and HTTP-TPC and to be either end of an XRootD third-party copy: its
+    certificate (``tls``: host.pem, host.key, ca.pem — XrdHttp loads its extension handlers only with HTTPS
+    configured, and XrdHttpTPC's libcurl checks the other end with the CA), the HTTP-TPC handler (``COPY`` with
+    ``Source``/``Destination``), native TPC (the destination runs ``xrdcp --server`` to pull), and adler32
+    checksums (``kXR_query`` and ``Want-Digest``), with which a copy is verified."""
+    return [f"http.cert {tls / 'host.pem'}", f"http.key {tls / 'host.key'}", f"http.cafile {tls / 'ca.pem'}",
+            "http.exthandler xrdtpc libXrdHttpTPC.so", "ofs.tpc pgm /usr/bin/xrdcp --server", "xrootd.chksum adler32"]
+
+
 def parse_trace(lines: Iterable[str]) -> list[tuple[str, int, int]]:
     """``(op, offset, length)`` for every read, readV element, pgread, write and pgwrite in trace lines.
 
@@ -359,9 +369,7 @@ class XrootdServer(Server):
             "xrootd.trace fs fsio request",
             "# the same files over HTTPS and HTTP (WebDAV), on the same port (XrdHttp tells the protocols apart)",
             f"xrd.protocol XrdHttp:{port} libXrdHttp.so",
-            f"http.cert {tls / 'host.pem'}",
-            f"http.key {tls / 'host.key'}",
-            f"http.cafile {tls / 'ca.pem'}",
+            *http_lines(tls),
             "",
         ]))
 
@@ -370,10 +378,15 @@ class XrootdServer(Server):
         """The testbed's own CA certificate (under ``--dir``): what a ``davs://`` client checks the server with."""
         return self.root / "ca" / "ca.pem"
 
+    def tls_addresses(self) -> list[str]:
+        """The addresses the server's certificate names (besides 127.0.0.1 and localhost)."""
+        return [self.address]
+
     def _make_certificates(self, user: str | None) -> None:
         """A CA of this testbed's own (its key never kept) and the server's certificate signed by it, for the
-        namespace's address, 127.0.0.1 and localhost; the server's copy readable by the user it runs as only."""
-        names = f"IP:{self.address},IP:127.0.0.1,DNS:localhost"
+        server's addresses (:meth:`tls_addresses`), 127.0.0.1 and localhost; the server's copy readable by the user
+        it runs as only."""
+        names = ",".join([*(f"IP:{a}" for a in self.tls_addresses()), "IP:127.0.0.1", "DNS:localhost"])
         with tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)
             steps = [
