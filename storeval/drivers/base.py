@@ -542,6 +542,32 @@ class Driver(ABC):
         or stored: the secrets in it are registered with ``redact`` by the driver that read them."""
         return {}
 
+    # -- third-party copy (the tpc workload): the servers move the data, the client only asks ---------------
+    tpc_modes: ClassVar[tuple[str, ...]] = ()  # "pull": its server fetches from another; "push": it sends to one
+    tpc_family: ClassVar[str | None] = None  # the protocol both ends of a copy speak ("http", "xroot")
+
+    def tpc_url(self, path: str) -> str:
+        """The URL another server reaches ``path`` at, in the protocol it copies with."""
+        return self.tool_address(path)
+
+    def tpc_headers(self) -> dict[str, str]:
+        """What the other server must send this target on the client's behalf (a bearer token, as HTTP-TPC's
+        ``TransferHeader…`` headers forward it); never printed or stored."""
+        return {}
+
+    def third_party_copy(self, path: str, other: str, mode: str, timeout: float,
+                         other_headers: dict[str, str] | None = None) -> None:
+        """Copy between this target's ``path`` and ``other`` (another server's URL, :meth:`tpc_url`) without the
+        data passing through this client: ``pull`` writes ``path`` from ``other``, ``push`` writes ``other`` from
+        ``path``. Returns once the server says the copy ended (within ``timeout`` seconds); a failure raises with
+        the server's own words."""
+        raise CapabilityError(f"{self.label} cannot copy between servers (third-party copy needs XRootD's root:// "
+                              "or HTTP-TPC's davs:// on both ends)")
+
+    def checksum(self, path: str, algorithm: str = "adler32") -> str:
+        """The server's checksum of ``path`` (lowercase hex), computed where the data is."""
+        raise CapabilityError(f"{self.label} cannot give a file's checksum")
+
     # -- where its bytes travel, and the environment record (probes/topology.py, environment.py) ---------
     @classmethod
     def carrier(cls, url: str, options: Any = None) -> Any:

@@ -69,6 +69,7 @@ CRLF = b"\r\n"
 PLAIN_CHUNKED_BROKEN = ("XrootD/v5.5",)
 _CONTENT_RANGE = re.compile(rb"content-range:\s*bytes\s+(\d+)-(\d+)/", re.IGNORECASE)
 SECURE = {"https": True, "davs": True, "http": False, "dav": False}
+TPC_SILENCE = 30.0  # seconds a third-party copy's answer may stay silent (XrdHttpTPC writes a marker every 5 s)
 
 
 class WebdavOptions(DriverOptions):
@@ -572,6 +573,80 @@ class WebdavDriver(Driver):
         self.check_server()
         _, _, n = self._request("GET", self._url_path(path), op="read", path=path, into=buf)
         return n
+
+    # -- third-party copy (HTTP-TPC) -------------------------------------------------------------------
+    tpc_modes = ("pull", "push")
+    tpc_family = "http"
+
+    def tpc_url(self, path: str) -> str:
+        """``https://host:port/path`` (``http://`` for a plain target): what the other server's libcurl takes."""
+        return f"{'https' if self.secure else 'http'}://{self.netloc}{self._url_path(path)}"
+
+    def tpc_headers(self) -> dict[str, str]:
+        token, _ = bearer_token(self.options)
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def third_party_copy(self, path: str, other: str, mode: str, timeout: float,
+                         other_headers: dict[str, str] | None = None) -> None:
+        """HTTP-TPC as FTS and gfal2 drive it: ``COPY`` sent to this target's ``path`` with ``Source: other``
+        (pull: this server fetches) or ``Destination: other`` (push: this server sends), the other end's
+        credentials as ``TransferHeader…`` headers the server forwards. The server answers at once (202) and
+        then streams perf markers; the copy has ended when it writes ``success: …`` or ``failure: …`` and closes
+        the answer. Markers come every few seconds, so the connection waits for one at most ``TPC_SILENCE``
+        seconds (or the target's timeout, if longer), and the whole copy at most ``timeout``."""
+        import time
+
+        self.check_server()
+        headers = {**self._headers, ("Source" if mode == "pull" else "Destination"): other,
+                   **{f"TransferHeader{k}": v for k, v in (other_headers or {}).items()}}
+        deadline = time.monotonic() + timeout
+        last = ""
+        target = self._url_path(path)
+        conn = None
+        try:
+            for _hop in range(MAX_REDIRECTS + 1):  # a redirector sends the COPY to the data server holding the file
+                netloc, secure, url = self._where(target)
+                conn = self._new_conn(netloc, secure)
+                conn.timeout = max(self.timeout, TPC_SILENCE)
+                conn.request("COPY", url, headers=headers)
+                resp = conn.getresponse()
+                if resp.status not in REDIRECTS or not resp.getheader("Location"):
+                    break
+                resp.read()
+                conn.close()
+                target = resp.getheader("Location")
+            if resp.status >= 300:
+                raise self._status(resp.status, resp.read(), "third-party copy", path)
+            while True:
+                line = resp.readline(4096)
+                if not line:
+                    break
+                text = line.decode("utf-8", "replace").strip()
+                if text.startswith(("success:", "failure:")):
+                    last = text
+                if time.monotonic() > deadline:
+                    raise self.failure(f"the copy did not end within {timeout:g} s", "third-party copy", path)
+        except (OSError, http.client.HTTPException) as e:
+            if isinstance(e, (StorevalError, FileNotFoundError)):
+                raise
+            raise self._error(e, "third-party copy", path) from None
+        finally:
+            if conn is not None:
+                conn.close()
+        if not last.startswith("success:"):
+            why = last.split(":", 1)[1].strip() if last else "the server closed the answer without saying how it ended"
+            raise OSError(errno_mod.EIO, self.scrub(f"third-party copy {path}: {why}"))
+
+    def checksum(self, path: str, algorithm: str = "adler32") -> str:
+        """``Want-Digest`` on a HEAD (RFC 3230): the server computes it where the file is."""
+        self.check_server()
+        resp, _, _ = self._request("HEAD", self._url_path(path), {"Want-Digest": algorithm}, op="checksum", path=path)
+        for part in (resp.getheader("Digest") or "").split(","):
+            name, _, value = part.strip().partition("=")
+            if name.lower() == algorithm and value:
+                return value.strip().lower()
+        raise OSError(errno_mod.EIO, f"checksum {path}: the server gave no {algorithm} digest (Digest: "
+                                     f"{resp.getheader('Digest') or 'none'})")
 
     # -- metadata ---------------------------------------------------------------------------------------
     def _propfind(self, target: str, depth: str, op: str, path: str) -> list[tuple[str, StatResult]]:

@@ -115,6 +115,62 @@ class XrootdDriver(Driver):
         """``root://host:port//path``: what xrdcp, xrdfs and ROOT's TFile::Open take."""
         return self._url(path)
 
+    # -- third-party copy --------------------------------------------------------------------------------
+    tpc_modes = ("pull",)  # XRootD's TPC: the destination's server pulls (xrdcp --server, ofs.tpc)
+    tpc_family = "xroot"
+
+    def third_party_copy(self, path: str, other: str, mode: str, timeout: float,
+                         other_headers: dict[str, str] | None = None) -> None:
+        """XRootD's native TPC as XrdCl's ThirdPartyCopyJob sets it up: the destination opened with the rendezvous
+        (``tpc.key``, the source's host ``tpc.src`` and path ``tpc.lfn``, ``oss.asize``, ``tpc.stage=copy``), a
+        first sync that arms it, the source opened with the same key and the destination's host (``tpc.dst``),
+        and a second sync that the destination's server answers when it has pulled the whole file. XrdCl's job
+        waits for that answer in steps of a second (its progress stat); this waits for it directly, so a copy is
+        timed to the server's answer, not to the client's next tick."""
+        if mode != "pull":
+            raise StorevalError(f"{self.label}: XRootD's third-party copy is pulled by the destination; use "
+                                "mode: pull")
+        import secrets
+        from urllib.parse import quote
+
+        self.check_server()
+        source = self.parse(other)
+        src_path = "/" + source.path.lstrip("/")
+        wait = max(1, int(timeout))
+        info = xrd.FileSystem(f"root://{source.netloc}")
+        status, st = info.stat(src_path, timeout=self.timeout)
+        self._check(status, "third-party copy (stat of the source)", other)
+        key = secrets.token_hex(12)
+        dest = xrd.File()
+        src = xrd.File()
+        url = (f"{self.wserver}/{self._p(path)}?tpc.key={key}&tpc.src={source.netloc}&tpc.lfn={quote(src_path)}"
+               f"&oss.asize={st.size}&tpc.stage=copy")
+        try:
+            status, _ = dest.open(url, OpenFlags.NEW | OpenFlags.UPDATE | OpenFlags.MAKEPATH, MODE, timeout=self.timeout)
+            self._check(status, "third-party copy (open of the destination)", path)
+            status, _ = dest.sync(timeout=self.timeout)
+            self._check(status, "third-party copy (rendezvous)", path)
+            status, _ = src.open(f"root://{source.netloc}/{src_path}?tpc.key={key}&tpc.dst={self.parsed_url.host}"
+                                 "&tpc.stage=copy", OpenFlags.READ, timeout=self.timeout)
+            self._check(status, "third-party copy (open of the source)", other)
+            status, _ = dest.sync(timeout=wait)
+            self._check(status, "third-party copy", path)
+        finally:
+            for f in (src, dest):
+                if f.is_open():
+                    f.close(timeout=self.timeout)
+
+    def checksum(self, path: str, algorithm: str = "adler32") -> str:
+        """``kXR_query`` checksum: the server computes it (``xrootd.chksum``) where the file is."""
+        self.check_server()
+        status, answer = self.wfs.query(QueryCode.CHECKSUM, self._p(path), timeout=self.timeout)
+        self._check(status, "checksum", path)
+        words = (answer or b"").decode(errors="replace").strip("\x00 \n").split()
+        if len(words) != 2 or words[0].lower() != algorithm:
+            raise OSError(5, f"checksum {path}: the server answered {' '.join(words) or 'nothing'}, not {algorithm} "
+                             "(enable it with xrootd.chksum)")
+        return words[1].lower()
+
     def _check(self, status: Any, op: str, path: str) -> None:
         """Turn a failed XRootDStatus into an exception: FileNotFoundError, FileExistsError, one line naming a
         server that cannot be talked to (TargetUnreachable), or OSError with the server's message."""
