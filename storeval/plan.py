@@ -75,6 +75,8 @@ def plan(study: Study) -> list[Cell]:
         for target, settings in targets:
             for wl in study.workloads.values():
                 for k, combo in enumerate(wl.combos):
+                    if not wl.runs_on(target.name, combo):  # its targets: list, or the other end it names
+                        continue
                     fixed = _fixed_clients(wl, k, combo, fixed_memo)
                     if fixed is not None and study.groups:
                         raise InputError(f"workloads.{visible(wl.name)}: its parameters fix the number of clients "

@@ -21,6 +21,7 @@ import os
 import secrets
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -115,6 +116,20 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - a description is a nicety, not a reason to fail
             self.events.append({"kind": "warning", "message": f"cannot describe target {name}: {one_line(e)}"})
         return driver
+
+    def _peers(self, cell: Cell, wl: Any) -> dict[str, tuple[Cell, Driver]]:
+        """The other targets the cell's workload names (``Workload.target_params``: tpc's source), each resolved on
+        the cell's system and connected like a cell's own (its scratch directory claimed and released with the
+        run's): parameter -> (the cell as if on that target, its driver)."""
+        out: dict[str, tuple[Cell, Driver]] = {}
+        for param in type(wl).target_params:
+            name = getattr(wl.p, param)
+            spec = self.study.targets.get(name) or self.study.others.get(name)
+            if spec is None:
+                raise StorevalError(f"workload {cell.workload}: {param} {name} is not a target of the study")
+            other = dataclasses.replace(cell, target=self.systems.other(spec, cell, param))
+            out[param] = (other, self._driver(other))
+        return out
 
     def _finish_earlier_cleanups(self, driver: Driver, cell: Cell) -> None:
         """Remove what earlier runs of this results store left behind on this target because its server could not
@@ -213,6 +228,7 @@ class Runner:
         skips: dict[str, str] = {}
         cell_dir = join(self.scratch, f"cell-{cell.index:04d}")
         driver: Driver | None = None
+        peers: dict[str, tuple[Cell, Driver]] = {}
         faults: FaultRunner | None = None
         fault_events: list[dict[str, Any]] = []
         network_events: list[dict[str, Any]] = []
@@ -220,6 +236,7 @@ class Runner:
             with interrupts.interruptible():
                 cell = self._configure(cell)
                 driver = self._driver(cell)
+                peers = self._peers(cell, wl)
                 skips = wl.skipped(driver.caps)
                 to_run = [st for st in planned if st[0] not in skips]
                 key = wl.target_data_key()
@@ -230,11 +247,16 @@ class Runner:
                     self.prepared.add((cell.target.name, key))
             if to_run:
                 driver.ensure_dir(cell_dir)
+                for peer_cell, peer in peers.values():
+                    peer.ensure_dir(cell_dir)
                 placed = self._placement(cell)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=wl.p,
                                target=cell.target.name, cell_dir=cell_dir, steps=to_run, seed=cell.index,
                                keep_cache=self.study.keep_cache, probe_interval=self.study.probe_interval,
-                               faulted=tuple(sorted({f.phase for f in cell.faults})), **placed)
+                               faulted=tuple(sorted({f.phase for f in cell.faults})),
+                               peers={param: {"target": pc.target.name, "url": pc.target.url,
+                                              "options": pc.target.options} for param, (pc, _) in peers.items()},
+                               **placed)
                 network_events = self._network_event(cell)
                 self.guard.cell(cell, cell_dir)
                 if cell.faults:
@@ -258,6 +280,8 @@ class Runner:
                 fault_events = faults.finish()
             if driver is not None:
                 self._clean_cell(wl, driver, cell, cell_dir)
+            for peer_cell, peer in peers.values():
+                self._clean_cell(wl, peer, peer_cell, cell_dir)
             self.guard.cell(None, None)
         phases = []
         for step in planned:

@@ -171,9 +171,17 @@ class WorkloadSpec:
     sweeps: dict[str, list[Any]]
     combos: list[Params]  # every parameter set in sweep order, validated once: the clients get these objects
     swept: list[dict[str, Any]]  # each combination's swept values as JSON (its cells' factors)
+    targets: tuple[str, ...] | None = None  # `targets: [...]` of the entry: the only targets it runs on
 
     def as_dict(self) -> dict[str, Any]:
-        return {self.kind: {**self.fixed, **self.sweeps}}
+        return {self.kind: {**self.fixed, **self.sweeps}, **({"targets": list(self.targets)} if self.targets else {})}
+
+    def runs_on(self, target: str, combo: Params) -> bool:
+        """Whether a cell of ``combo`` runs on ``target``: one the entry's ``targets`` allow, and not one that a
+        parameter names as the other end (tpc's source: a copy onto itself measures nothing)."""
+        if self.targets is not None and target not in self.targets:
+            return False
+        return all(getattr(combo, param) != target for param in WORKLOADS[self.kind].target_params)
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,8 @@ class Study:
     groups: dict[str, Group] | None = None  # client groups (core/network.py); None: every client alike
     network: NetworkSpec | None = None  # emulated hosts and links of the testbed network
     prices: dict[str, dict[str, Any]] | None = None  # target → {per_tb, per_gbps, currency}: the report's cost table
+    others: dict[str, TargetSpec] = dataclasses.field(default_factory=dict)  # named by a workload (tpc's source)
+    # but left out of the cells by --target: still connected as the other end
 
     def client_combinations(self) -> list[dict[str, int] | int]:
         """What one configuration's cells vary in clients: the counts, or each combination of the groups'."""
@@ -219,6 +229,7 @@ class Study:
             **({"groups": {n: g.to_json() for n, g in self.groups.items()}} if self.groups else {}),
             **({"network": self.network.to_json()} if self.network else {}),
             **({"prices": self.prices} if self.prices else {}),
+            **({"others": {n: {"url": t.url, **t.options} for n, t in self.others.items()}} if self.others else {}),
         }
 
     def hash(self) -> str:
@@ -342,8 +353,8 @@ def _workload_entry(name: str, entry: Any, where: str) -> tuple[str, dict[str, A
     kinds = ", ".join(sorted(WORKLOADS))
     if isinstance(entry, str):
         entry = {entry: {}}
-    if isinstance(entry, dict) and "faults" in entry:  # the workload's own fault plan, read by _fault_plan
-        entry = {k: v for k, v in entry.items() if k != "faults"}
+    if isinstance(entry, dict):  # the workload's own fault plan (_fault_plan) and targets (_workload_targets)
+        entry = {k: v for k, v in entry.items() if k not in ("faults", "targets")}
     if not isinstance(entry, dict) or len(entry) != 1:
         raise InputError(f"{where}: {_show(entry)} is not a workload (write {name}: {{KIND: {{parameters}}}} with KIND one of {kinds})")
     kind, params = next(iter(entry.items()))
@@ -456,6 +467,39 @@ def _fault_plan(raw: dict[str, Any], raw_workloads: dict[str, Any], specs: dict[
             raise InputError(f"{fault.where}.target: {_show(fault.target)} is not a target of the study (one of "
                              f"{', '.join(sorted(targets))})")
     return plan
+
+
+def _workload_targets(raw_workloads: dict[str, Any], specs: dict[str, WorkloadSpec],
+                      study_targets: dict[str, TargetSpec], chosen: dict[str, TargetSpec]) -> dict[str, TargetSpec]:
+    """Each workload's ``targets: [...]`` (the only targets it runs on) into its spec, and the targets its
+    parameters name as the other end (tpc's ``source``), checked against the study's; returns those other
+    targets that ``--target`` left out of the cells (they are still connected as the other end)."""
+    others: dict[str, TargetSpec] = {}
+    for name, spec in list(specs.items()):
+        where = f"workloads.{visible(name)}"
+        entry = raw_workloads.get(name)
+        if isinstance(entry, dict) and "targets" in entry:
+            listed = entry["targets"]
+            if isinstance(listed, str):
+                listed = [listed]
+            if not isinstance(listed, list) or not listed or not all(isinstance(t, str) for t in listed):
+                raise InputError(f"{where}.targets: {_show(listed)} is not a list of target names (write targets: "
+                                 "[NAME, ...])")
+            for t in listed:
+                if t not in study_targets:
+                    raise InputError(f"{where}.targets: {_show(t)} is not a target of the study (one of "
+                                     f"{', '.join(sorted(study_targets))})")
+            refuse_repeats(listed, listed, f"{where}.targets")
+            specs[name] = spec = dataclasses.replace(spec, targets=tuple(listed))
+        for param in WORKLOADS[spec.kind].target_params:
+            for combo in spec.combos:
+                other = getattr(combo, param)
+                if other not in study_targets and other not in chosen:
+                    raise InputError(f"{where}.{param}: {_show(other)} is not a target of the study (one of "
+                                     f"{', '.join(sorted({*study_targets, *chosen}))})")
+                if other not in chosen:
+                    others[other] = study_targets[other]
+    return others
 
 
 # -- targets --------------------------------------------------------------------------------------
@@ -1291,6 +1335,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
                          f"repetitions; at most {MAX_CELLS:,}): sweep fewer values or repeat less")
     if groups:
         client_counts = sorted({sum(c.values()) for c in group_combinations(groups)})
+    others = _workload_targets(raw_workloads, specs, study_targets, chosen_targets)
     faults = _fault_plan(raw, raw_workloads, specs, {**study_targets, **chosen_targets})  # --target narrows
     prices = _prices(doc.prices, study_targets)
     return Study(targets=chosen_targets, workloads=specs, clients=client_counts, repetitions=reps,
@@ -1299,7 +1344,7 @@ def load_study(path: str | None = None, *, targets: list[str] | None = None, wor
                  placement=doc.placement, clients_per_host=doc.clients_per_host, faults=faults,
                  testbed=doc.testbed, groups=groups,
                  network=network if (network.links or network.hosts) else None,
-                 prices={n: p for n, p in prices.items() if n in chosen_targets} or None)
+                 prices={n: p for n, p in prices.items() if n in chosen_targets} or None, others=others)
 
 
 def _prices(prices: dict[str, Price] | None, targets: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -133,8 +133,28 @@ class Systems:
             try:
                 active.resolved[cell.target.name] = self._resolve(active, cell.target)
             except StorevalError as e:
-                raise StorevalError(f"target {cell.target.name} ({label(system['settings'])}): {one_line(e)}") from None
+                raise StorevalError(f"{_named(f'target {cell.target.name}', system['settings'])}: {one_line(e)}") from None
         return dataclasses.replace(cell, target=active.resolved[cell.target.name])
+
+    def other(self, target: TargetSpec, cell: Cell, what: str) -> TargetSpec:
+        """Another target a cell's workload names (tpc's source), with its URL and options: a plain target as
+        it is; one on the cell's own configured system as that system's running server gives it (one line when
+        it is on another system, which cannot be up at the same time)."""
+        if not target.system:
+            return target
+        active = self.active
+        if active is None or identity(target.system) != active.key:
+            raise StorevalError(f"{what} {target.name} runs on another system than target {cell.target.name} "
+                                f"({label(target.system.get('settings') or {}) or target.system.get('testbed')}); "
+                                "both ends must be on one configured system (e.g. two `use:` of one testbed system)")
+        if active.error:
+            raise StorevalError(active.error)
+        if target.name not in active.resolved:
+            try:
+                active.resolved[target.name] = self._resolve(active, target)
+            except StorevalError as e:
+                raise StorevalError(f"{what} {target.name}: {one_line(e)}") from None
+        return active.resolved[target.name]
 
     # -- the emulated network ----------------------------------------------------------------------------------
     def _network(self, cell: Cell) -> None:
@@ -244,7 +264,7 @@ class Systems:
         try:
             running = bed.load().get(kind)
             if running is not None and running.alive() and running.state.info.get("options") == options:
-                self.log(f"{kind} ({label(system['settings'])}): already running in {bed.dir}, used as it is")
+                self.log(f"{_named(kind, system['settings'])}: already running in {bed.dir}, used as it is")
             else:
                 if running is not None:
                     if not self._ours(kind):
@@ -252,7 +272,7 @@ class Systems:
                                             f"({running.state.info.get('options')}); storeval stops only systems it "
                                             "started: `storeval testbed down " + kind + "` first")
                     bed.down([kind], log=lambda m: None)
-                self.log(f"{kind} ({label(system['settings'])}): starting in {bed.dir}")
+                self.log(f"{_named(kind, system['settings'])}: starting in {bed.dir}")
                 active.started = True
                 self._started.add(kind)
                 self._pending()  # before it starts: a death half-way through up is cleaned up too
@@ -339,7 +359,7 @@ class Systems:
                 if left:
                     self.events.append({"kind": "warning", "message": f"{kind} testbed: left {len(left)} path(s) "
                                         f"in {self._testbed().dir}"})
-                self.events.append({"kind": "system-down", "message": f"{kind} ({label(system['settings'])}) stopped",
+                self.events.append({"kind": "system-down", "message": f"{_named(kind, system['settings'])} stopped",
                                     "detail": {"settings": system["settings"], "testbed": kind}})
             except Exception as e:  # noqa: BLE001 - the results come first; the testbed says what stays
                 message = (f"could not stop the {kind} testbed in {self._testbed().dir}: {one_line(e)}; "
@@ -364,6 +384,11 @@ class Systems:
         if self._base:
             with contextlib.suppress(OSError):
                 os.rmdir(self._base)  # empty once its last system is down; else what stays is named in an event
+
+
+def _named(what: str, settings: dict[str, Any]) -> str:
+    """``what (its settings)``, or ``what`` alone when the system has none."""
+    return f"{what} ({label(settings)})" if settings else what
 
 
 def _path(url: str) -> str:

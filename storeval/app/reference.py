@@ -53,7 +53,7 @@ def code_keys() -> dict[str, tuple[str, ...]]:
         "network": tuple(spec.NETWORK_KEYS),
         "link": tuple(spec.Link.model_fields),
         "network_host": tuple(spec.HostLink.model_fields),  # a host's entry is {link: NAME} or nothing
-        "workload": ("KIND", "faults"),  # spec._workload_entry: one kind, and the workload's own faults
+        "workload": ("KIND", "faults", "targets"),  # spec._workload_entry: one kind, its own faults and targets
         "fault": tuple(faultplan.KEYS),
         "price": tuple(spec.Price.model_fields),
     }

@@ -31,3 +31,4 @@ class Job:
     members: tuple[str, ...] = ()  # client (rank in the cell) -> the name of its group
     netns: tuple[str | None, ...] = ()  # rank -> the network namespace (emulated host) it runs in, None: this one
     links: dict[str, Any] = field(default_factory=dict)  # the emulated links the probe side process samples
+    peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter -> {target, url, options} it names

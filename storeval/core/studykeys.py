@@ -119,10 +119,12 @@ SECTIONS: dict[str, Section] = {
         "link": Key("a link of network.links", "— (unshaped)", "the link that attaches the host"),
     }),
     "workload": Section("workloads.NAME", "one workload: its kind with its parameters (see Workload parameters), "
-                        "and its own faults", {
+                        "its own faults and the targets it runs on", {
         "KIND": Key("mapping: parameter → value or list", "(required: exactly one kind)", "the workload kind "
                     "(bandwidth, metadata, …) and its parameters; a list value sweeps"),
         "faults": Key("list of faults (see faults[])", "—", "faults that apply to this workload's cells only"),
+        "targets": Key("list of target names", "— (every target)", "the only targets this workload runs on (a "
+                       "target a parameter names as the other end, tpc's source, never runs it)"),
     }),
     "fault": Section("faults[]", "one fault of the plan (top level, or a workload's own)", {
         "at": Key("duration after the phase's start, or a share of its work (30%)", "(required)",

@@ -40,7 +40,7 @@ Send = Callable[[tuple], None]
 def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
              seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None,
              faulted: tuple[str, ...] = (), groups: tuple[dict, ...] = (), netns: tuple[str | None, ...] = (),
-             links: dict | None = None) -> Job:
+             links: dict | None = None, peers: dict | None = None) -> Job:
     """The job every client of a cell receives, with where the target's server counters are found."""
     from ..drivers import driver_class
 
@@ -50,7 +50,7 @@ def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, 
                probe_interval=probe_interval, target=target, server=server,
                server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted), groups=tuple(groups),
                members=tuple(g["name"] for g in rank_groups(tuple(groups))), netns=tuple(netns),
-               links=dict(links or {}))
+               links=dict(links or {}), peers=dict(peers or {}))
 
 
 # How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the
@@ -120,7 +120,8 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
         leader = getattr(comm, "host_leader", rank == 0)
         ctx = ClientContext(rank=rank, nclients=comm.size, driver=driver, cell_dir=job.cell_dir,
                             seed=job.seed, comm=comm, keep_cache=job.keep_cache, host_leader=leader,
-                            server_pids=list(job.server_pids), faulted=frozenset(job.faulted))
+                            server_pids=list(job.server_pids), faulted=frozenset(job.faulted),
+                            peers=dict(job.peers))
         host = HostProbe(job) if leader else None
         # the first client on each emulated host counts that host's interface between the same barriers as the
         # leader's counters: the link's bytes of exactly the phase (the sampler's are a second apart)
@@ -214,6 +215,8 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
                 wl.cleanup(ctx)
             except Exception:  # noqa: BLE001 - the coordinator cleans up again after the cell
                 pass
+        if ctx is not None:
+            ctx.close_peers()
         if driver is not None:
             try:
                 driver.shutdown()

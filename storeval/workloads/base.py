@@ -358,6 +358,29 @@ class ClientContext:
     server_pids: list[int] = field(default_factory=list)  # the target's server processes on this host (testbed)
     server_cache: str | None = None  # what clear_cache did to the server's page cache this phase
     faulted: frozenset[str] = frozenset()  # phases a fault plan strikes (what they wrote is checked after)
+    peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter -> the other target it names
+    _peer_drivers: dict[str, Driver] = field(default_factory=dict)
+
+    def peer_driver(self, param: str) -> Driver:
+        """A connected driver of the other target that the workload's parameter ``param`` names (tpc's
+        ``source``; :attr:`Workload.target_params`), made once per client and shut down with it."""
+        if param not in self._peer_drivers:
+            from ..drivers import make_driver
+
+            peer = self.peers[param]
+            driver = make_driver(peer["url"], peer["options"], client=self.rank)
+            driver.name = peer["target"]
+            driver.connect()
+            self._peer_drivers[param] = driver
+        return self._peer_drivers[param]
+
+    def close_peers(self) -> None:
+        for driver in self._peer_drivers.values():
+            try:
+                driver.shutdown()
+            except Exception:  # noqa: BLE001 - a server gone away has nothing left to close
+                pass
+        self._peer_drivers.clear()
 
     def clear_cache(self, paths: list[str]) -> str:
         """Make the next read of ``paths`` come from the storage, not a page cache — this host's, and that of
@@ -407,6 +430,9 @@ class Workload(ABC):
     PHASES: ClassVar[tuple[str, ...]]
     summary: ClassVar[str] = ""
     report: ClassVar[Report | None] = None  # what the reports show of it (required: see check_workload)
+    # parameters that name another target of the study (tpc's ``source``): the spec checks the name, the plan runs
+    # no cell whose target is that one, and the runner connects it on the cell's system (ClientContext.peer_driver)
+    target_params: ClassVar[tuple[str, ...]] = ()
     # heavy modules its clients use (imported on first use, storeval.lazy): the fork server imports them before a
     # run's first client is born, so no client pays that import inside a timed region, and a run without this
     # workload does not pay it at all
