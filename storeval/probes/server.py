@@ -65,7 +65,9 @@ def server_spec(options: dict[str, Any], sources: tuple[str, ...] = ()) -> dict[
 
 
 def read_server_processes(pids: list[int]) -> dict[str, dict[str, float]]:
-    """Per server process (``name:pid``): CPU seconds (user + system, /proc/PID/stat) and /proc/PID/io."""
+    """Per server process (``name:pid``): CPU seconds (user + system, /proc/PID/stat, with those of its children
+    once reaped: a server that does work through helpers — XRootD's TPC runs ``xrdcp --server`` per copy — is
+    busy in them) and /proc/PID/io."""
     out: dict[str, dict[str, float]] = {}
     for pid in pids:
         try:
@@ -76,7 +78,7 @@ def read_server_processes(pids: list[int]) -> dict[str, dict[str, float]]:
             name = stat[stat.index("(") + 1:stat.rindex(")")]
             fields = stat[stat.rindex(")") + 2:].split()
             out[f"{name}:{pid}"] = {
-                "cpu_seconds": (int(fields[11]) + int(fields[12])) / TICKS,
+                "cpu_seconds": sum(int(v) for v in fields[11:15]) / TICKS,  # utime stime cutime cstime
                 "rchar": float(io["rchar"]), "wchar": float(io["wchar"]),
                 "read_bytes": float(io["read_bytes"]), "write_bytes": float(io["write_bytes"])}
         except (OSError, KeyError, ValueError, IndexError):
