@@ -73,6 +73,12 @@ CODES: dict[str, Code] = {
     "vector-split": Code((WARNING,), "the target did not take the phase's vector reads as one request each: every "
                          "range went as a request of its own (an HTTP server without multi-range GETs)",
                          "read the figure as one request per range, or use a server or protocol with vector reads"),
+    "copies-failed": Code((WARNING,), "some third-party copies of the phase failed (the server's words for the "
+                          "first are given); the others went on, and the figures count only the copies made",
+                          "read the server's message: a source gone, a destination that exists, a refused credential"),
+    "through-client": Code((WARNING,), "the client host's interfaces towards the servers moved most of what a "
+                           "third-party copy moved: the data may have passed through the client",
+                           "check that both servers copy directly (a server on 127.0.0.1 shares lo with the client)"),
     "fits-in-ram": Code((WARNING,), "the data read fit in the RAM of a host whose page cache was kept: memory may "
                         "have served it", "read at least the RAM factor × RAM, or let storeval drop caches"),
     "imported": Code((WARNING,), "the record was imported from a peer tool's output (IOR, mdtest, fio, warp), not "

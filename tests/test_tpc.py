@@ -1,0 +1,184 @@
+"""Third-party copy between the testbed's two XRootD sites (xrootd-tpc): XRootD's TPC over root:// and HTTP-TPC
+over davs://, pulled and pushed; every copy verified by adler32 at both ends; the client host's interfaces move
+(almost) none of the data; a copy that fails is counted and the others go on; what cannot work is one line."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from storeval.core.oplog import PhaseRecorder
+from storeval.drivers import make_driver
+from storeval.errors import StorevalError
+from storeval.spec import make_target
+from storeval.workloads.base import ClientContext
+from storeval.workloads.tpc import Tpc, TpcParams
+
+from .helpers import InProcessComm, load_json, storeval
+
+MiB = 1 << 20
+STUDY = Path(__file__).resolve().parent.parent / "studies" / "wlcg-tpc.yaml"
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tpc")
+    r = storeval("testbed", "up", "xrootd-tpc", "--dir", str(base / "bed"), cwd=base, timeout=600)
+    try:
+        assert r.rc == 0, r.err
+        yield base, yaml.safe_load((base / "storeval-testbed.yaml").read_text())["targets"]
+    finally:
+        storeval("testbed", "down", "--dir", str(base / "bed"), cwd=base, timeout=600)
+
+
+def test_two_sites_each_over_root_and_davs(sites):
+    _, targets = sites
+    assert sorted(targets) == ["tpc-a", "tpc-a-davs", "tpc-b", "tpc-b-davs"]
+    for x, port in (("a", 1094), ("b", 1095)):
+        assert targets[f"tpc-{x}"]["url"].endswith(f":{port}//storeval")
+        assert targets[f"tpc-{x}-davs"]["url"].startswith("davs://") and f":{port}/storeval" in targets[f"tpc-{x}-davs"]["url"]
+        assert targets[f"tpc-{x}"]["server_pids"] == targets[f"tpc-{x}-davs"]["server_pids"]  # one daemon, two protocols
+    assert targets["tpc-a"]["server_pids"] != targets["tpc-b"]["server_pids"]
+
+
+def test_the_ready_study_copies_and_verifies_every_file_without_the_client(tmp_path):
+    """studies/wlcg-tpc.yaml (smaller files): XRootD TPC and HTTP-TPC pull and push at 1 and 2 clients; every
+    destination file's adler32 equals its source's, the destination's server wrote what was copied, and the client
+    host's interface towards the sites moved under 2 % of it."""
+    out = tmp_path / "out.json"
+    r = storeval("run", str(STUDY), "--set", "file_size=4MiB", "--set", "files=2", "--json", str(out), cwd=tmp_path,
+                 timeout=900)
+    assert r.rc == 0, r.err
+    doc = load_json(out)
+    seen = set()
+    for cell in doc["cells"]:
+        assert cell["status"] == "ok", cell.get("error")
+        (ph,) = cell["phases"]
+        n = cell["clients"]
+        copied = n * 2 * 4 * MiB
+        seen.add((cell["workload"], n))
+        assert ph["bytes"] == copied and ph["ops"] == n * 2 and ph["failed"] == 0 and ph["copies"] == n * 2
+        check = ph["written_check"]
+        assert check["bytes_intact"] == check["bytes_checked"] == copied and check["files_verified"] == n * 2, check
+        assert ph["via_client"] < 0.02, ph["client_net_bytes"]
+        assert ph["probes"]["server_source"] == "server process io"
+        assert abs(ph["write_amplification"] - 1) < 0.02, ph["probes"]  # the destination's server wrote the copies
+    assert seen == {(w, n) for w in ("root-tpc", "http-pull", "http-push") for n in (1, 2)}
+    assert "per copy MB/s" in r.out and "via client" in r.out
+
+
+def _context(targets: dict, dest: str, source: str, tmp_path: Path) -> ClientContext:
+    """Client 0 of a cell copying to ``dest`` from ``source``, as the runner hands them to it."""
+    d, s = (make_target(n, targets[n], n) for n in (dest, source))
+    driver = make_driver(d.url, d.options)
+    driver.connect()
+    return ClientContext(rank=0, nclients=1, driver=driver, cell_dir=f"t-{tmp_path.name}", seed=1,
+                         comm=InProcessComm(0, 1), peers={"source": {"target": source, "url": s.url,
+                                                                     "options": s.options}})
+
+
+@pytest.mark.parametrize("dest,source,mode", [("tpc-b", "tpc-a", "pull"), ("tpc-b-davs", "tpc-a-davs", "pull"),
+                                              ("tpc-b-davs", "tpc-a-davs", "push")])
+def test_a_failed_copy_is_counted_and_the_others_go_on(sites, tmp_path, dest, source, mode):
+    """The source of the second copy removed after the layout: that copy fails with the server's words, the
+    other two are made and verified (each source's adler32 as written, zlib's, equals the destination's)."""
+    _, targets = sites
+    wl = Tpc(TpcParams(source=source, files=3, file_size=1 * MiB, mode=mode, poll=0.01))
+    c = _context(targets, dest, source, tmp_path)
+    src = c.peer_driver("source")
+    for d in (c.driver, src):
+        d.ensure_dir(c.cell_dir)
+    try:
+        wl.prepare(c)
+        src.remove(f"{c.cell_dir}/tpc-src.0.1")
+        rec = PhaseRecorder(0, "copy")
+        rec.begin()
+        wl.run_phase(c, "copy", rec)
+        rec.finish()
+        t = rec.extra["tpc"]
+        assert t["copies"] == 2 and t["failed"] == 1 and sum(rec.errors.values()) == 1
+        assert "tpc.0.1" in t["first_problem"]
+        assert [w["code"] for w in rec.extra["warnings"]] == ["copies-failed"]
+        check = wl.check_after(c, "copy")
+        assert check["files_verified"] == 2 and check["bytes_intact"] == 2 * MiB and check["bytes_corrupted"] == 0
+        buf = bytearray(MiB)
+        h = src.open(f"{c.cell_dir}/tpc-src.0.0", "r")
+        try:
+            assert src.reader(h)([buf], 0) == MiB
+        finally:
+            src.close(h)
+        assert c.state["sums"][0] == f"{zlib.adler32(buf):08x}" == c.driver.checksum(f"{c.cell_dir}/tpc.0.0")
+    finally:
+        wl.cleanup(c)
+        for d in (c.driver, src):
+            d.rmdir_quietly(c.cell_dir)
+        c.close_peers()
+        c.driver.shutdown()
+
+
+def test_protocols_that_cannot_copy_together_are_one_line(sites, tmp_path):
+    _, targets = sites
+    for dest, source, mode, words in (
+            ("tpc-b-davs", "tpc-a", "pull", "speak different protocols; a third-party copy needs davs:// (HTTP-TPC) "
+                                            "or root:// on both"),
+            ("tpc-b", "tpc-a", "push", "root:// copies by pull only, not push (set mode: pull)")):
+        wl = Tpc(TpcParams(source=source, files=1, file_size=MiB, mode=mode))
+        c = _context(targets, dest, source, tmp_path)
+        try:
+            with pytest.raises(StorevalError) as e:
+                wl.prepare(c)
+            assert words in str(e.value) and "\n" not in str(e.value)
+        finally:
+            c.close_peers()
+            c.driver.shutdown()
+
+
+def test_a_study_naming_no_such_source_or_target_is_one_line(tmp_path):
+    study = tmp_path / "s.yaml"
+    for workload, where in (({"tpc": {"source": "nowhere"}}, "workloads.w.source: 'nowhere' is not a target of the "
+                                                            "study (one of a, b)"),
+                            ({"tpc": {"source": "a"}, "targets": ["c"]}, "workloads.w.targets: 'c' is not a target of "
+                                                                         "the study (one of a, b)"),
+                            ({"tpc": {"source": "a"}, "targets": "b b"}, "workloads.w.targets: 'b b' is not a target "
+                                                                         "of the study (one of a, b)")):
+        study.write_text(yaml.safe_dump({"targets": {"a": {"url": str(tmp_path)}, "b": {"url": str(tmp_path)}},
+                                         "workloads": {"w": workload}}))
+        r = storeval("run", str(study), "--dry-run", cwd=tmp_path)
+        assert r.rc == 2 and r.err_lines == [f"error: {where}"], r.err
+
+
+def test_the_source_is_never_its_own_destination_and_targets_narrow_a_workload(tmp_path):
+    from storeval.plan import plan
+    from storeval.spec import load_study
+
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({
+        "targets": {n: {"url": str(tmp_path)} for n in ("a", "b", "c")},
+        "workloads": {"all": {"tpc": {"source": "a"}}, "one": {"tpc": {"source": "b"}, "targets": ["c"]}}}))
+    cells = plan(load_study(str(study)))
+    assert sorted((c.workload, c.target.name) for c in cells) == [("all", "b"), ("all", "c"), ("one", "c")]
+    narrowed = load_study(str(study), targets=["c"])  # --target c: the sources are still known, as the other ends
+    assert sorted(narrowed.others) == ["a", "b"] and list(narrowed.targets) == ["c"]
+
+
+def test_figures_from_the_clients_records():
+    """Per copy rates, the median first byte, failures, and what the host's interfaces moved (only the host
+    leader's record has counters) — with the warning when that is most of what was copied."""
+    lead = Tpc.client_extra({"tpc": {"copies": 2, "failed": 1, "copy_s": [0.5, 0.25], "first_byte_ms": [10.0, None],
+                                     "file_size": 10**6, "devices": ["veth1", "lo"]},
+                             "probes": {"net": {"veth1": {"rx_bytes": 1000.0, "tx_bytes": 600.0},
+                                                "eth0": {"rx_bytes": 9e9, "tx_bytes": 9e9}}}}, 1.0, 0.1)
+    other = Tpc.client_extra({"tpc": {"copies": 2, "failed": 0, "copy_s": [1.0, 1.0], "first_byte_ms": [30.0, 20.0],
+                                      "file_size": 10**6, "devices": ["veth1"]}}, 1.0, 0.1)
+    assert lead["client_net_bytes"] == 1600.0 and lead["devices"] == ["veth1"] and "client_net_bytes" not in other
+    ph = Tpc.phase_extra([lead, other], 2.0, None)
+    assert ph["copies"] == 4 and ph["failed"] == 1 and ph["first_byte_unseen"] == 1
+    assert ph["copy_MBps"] == pytest.approx((2 + 4 + 1 + 1) / 4) and ph["first_byte_ms"] == 20.0
+    assert ph["via_client"] == pytest.approx(1600 / 4e6) and "warnings" not in ph
+    heavy = dict(lead, client_net_bytes=3.5e6)
+    warned = Tpc.phase_extra([heavy, other], 2.0, None)
+    assert [w["code"] for w in warned["warnings"]] == ["through-client"]
+    assert "moved 3.34 MiB, 88% of the 3.81 MiB copied" in warned["warnings"][0]["message"]
