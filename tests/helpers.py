@@ -144,3 +144,20 @@ def dead_process() -> dict:
     proc.wait()
     return {"pid": proc.pid, "started": created}
 
+
+
+def everything_written(tmp_path: Path, *extra: str) -> str:
+    """Every file under tmp_path that holds text (JSON, report, the store's tables) and the given output: where a
+    secret must never appear."""
+    import duckdb
+
+    texts = list(extra)
+    for path in tmp_path.rglob("*"):
+        if path.suffix == ".duckdb":
+            con = duckdb.connect(str(path), read_only=True)
+            for (table,) in con.execute("SHOW TABLES").fetchall():
+                texts.append(str(con.execute(f"SELECT * FROM {table}").fetchall()))
+            con.close()
+        elif path.is_file() and path.suffix in (".json", ".html", ".yaml", ".csv", ".txt", ".jsonl", ".md"):
+            texts.append(path.read_text(errors="replace"))
+    return "\n".join(texts)

@@ -17,7 +17,7 @@ from storeval.spec import make_target
 from storeval.workloads.base import ClientContext
 from storeval.workloads.tpc import Tpc, TpcParams
 
-from .helpers import InProcessComm, load_json, storeval
+from .helpers import InProcessComm, everything_written, load_json, storeval
 
 MiB = 1 << 20
 STUDY = Path(__file__).resolve().parent.parent / "studies" / "wlcg-tpc.yaml"
@@ -122,6 +122,27 @@ def test_a_source_killed_mid_phase_fails_some_copies_and_the_rest_are_verified(t
     assert check["bytes_intact"] == ph["bytes"] and check["files_verified"] == ph["copies"], check
     codes = {w["code"] for w in ph["warnings"]} | {f["code"] for f in ph["flags"]}
     assert "copies-failed" in codes and not codes & {"data-lost", "fault-missed", "stalled"}, codes
+
+
+def test_bearer_tokens_go_with_the_copies_and_reach_no_output(sites, tmp_path):
+    """Each site's token from its own environment variable: HTTP-TPC sends the other end's as
+    TransferHeaderAuthorization (pull and push); neither token is in any output, result or report."""
+    _, targets = sites
+    tokens = {"SV_TPC_TOKEN_A": "sv-tpc-a-7e3f1b9c.only-in-the-environment",
+              "SV_TPC_TOKEN_B": "sv-tpc-b-2d8a6c4e.only-in-the-environment"}
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({
+        "targets": {"a": {**targets["tpc-a-davs"], "token_env": "SV_TPC_TOKEN_A"},
+                    "b": {**targets["tpc-b-davs"], "token_env": "SV_TPC_TOKEN_B"}},
+        "workloads": {m: {"tpc": {"source": "a", "mode": m, "files": 1, "file_size": "1MiB"}, "targets": ["b"]}
+                      for m in ("pull", "push")}}))
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study), "--json", str(out), "--html", str(tmp_path / "r.html"), cwd=tmp_path, env=tokens)
+    assert r.rc == 0, r.err
+    assert all(c["status"] == "ok" and c["phases"][0]["written_check"]["files_verified"] == 1
+               for c in load_json(out)["cells"])
+    blob = everything_written(tmp_path, r.out, r.err)
+    assert "environment variable SV_TPC_TOKEN_A" in blob and not any(t in blob for t in tokens.values())
 
 
 def _context(targets: dict, dest: str, source: str, tmp_path: Path) -> ClientContext:

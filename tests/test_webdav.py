@@ -7,13 +7,12 @@ import os
 import shutil
 from pathlib import Path
 
-import duckdb
 import pytest
 import yaml
 
 from storeval.drivers import make_driver
 
-from .helpers import load_json, storeval
+from .helpers import everything_written, load_json, storeval
 
 MiB = 1 << 20
 TOKEN = "sv-bearer-4f1c9e2a7d.only-in-the-environment"
@@ -23,20 +22,6 @@ def study(tmp_path: Path, targets: dict, **rest) -> Path:
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"targets": targets, **rest}))
     return path
-
-
-def everything_written(tmp_path: Path, *extra: str) -> str:
-    """Every file under tmp_path that holds text (JSON, report, the store's tables) and the given output."""
-    texts = list(extra)
-    for path in tmp_path.rglob("*"):
-        if path.suffix == ".duckdb":
-            con = duckdb.connect(str(path), read_only=True)
-            for (table,) in con.execute("SHOW TABLES").fetchall():
-                texts.append(str(con.execute(f"SELECT * FROM {table}").fetchall()))
-            con.close()
-        elif path.is_file() and path.suffix in (".json", ".html", ".yaml", ".csv", ".txt", ".jsonl", ".md"):
-            texts.append(path.read_text(errors="replace"))
-    return "\n".join(texts)
 
 
 def test_the_same_files_are_reachable_as_root_and_as_davs(testbed_targets):

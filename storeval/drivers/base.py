@@ -561,8 +561,12 @@ class Driver(ABC):
         data passing through this client: ``pull`` writes ``path`` from ``other``, ``push`` writes ``other`` from
         ``path``. Returns once the server says the copy ended (within ``timeout`` seconds); a failure raises with
         the server's own words."""
-        raise CapabilityError(f"{self.label} cannot copy between servers (third-party copy needs XRootD's root:// "
-                              "or HTTP-TPC's davs:// on both ends)")
+        raise self.no_tpc()
+
+    def no_tpc(self) -> CapabilityError:
+        """The one line that says this target cannot be an end of a third-party copy."""
+        return CapabilityError(f"{self.label} cannot copy between servers (third-party copy needs XRootD's root:// "
+                               "or HTTP-TPC's davs:// on both ends)")
 
     def checksum(self, path: str, algorithm: str = "adler32") -> str:
         """The server's checksum of ``path`` (lowercase hex), computed where the data is."""

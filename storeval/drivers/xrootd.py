@@ -139,7 +139,7 @@ class XrootdDriver(Driver):
         wait = max(1, int(timeout))
         info = xrd.FileSystem(f"root://{source.netloc}")
         status, st = info.stat(src_path, timeout=self.timeout)
-        self._check(status, "third-party copy (stat of the source)", other)
+        self._source_check(status, "stat", other)
         key = secrets.token_hex(12)
         dest = xrd.File()
         src = xrd.File()
@@ -152,13 +152,21 @@ class XrootdDriver(Driver):
             self._check(status, "third-party copy (rendezvous)", path)
             status, _ = src.open(f"root://{source.netloc}/{src_path}?tpc.key={key}&tpc.dst={self.parsed_url.host}"
                                  "&tpc.stage=copy", OpenFlags.READ, timeout=self.timeout)
-            self._check(status, "third-party copy (open of the source)", other)
+            self._source_check(status, "open", other)
             status, _ = dest.sync(timeout=wait)
             self._check(status, "third-party copy", path)
         finally:
             for f in (src, dest):
                 if f.is_open():
                     f.close(timeout=self.timeout)
+
+    @staticmethod
+    def _source_check(status: Any, op: str, other: str) -> None:
+        """A copy's source that failed: the copy fails with its words, and this target is not marked down (the
+        next copy tries again; the source may be back)."""
+        if not status.ok:
+            message = (status.message or "").strip().replace("\n", " ") or "no answer"
+            raise OSError(status.errno or 5, f"third-party copy: {op} of the source {other}: {message}")
 
     def checksum(self, path: str, algorithm: str = "adler32") -> str:
         """``kXR_query`` checksum: the server computes it (``xrootd.chksum``) where the file is."""

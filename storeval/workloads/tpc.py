@@ -232,9 +232,9 @@ class Tpc(Workload):
     # -- client side ------------------------------------------------------------------------------------------
     def _check_ends(self, dest: Driver, src: Driver) -> None:
         p = self.p
-        if dest.tpc_family is None or src.tpc_family is None:
-            lame = dest if dest.tpc_family is None else src
-            lame.third_party_copy("", "", p.mode, 1)  # raises its one line: it cannot copy between servers
+        for end in (dest, src):
+            if end.tpc_family is None:
+                raise end.no_tpc()
         if dest.tpc_family != src.tpc_family:
             raise StorevalError(f"{dest.label} ({dest.scheme}://) and source {src.label} ({src.scheme}://) speak "
                                 "different protocols; a third-party copy needs davs:// (HTTP-TPC) or root:// on both")
@@ -284,6 +284,9 @@ class Tpc(Workload):
         for i in range(p.files):
             s_path = join(c.cell_dir, self._name("source", c.rank, i))
             d_path = join(c.cell_dir, self._name("destination", c.rank, i))
+            if failures:  # after a failed copy each server is asked again: it may be back (FTS tries the next)
+                dest.retry_server()
+                src.retry_server()
             t0 = clock()
             if watch is not None:
                 watch.watch(d_path, t0)
