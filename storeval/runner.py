@@ -247,7 +247,7 @@ class Runner:
                     self.prepared.add((cell.target.name, key))
             if to_run:
                 driver.ensure_dir(cell_dir)
-                for peer_cell, peer in peers.values():
+                for _, peer in peers.values():
                     peer.ensure_dir(cell_dir)
                 placed = self._placement(cell)
                 job = make_job(url=cell.target.url, options=cell.target.options, kind=cell.kind, params=wl.p,

@@ -86,8 +86,9 @@ def check_cell(cell: dict, write_back: float = 0.1, per_cluster: int | None = No
         assert sum(tl) == job["events"]
         assert job["steady_events"] == sum(tl[lo:hi]) > 0
         assert job["events_per_s"] == sum(tl[lo:hi]) / window
-        # the warm-up is left out: what completed before steady_after (and after the deadline) is not counted
-        assert sum(tl[:lo]) > 0 and job["steady_events"] == job["events"] - sum(tl[:lo]) - tl[hi]
+        # the warm-up is left out: what completed before steady_after (and after the deadline) is not counted (on a
+        # busy host a job may complete nothing in its first second: the identity holds all the same)
+        assert job["steady_events"] == job["events"] - sum(tl[:lo]) - tl[hi]
         if per_cluster is not None:
             assert tl[hi] <= per_cluster
         assert job["window_s"] == window

@@ -4,6 +4,11 @@ over davs://, pulled and pushed; every copy verified by adler32 at both ends; th
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -17,7 +22,7 @@ from storeval.spec import make_target
 from storeval.workloads.base import ClientContext
 from storeval.workloads.tpc import Tpc, TpcParams
 
-from .helpers import InProcessComm, everything_written, load_json, storeval
+from .helpers import InProcessComm, everything_written, load_json, poll, storeval
 
 MiB = 1 << 20
 STUDY = Path(__file__).resolve().parent.parent / "studies" / "wlcg-tpc.yaml"
@@ -73,12 +78,12 @@ def test_the_ready_study_copies_and_verifies_every_file_without_the_client(tmp_p
 def test_across_a_wan_the_copies_cross_the_sites_links_and_not_the_clients(tmp_path):
     """studies/wlcg-tpc-wan.yaml (smaller files): site b behind a 1 Gbit/s link at 0, 12 and 50 ms, the client on a
     third host. Every copy verified; the client host's link moved under 2 % of what was copied (counted between the
-    phase's barriers); site b's link took in the copies; a longer round trip makes copies no faster."""
+    phase's barriers); site b's link took in the copies; each copy took several of the link's round trips."""
     out = tmp_path / "out.json"
     r = storeval("run", str(STUDY.with_name("wlcg-tpc-wan.yaml")), "--set", "file_size=4MiB", "--set", "files=2",
                  "--json", str(out), cwd=tmp_path, timeout=900)
     assert r.rc == 0, r.err
-    rates: dict[tuple[str, int], dict[str, float]] = {}
+    seen = set()
     for cell in load_json(out)["cells"]:
         assert cell["status"] == "ok", cell.get("error")
         (ph,) = cell["phases"]
@@ -91,10 +96,12 @@ def test_across_a_wan_the_copies_cross_the_sites_links_and_not_the_clients(tmp_p
         # are there, orders of magnitude above the client's
         assert far["rx_bytes"] > 10 * (control["rx_bytes"] + control["tx_bytes"]), (far, control)
         assert ph["via_client"] < 0.02
-        rates.setdefault((cell["workload"], n), {})[cell["factors"]["rtt"]] = ph["bandwidth_MiBps"]
-    assert len(rates) == 4 and all(len(by) == 3 for by in rates.values()), rates
-    for by in rates.values():  # 4 MiB copies are bound by round trips: 50 ms is slower than none
-        assert by[0.05] < by[0.0], rates
+        rtt = cell["factors"]["rtt"]
+        # a copy crosses the link several times before its last byte (the sites' connection, its handshakes, the
+        # request, TCP's slow start): a lower bound that a busy host can only raise (measured: about 18 round trips)
+        assert ph["latency_us"]["p50"] >= 4 * rtt * 1e6, (rtt, ph["latency_us"])
+        seen.add((cell["workload"], n, rtt))
+    assert len(seen) == 12, seen
 
 
 def test_a_source_killed_mid_phase_fails_some_copies_and_the_rest_are_verified(tmp_path):
@@ -143,6 +150,51 @@ def test_bearer_tokens_go_with_the_copies_and_reach_no_output(sites, tmp_path):
                for c in load_json(out)["cells"])
     blob = everything_written(tmp_path, r.out, r.err)
     assert "environment variable SV_TPC_TOKEN_A" in blob and not any(t in blob for t in tokens.values())
+
+
+def _run_dirs(driver) -> list[str]:
+    return [n for n in driver.listdir("") if n.startswith("storeval-")]
+
+
+def test_a_coordinator_killed_mid_copy_leaves_nothing_on_either_site(sites, tmp_path):
+    """SIGKILL to the coordinator while its clients copy: its watchdog removes the cell's files from the
+    destination and from the source (the other end its workload names), and the run's scratch directories."""
+    _, targets = sites
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({"targets": {"a": targets["tpc-a-davs"], "b": targets["tpc-b-davs"]},
+                                     "clients": [2],
+                                     "workloads": {"w": {"tpc": {"source": "a", "files": 400, "file_size": "1MiB"},
+                                                         "targets": ["b"]}}}))
+    ends = []
+    for name in ("tpc-a-davs", "tpc-b-davs"):
+        t = make_target(name, dict(targets[name]), name)
+        ends.append(make_driver(t.url, t.options))
+        ends[-1].connect()
+    assert [_run_dirs(d) for d in ends] == [[], []]
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(results), "-q"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        def copying() -> bool:
+            for path in results.glob(".storeval-*.watch"):
+                try:
+                    return json.loads(path.read_text()).get("phase") == "copy"
+                except (OSError, ValueError):
+                    return False
+            assert proc.poll() is None, proc.stderr.read()
+            return False
+
+        poll(copying, "the run's clients copying", 600, 0.02)
+        assert _run_dirs(ends[0]) and _run_dirs(ends[1])  # the source files and the copies are there now
+        os.kill(proc.pid, signal.SIGKILL)
+        said = proc.communicate(timeout=600)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "was killed" in said, said
+    poll(lambda: [_run_dirs(d) for d in ends] == [[], []], "both sites free of the run's files", 600)
+    for d in ends:
+        d.shutdown()
 
 
 def _context(targets: dict, dest: str, source: str, tmp_path: Path) -> ClientContext:

@@ -22,7 +22,8 @@ testbed_app = App(no_args_is_help=True,
 def testbed_up(
     systems: Optional[list[str]] = typer.Argument(
         None, metavar="SYSTEM", help="Systems to start: minio, minio-ec, xrootd, xcache, xrootd-tpc, hdfs, glusterfs, "
-                                     "ceph, nfs; slurm (a batch system on emulated nodes) (default: minio xrootd hdfs)."),
+                                     "ceph, nfs; slurm (a batch system on emulated nodes) (default: minio xrootd "
+                                     "hdfs)."),
     count: Optional[int] = typer.Option(None, "--servers", metavar="N", min=1, max=16,
                                         help="Storage servers of each SYSTEM, 1 to 16: bricks, OSDs, data servers, "
                                              "MinIO nodes, datanodes (default: each system's own)."),

@@ -146,7 +146,8 @@ class XrootdDriver(Driver):
         url = (f"{self.wserver}/{self._p(path)}?tpc.key={key}&tpc.src={source.netloc}&tpc.lfn={quote(src_path)}"
                f"&oss.asize={st.size}&tpc.stage=copy")
         try:
-            status, _ = dest.open(url, OpenFlags.NEW | OpenFlags.UPDATE | OpenFlags.MAKEPATH, MODE, timeout=self.timeout)
+            flags = OpenFlags.NEW | OpenFlags.UPDATE | OpenFlags.MAKEPATH
+            status, _ = dest.open(url, flags, MODE, timeout=self.timeout)
             self._check(status, "third-party copy (open of the destination)", path)
             status, _ = dest.sync(timeout=self.timeout)
             self._check(status, "third-party copy (rendezvous)", path)

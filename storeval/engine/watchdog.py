@@ -371,12 +371,19 @@ def _clean(state: dict[str, Any]) -> bool:
 
     ok = True
     cell = state.get("cell")
+    wl, ends = None, set()
+    if cell:
+        try:  # the cell's target, and the other targets its workload names (tpc's source holds its files too)
+            wl = make_workload(cell["kind"], cell["params"])
+            ends = {cell["target"], *(getattr(wl.p, param) for param in type(wl).target_params)}
+        except Exception:  # noqa: BLE001 - best effort: the scratch directories are still released below
+            ok = False
     for t in state.get("targets", []):
         try:
             driver = make_driver(t["url"], t["options"])
             driver.connect()
-            if cell and t["name"] == cell["target"]:
-                make_workload(cell["kind"], cell["params"]).cell_cleanup(driver, cell["cell_dir"], cell["nclients"])
+            if wl is not None and t["name"] in ends:
+                wl.cell_cleanup(driver, cell["cell_dir"], cell["nclients"])
                 ok = driver.rmdir_quietly(cell["cell_dir"]) and ok
             ok = release_scratch(driver, state["scratch"]) and ok
             driver.shutdown()
