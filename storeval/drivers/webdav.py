@@ -42,6 +42,7 @@ import os
 import re
 import ssl
 import threading
+import time
 import xml.etree.ElementTree as ET
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -594,8 +595,6 @@ class WebdavDriver(Driver):
         then streams perf markers; the copy has ended when it writes ``success: …`` or ``failure: …`` and closes
         the answer. Markers come every few seconds, so the connection waits for one at most ``TPC_SILENCE``
         seconds (or the target's timeout, if longer), and the whole copy at most ``timeout``."""
-        import time
-
         self.check_server()
         headers = {**self._headers, ("Source" if mode == "pull" else "Destination"): other,
                    **{f"TransferHeader{k}": v for k, v in (other_headers or {}).items()}}
