@@ -153,6 +153,51 @@ def test_verify_reads_back_every_segment_and_catches_corruption(target):
     assert not shared.exists()
 
 
+@pytest.mark.parametrize("block", [47008, 2 * 47008])
+def test_interleaved_blocks_put_every_record_where_ior_puts_it(target, block):
+    """IOR's shared-file layout with -b: segment × clients × block + rank × block. With block = transfer (IO500's
+    ior-hard, 47,008 bytes, not a sector multiple) the clients' records alternate; every record on disk is the
+    one its writer stamped for that offset, and a read phase and a shuffled one verify all of them."""
+    from storeval.workloads.payload import Payload
+
+    ts, n, segments = 47008, 3, 4
+    params = BandwidthParams(file_size=segments * block, transfer_size=ts, layout="shared-file", block_size=block,
+                             phases=["write", "read", "randread"], verify=True, iodepth=2)
+    driver = make_driver(f"file://{target}")
+    os.mkdir(target / "cell")
+    clients = []
+    for rank in range(n):
+        wl = Bandwidth(params)
+        c = _client(driver, "cell", rank, n, params)
+        wl.prepare(c)
+        clients.append((wl, c))
+    wl0, c0 = clients[1]
+    offsets = sorted(o for seq in c0.state["offsets"]["write"] for o in seq)
+    assert offsets == [s * n * block + 1 * block + k for s in range(segments) for k in range(0, block, ts)]
+    assert sorted(o for seq in c0.state["offsets"]["randread"] for o in seq) == offsets
+    for phase in ("write", "read", "randread"):
+        for wl, c in clients:
+            rec = PhaseRecorder(c.rank, phase)
+            rec.begin()
+            wl.run_phase(c, phase, rec)
+            rec.finish()
+            assert rec.record(0).bytes == params.file_size and rec.errors == {}
+    data = (target / "cell" / "bw.shared").read_bytes()
+    assert len(data) == n * params.file_size
+    checkers = [Payload(ts, rank, 0).checker() for rank in range(n)]
+    for off in range(0, len(data), ts):
+        writer = off // block % n
+        assert checkers[writer](bytearray(data[off:off + ts]), off) == -1, (off, writer)
+    wl0.cleanup(clients[0][1])
+
+
+def test_block_size_is_refused_where_it_means_nothing():
+    with pytest.raises(ValueError, match="block_size 96 KiB must be a whole number of transfers"):
+        BandwidthParams(file_size=1 * MiB, transfer_size=64 * 1024, layout="shared-file", block_size=96 * 1024)
+    with pytest.raises(ValueError, match="block_size shapes the shared file"):
+        BandwidthParams(file_size=1 * MiB, transfer_size=64 * 1024, block_size=128 * 1024)
+
+
 def test_payload_is_incompressible_and_never_repeats(target):
     import zlib
 

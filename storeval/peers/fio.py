@@ -127,7 +127,8 @@ def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
     if p.get("layout") == "shared-file":
         argv.append("--filename=shared")
         cannot.append("layout shared-file: fio's jobs then share the whole file, not a segment each "
-                      "(offset_increment comes closest)")
+                      "(offset_increment comes closest)" if not p.get("block_size") else
+                      "layout shared-file with block_size: fio's jobs cannot interleave their blocks in one file")
     if p.get("reorder"):
         cannot.append("reorder: fio has no 'read the next client's data' (IOR -C)")
     if p.get("deadline"):

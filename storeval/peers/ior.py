@@ -86,10 +86,12 @@ def parse(doc: dict[str, Any], name: str) -> PeerRun:
                   "layout": "file-per-client" if p.get("filePerProc") else "shared-file", "direct": odirect,
                   "fsync": bool(p.get("fsync")), "reorder": bool(p.get("reorderTasks")),
                   "deadline": p.get("deadlineForStonewall") or None}
+        if segments > 1 and not p.get("filePerProc"):
+            params["block_size"] = block  # the clients' blocks interleave in each segment, as storeval's block_size
         notes = []
         if p.get("api") not in (None, "POSIX"):
             notes.append(f"api {p.get('api')}: compared as storeval's bandwidth workload, whatever driver it uses")
-        if segments > 1:
+        if segments > 1 and p.get("filePerProc"):
             notes.append(f"segmentCount {segments}: storeval's file_size is blockSize × segments ({per_task} bytes)")
         cells.append(PeerCell("bandwidth", params, tasks, steps, records, notes))
     first = doc["tests"][0].get("Parameters") or {}
@@ -119,7 +121,10 @@ def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
     argv = ["mpiexec", "-n", str(cell.clients), "ior", "-a", "POSIX"]
     if p.get("layout") == "file-per-client":
         argv.append("-F")
-    argv += ["-t", str(p["transfer_size"]), "-b", str(p["file_size"])]
+    block = int(p.get("block_size") or p["file_size"]) if p.get("layout") == "shared-file" else int(p["file_size"])
+    argv += ["-t", str(p["transfer_size"]), "-b", str(block)]
+    if int(p["file_size"]) > block:
+        argv += ["-s", str(int(p["file_size"]) // block)]
     if p.get("direct"):
         argv.append("--posix.odirect")
     if p.get("fsync"):

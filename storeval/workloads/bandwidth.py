@@ -1,8 +1,10 @@
 """Bandwidth workload: what IOZone and IOR measure.
 
 Each client writes and reads ``file_size`` bytes in ``transfer_size`` pieces,
-either in a file of its own or in its own contiguous segment of one shared
-file (IOR without ``-F``). Phases run in the order of :data:`PHASES`. Open,
+either in a file of its own or in one shared file (IOR without ``-F``), where
+it owns a contiguous segment or, with ``block_size``, every n-th block of the
+file, blocks of all clients side by side in each segment (IOR's -b and -s; a
+block of one transfer interleaves the clients' records, as IO500's ior-hard). Phases run in the order of :data:`PHASES`. Open,
 every transfer, the optional fsync and close are inside the timed region, as
 in IOR. Random phases touch every block exactly once, in an order drawn before
 the phase starts. ``iodepth`` threads per client keep that many operations in
@@ -45,7 +47,12 @@ class BandwidthParams(DegradedParams):
     phases: list[Phase] = param(["write", "read"], "the phases to run, always in the order listed here")
     layout: Literal["file-per-client", "shared-file"] = param(
         "file-per-client", "a file per client (IOR -F), or one shared file in which each client owns a contiguous "
-                           "segment")
+                           "segment (or, with block_size, one block of each segment)")
+    block_size: Size | None = param(
+        None, "shared-file only: the bytes a client writes in one piece before the next client's piece (IOR -b); "
+              "the file is file_size / block_size segments (IOR -s), each holding one block of every client in "
+              "rank order; block_size = transfer_size interleaves the clients' records (IO500's ior-hard); none: "
+              "file_size (a contiguous segment per client)")
     direct: bool = param(False, "O_DIRECT: bypass the client's page cache (falls back to buffered I/O, and says "
                                 "so, where the file system refuses it)")
     fsync: bool = param(True, "fsync before close, inside the timed region, so writes are measured to the storage")
@@ -68,6 +75,15 @@ class BandwidthParams(DegradedParams):
         if fs < ts or fs % ts:
             raise ValueError(f"file_size {format_size(fs)} is not a whole number of transfers of "
                              f"{format_size(ts)} (make file_size a multiple of transfer_size)")
+        if self.block_size is not None:
+            bs = self.block_size
+            if bs < ts or bs % ts or fs % bs:
+                raise ValueError(f"block_size {format_size(bs)} must be a whole number of transfers of "
+                                 f"{format_size(ts)} and divide file_size {format_size(fs)} (IOR: -s = file_size / "
+                                 "block_size segments)")
+            if self.layout != "shared-file":
+                raise ValueError("block_size shapes the shared file (layout: shared-file); a file per client is "
+                                 "written front to back whatever it is (leave block_size out)")
         if self.direct and ts % 512:
             raise ValueError(f"direct I/O needs transfer_size to be a multiple of 512 bytes, not {ts} (try 4KiB)")
         if not self.phases:
@@ -167,8 +183,25 @@ class Bandwidth(Workload):
         name = "bw.shared" if self.p.layout == "shared-file" else f"bw.{owner}"
         return join(c.cell_dir, name)
 
-    def _base(self, owner: int) -> int:
-        return owner * self.p.file_size if self.p.layout == "shared-file" else 0
+    def _block(self) -> int:
+        """The bytes a client owns in one piece of its file: block_size in a shared file, else all of them."""
+        p = self.p
+        return p.block_size if p.layout == "shared-file" and p.block_size else p.file_size
+
+    def _place(self, owner: int, nclients: int, positions: np.ndarray) -> Any:
+        """File offsets of the bytes at ``positions`` of ``owner``'s data (0 … file_size): in its own file they
+        are the same; in a shared file its data is a block in each segment, after the blocks of the ranks before
+        it (IOR: segment × clients × block + rank × block + position in the block). An ``array('q')`` (a
+        ``range`` where the offsets are evenly spaced) the native loop and :func:`run_ops` take as they are."""
+        p = self.p
+        if p.layout != "shared-file":
+            out = positions
+        else:
+            block = self._block()
+            out = positions // block * (nclients * block) + owner * block + positions % block
+        if len(out) > 1 and (np.diff(out) == out[1] - out[0]).all() and out[1] > out[0]:
+            return range(int(out[0]), int(out[-1]) + 1, int(out[1] - out[0]))
+        return array("q", out.astype(np.int64).tobytes())
 
     def _owner(self, c: ClientContext, phase: str) -> int:
         """Whose file or segment this client touches: its own, or rank+1's for reads with ``reorder``."""
@@ -181,14 +214,15 @@ class Bandwidth(Workload):
         or one for io_uring, which keeps ``iodepth`` of its operations in flight. Random orders are drawn
         here, before the timed region."""
         p = self.p
-        ts, base = p.transfer_size, self._base(owner)
+        ts = p.transfer_size
         streams = 1 if c.state.get("engine") == "io_uring" else p.iodepth
         blocks = p.file_size // ts if blocks is None else blocks
         if phase not in RANDOM:
-            return [range(base + j * ts, base + blocks * ts, ts * streams) for j in range(streams)]
+            return [self._place(owner, c.nclients, np.arange(j, blocks, streams, dtype=np.int64) * ts)
+                    for j in range(streams)]
         rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase)])
-        order = rng.permutation(blocks).astype(np.int64) * ts + base
-        flat = array("q", order.tobytes())
+        order = rng.permutation(blocks).astype(np.int64) * ts
+        flat = array("q", np.asarray(self._place(owner, c.nclients, order), dtype=np.int64).tobytes())
         return [flat] if streams == 1 else [flat[j::streams] for j in range(streams)]
 
     # -- client side ------------------------------------------------------------------------------
@@ -231,15 +265,15 @@ class Bandwidth(Workload):
         """
         p = self.p
         ts = p.transfer_size
-        count = _prefill_chunk(ts, p.file_size) // ts
+        block = self._block()
+        count = _prefill_chunk(ts, block) // ts
         payload = Payload(ts, c.rank, p.random_seed)
         buf, stamp = payload.chunk_buffer(count) if count > 1 else payload.write_buffer()
         h = self._open(c, self._path(c, c.rank), "w", None)
         try:
-            base = self._base(c.rank)
             chunk = ts * count
-            run_ops(c.driver.writer(h), [buf], range(base, base + p.file_size, chunk),
-                    OpLog(time.perf_counter_ns(), fold_cap(chunk)), chunk, stamp)
+            starts = self._place(c.rank, c.nclients, np.arange(p.file_size // chunk, dtype=np.int64) * chunk)
+            run_ops(c.driver.writer(h), [buf], starts, OpLog(time.perf_counter_ns(), fold_cap(chunk)), chunk, stamp)
             make_durable(c, h, True)
         finally:
             c.driver.close(h)
@@ -537,6 +571,8 @@ class Bandwidth(Workload):
             words.append("fsync before close" if p["fsync"] else "no fsync")
         if "layout" in p:
             words.append(p["layout"].replace("-", " "))
+        if p.get("block_size"):
+            words.append(f"{format_size_compact(p['block_size'])} blocks of each client interleaved")
         if p.get("reorder"):
             words.append("reads of rank+1's data")
         if p.get("iodepth", 1) > 1:
