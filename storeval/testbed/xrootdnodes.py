@@ -16,6 +16,7 @@ import os
 import pwd
 import shutil
 import time
+from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -146,9 +147,9 @@ class XrootdNodes(XrootdServer):
         return ["all.export /", "all.role server", f"all.adminpath {self.home / 'admin'}",
                 f"all.pidpath {self.home / 'run'}", "xrootd.trace fs fsio request"]
 
+    @abstractmethod
     def node_config(self, node: str) -> list[str]:
         """The lines only daemon ``node`` reads (its port, its storage)."""
-        raise NotImplementedError
 
     def before_launch(self, user: str | None) -> None:
         """What the daemons need made before they start (certificates); once the addresses are known."""

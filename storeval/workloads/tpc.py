@@ -26,11 +26,7 @@ unanswered checksum is the phase's ``data-lost`` flag, as a fault's read-back (`
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import socket
 import statistics
-import subprocess
 import threading
 import time
 import zlib
@@ -43,6 +39,7 @@ from ..core.oplog import PhaseRecorder
 from ..drivers.base import Capabilities, Driver, join
 from ..errors import StorevalError, error_kind, one_line
 from ..fields import Duration, Size
+from ..probes.topology import interface_for_host
 from ..units import format_size
 from .base import MB_PER_MIB, Best, ClientContext, Figure, Need, Needs, Params, Report, Scaling, Workload, param
 
@@ -84,25 +81,12 @@ class TpcParams(Params):
 
 
 def _route_devices(urls: list[str]) -> list[str]:
-    """The interfaces this host reaches the servers of ``urls`` through (``ip route get``), in its network
-    namespace; none known for a host that does not resolve."""
+    """The interfaces this host (its network namespace) reaches the servers of ``urls`` through."""
     from urllib.parse import urlsplit
 
     devices: list[str] = []
     for url in urls:
-        host = urlsplit(url).hostname or ""
-        try:
-            addr = str(ipaddress.ip_address(host))
-        except ValueError:
-            try:
-                addr = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0]
-            except (OSError, IndexError):
-                continue
-        try:
-            out = subprocess.run(["ip", "-j", "route", "get", addr], capture_output=True, text=True, timeout=10)
-            dev = json.loads(out.stdout)[0].get("dev") if out.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-            dev = None
+        dev = interface_for_host(urlsplit(url).hostname or "")
         if dev and dev not in devices:
             devices.append(dev)
     return devices
