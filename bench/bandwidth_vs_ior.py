@@ -8,6 +8,11 @@ opening, the fsync and closing are inside both figures (IOR's bw; storeval's agg
 the bytes their processes moved. storeval runs its native loop (``--engine psync``, checked and printed): one
 pread/pwrite at a time, as IOR's POSIX backend.
 
+``--hard`` runs IO500's ior-hard shape instead: one shared file, 47,008-byte transfers in blocks of one transfer
+(``-t 47008 -b 47008 -s SEGMENTS``, IOR's -C -Q 1 -e), so the processes' records interleave; storeval runs
+``layout=shared-file block_size=47008`` with the same transfers, reorder and fsync (buffered: 47,008 bytes are not
+a sector multiple).
+
 Besides the medians, spreads and ratios, the bench prints how each tool's time split: IOR's open, transfer
 and close times (its JSON), storeval's per-client seconds, and — when the ratio is outside ±5 % — the device's
 own count of bytes and time for each tool's read (/proc/diskstats of the directory's device, before and after),
@@ -77,35 +82,74 @@ def requests_per_transfer(run: dict[str, Sample]) -> float | None:
     return int(m.group(1)) / max(1, int(m.group(2).replace(",", ""))) if m else None
 
 
-def ior(directory: str, procs: int, size_mib: int, transfer_mib: int, direct: bool) -> dict[str, Sample]:
+HARD = 47008  # IO500's ior-hard transfer and block
+
+
+def shape(size_mib: int, transfer_mib: int, hard: bool) -> tuple[list[str], list[str]]:
+    """(IOR's layout options, storeval's --set options) of the same layout: a file per process of size_mib in
+    transfers of transfer_mib, or ior-hard's interleaved 47,008-byte records, size_mib per process rounded down."""
+    if not hard:
+        return (["-F", "-t", f"{transfer_mib}m", "-b", f"{size_mib}m"],
+                ["file_size=" f"{size_mib}MiB", f"transfer_size={transfer_mib}MiB"])
+    segments = (size_mib << 20) // HARD
+    return (["-t", str(HARD), "-b", str(HARD), "-s", str(segments), "-Q", "1"],
+            [f"file_size={segments * HARD}", f"transfer_size={HARD}", "layout=shared-file", f"block_size={HARD}"])
+
+
+def forget_cached(where: str) -> None:
+    """Drop the page cache's copy of every file under ``where`` (posix_fadvise DONTNEED after fsync), as
+    storeval does to its own files before a read phase: a buffered read then comes from the device."""
+    for root, _, files in os.walk(where):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def ior(directory: str, procs: int, size_mib: int, transfer_mib: int, direct: bool,
+        hard: bool = False) -> dict[str, Sample]:
+    """IOR's write and read. Buffered, they are two IOR runs (-w -k, then -r) with the file's cached pages
+    dropped between them, so IOR's read comes from the device as storeval's does (one IOR run reads back
+    what its write left in the page cache)."""
     where = os.path.join(directory, "ior")
     shutil.rmtree(where, ignore_errors=True)
     os.makedirs(where)
-    before = disk_counts(device_of(directory))
-    cmd = [peer("mpiexec"), "-n", str(procs), peer("ior"), "-a", "POSIX", "-F", "-t", f"{transfer_mib}m",
-           "-b", f"{size_mib}m", "-w", "-r", "-C", "-e", *(["--posix.odirect"] if direct else []), "-i", "1",
-           "-O", "summaryFormat=JSON", "-o", os.path.join(where, "testfile")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    base = [peer("mpiexec"), "-n", str(procs), peer("ior"), "-a", "POSIX", *shape(size_mib, transfer_mib, hard)[0],
+            "-C", "-e", *(["--posix.odirect"] if direct else []), "-i", "1", "-k",
+            "-O", "summaryFormat=JSON", "-o", os.path.join(where, "testfile")]
+    out, before = {}, None
+    for access in (["-w", "-r"],) if direct else (["-w"], ["-r"]):
+        if access == ["-r"]:
+            forget_cached(where)
+        if "-r" in access:
+            before = disk_counts(device_of(directory))
+        cmd = base + access
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            shutil.rmtree(where, ignore_errors=True)
+            raise SystemExit(f"IOR failed: {' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        doc = json.loads(proc.stdout[proc.stdout.index("{"):])
+        for r in doc["tests"][0]["Results"]:
+            out[r["access"]] = Sample(r["bwMiB"])
+            out[r["access"]].split = (f"open {r['openTime']:.3f}s transfer {r['wrRdTime']:.3f}s "
+                                      f"close {r['closeTime']:.3f}s")
     shutil.rmtree(where, ignore_errors=True)
-    if proc.returncode:
-        raise SystemExit(f"IOR failed: {' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    doc = json.loads(proc.stdout[proc.stdout.index("{"):])
-    out = {}
-    for r in doc["tests"][0]["Results"]:
-        out[r["access"]] = Sample(r["bwMiB"])
-        out[r["access"]].split = f"open {r['openTime']:.3f}s transfer {r['wrRdTime']:.3f}s close {r['closeTime']:.3f}s"
     out["read"].split += "; " + device_note(device_of(directory), before)
     return out
 
 
 def storeval(directory: str, procs: int, size_mib: int, transfer_mib: int, direct: bool, engine: str,
-             device: str | None) -> dict[str, Sample]:
+             device: str | None, hard: bool = False) -> dict[str, Sample]:
     target = os.path.join(directory, "storeval")
     os.makedirs(target, exist_ok=True)
     before = disk_counts(device)
+    layout = [x for kv in shape(size_mib, transfer_mib, hard)[1] for x in ("--set", kv)]
     records = storeval_phase(f"file://{target}", "*", [
-        "--workload", "bandwidth", "--clients", str(procs), "--set", f"file_size={size_mib}MiB",
-        "--set", f"transfer_size={transfer_mib}MiB", "--set", f"direct={str(direct).lower()}", "--set", "fsync=true",
+        "--workload", "bandwidth", "--clients", str(procs), *layout,
+        "--set", f"direct={str(direct).lower()}", "--set", "fsync=true",
         "--set", "reorder=true", "--set", "phases=write,read", "--set", f"engine={engine}"], all_phases=True)
     shutil.rmtree(target, ignore_errors=True)
     out = {}
@@ -131,23 +175,32 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=int(os.environ.get("PROCS", 2)))
     ap.add_argument("--reps", type=int, default=int(os.environ.get("REPS", 3)))
     ap.add_argument("--engine", default=os.environ.get("ENGINE", "psync"))
-    ap.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True, help="O_DIRECT on both sides")
+    ap.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
+                    help="O_DIRECT on both sides (default: on, off with --hard)")
+    ap.add_argument("--hard", action="store_true", help="IO500's ior-hard shape: one shared file, interleaved "
+                                                        "47,008-byte records")
     a = ap.parse_args()
+    if a.direct is None:
+        a.direct = not a.hard
+    if a.hard and a.direct:
+        raise SystemExit("--hard moves 47,008-byte transfers, which O_DIRECT refuses (not a multiple of 512): "
+                         "leave --direct out")
     d = os.path.abspath(a.directory)
     os.makedirs(d, exist_ok=True)
     device = device_of(d)
-    b = Battery(f"{a.procs} proc x {a.size} MiB, {a.transfer} MiB transfers, {'O_DIRECT' if a.direct else 'buffered'}",
+    what = "ior-hard (shared file, 47,008-byte interleaved records)" if a.hard else f"{a.transfer} MiB transfers"
+    b = Battery(f"{a.procs} proc x {a.size} MiB, {what}, {'O_DIRECT' if a.direct else 'buffered'}",
                 "MiB/s",
-                lambda: storeval(d, a.procs, a.size, a.transfer, a.direct, a.engine, device),
-                lambda: ior(d, a.procs, a.size, a.transfer, a.direct))
+                lambda: storeval(d, a.procs, a.size, a.transfer, a.direct, a.engine, device, a.hard),
+                lambda: ior(d, a.procs, a.size, a.transfer, a.direct, a.hard))
     b.run(a.reps)
-    print(f"\nstoreval bandwidth ({a.engine}) vs IOR -a POSIX -F -C -e{' --posix.odirect' if a.direct else ''}: median of "
+    print(f"\nstoreval bandwidth ({a.engine}) vs IOR -a POSIX {' '.join(shape(a.size, a.transfer, a.hard)[0])} -C -e{' --posix.odirect' if a.direct else ''}: median of "
           f"{a.reps} alternating runs after a warm-up, [min–max]; {d} on device {device or 'none'}; ratio = storeval / IOR")
     for line in b.lines("IOR"):
         print(line)
     per = {t: [requests_per_transfer(r) for r in b.samples[t]] for t in b.samples}
     sv_req, ior_req = (sorted(x for x in per[t] if x is not None) for t in ("storeval", "reference"))
-    if a.transfer == 1 and sv_req and ior_req:
+    if a.transfer == 1 and not a.hard and sv_req and ior_req:
         print(f"device read requests per MiB read: storeval {sv_req[len(sv_req) // 2]:.2f}, IOR "
               f"{ior_req[len(ior_req) // 2]:.2f} ({queue_limits(device)}).")
         if abs(sv_req[len(sv_req) // 2] - ior_req[len(ior_req) // 2]) >= 0.3:

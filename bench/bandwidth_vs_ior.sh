@@ -4,7 +4,8 @@
 # request counts (with the reason when the tools' transfers reach the device as different numbers of requests).
 # IOR and its mpiexec come from ~/.cache/storeval-peers/bin (build them: bash ../shared/peers/build.sh) or PATH.
 #
-#   bench/bandwidth_vs_ior.sh [DIR] [--size 2048] [--transfer 1] [--procs 2] [--reps 3] [--no-direct]
+#   bench/bandwidth_vs_ior.sh [DIR] [--size 2048] [--transfer 1] [--procs 2] [--reps 3] [--no-direct] [--hard]
+# --hard: IO500's ior-hard shape (one shared file, interleaved 47,008-byte records, buffered).
 # Targets: write >= 0.95x IOR; read within ±5 % of IOR, or the reason printed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
