@@ -265,6 +265,7 @@ class CellFigures:
     phases: list[PhaseFigures]
     rtt: dict[str, dict[str, Any]] = field(default_factory=dict)  # group → requested / measured RTT (links.py)
     network: dict[str, Any] | None = None  # the cell's network event: its links' settings
+    result: dict[str, Any] | None = None  # the workload's figure of the whole cell (Workload.cell_result: IO500's score)
 
 
 def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dict[str, float] | None = None,
@@ -301,7 +302,8 @@ def cell_figures(cell: CellRow, where: dict[str, Any] | None = None, limits: dic
             fig.warnings += [w for w in saturation_warnings(fig.links) if w not in fig.warnings]
         if fig.status == "ok":
             fig.warnings += [w for w in rtt_warnings(rtt) + loss_warnings(network) if w not in fig.warnings]
-    return CellFigures(cell=cell, phases=phases, rtt=rtt, network=network)
+    result = workload.cell_result(cell.params, phases) if workload is not None and cell.status == "ok" else None
+    return CellFigures(cell=cell, phases=phases, rtt=rtt, network=network, result=result)
 
 
 @dataclass

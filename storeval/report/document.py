@@ -37,6 +37,7 @@ def run_document(run: RunData, cells: list[CellFigures], summary: list[ConfigSum
             "status": cf.cell.status, "error": cf.cell.error,
             "phases": [ph.as_dict() for ph in cf.phases],
             **({"rtt": cf.rtt} if cf.rtt else {}),  # issue 17: each group's requested and measured RTT
+            **({"result": cf.result} if cf.result else {}),  # the workload's figure of the whole cell (IO500's score)
         } for cf in cells],
         "summary": [s.as_dict() for s in summary],
         "outlier_rule": OUTLIER_RULE,

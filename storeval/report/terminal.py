@@ -707,6 +707,22 @@ def print_faults(cells: list[Any], console: Console) -> None:
         "what was read back after the phase against its stamps."), left=("where", "phase", "fault", "written"))
 
 
+def print_results(cells: list[Any], console: Console) -> None:
+    """Each cell's figure of the whole cell (Workload.cell_result: IO500's score and the rules it broke)."""
+    from ..workloads import WORKLOADS
+
+    for cf in cells:
+        workload = WORKLOADS.get(cf.cell.kind)
+        if not cf.result or workload is None:
+            continue
+        lines = workload.result_lines(cf.result)
+        if lines:
+            console.print(safe(f"[cell {cf.cell.cell_id} · {cf.cell.target} · {cf.cell.workload}] {lines[0]}"),
+                          highlight=False, soft_wrap=True)
+            for line in lines[1:]:
+                console.print(safe(line), highlight=False, soft_wrap=True)
+
+
 # ------------------------------------------------------------------------------------------------ whole screens
 
 
@@ -716,6 +732,7 @@ def print_run(summary: list, cells: list, console: Console, study: dict) -> None
     from ..analysis.table import summary_table
 
     print_summary(summary, console)
+    print_results(cells, console)
     print_faults(cells, console)
     print_scaling(scaling(cells) + along_settings(cells, study), console)
     print_table(summary_table(summary), console)

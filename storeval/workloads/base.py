@@ -484,6 +484,17 @@ class Workload(ABC):
         ``moved`` is what the probes saw move for it (device or network bytes), None when unknown."""
         return {}
 
+    @classmethod
+    def cell_result(cls, params: dict[str, Any], phases: list[Any]) -> dict[str, Any] | None:
+        """A figure of the whole cell from its phases' figures (``analysis.figures.PhaseFigures``), such as
+        IO500's score; None when the workload has none. The JSON keeps it as the cell's ``result``."""
+        return None
+
+    @staticmethod
+    def result_lines(result: dict[str, Any]) -> list[str]:
+        """How the terminal prints :meth:`cell_result` under the run's tables."""
+        return []
+
     @staticmethod
     def direction(phase: str, params: dict[str, Any]) -> str | None:
         """Whether a phase reads or writes data ("read", "write"), for amplification and physical limits."""
