@@ -10,6 +10,10 @@ Cases (each names the engine both tools use):
   differs) at queue depth 1 (psync in both) and 32 (io_uring in both);
 * ``disk``: O_DIRECT on the given directory's file system — 4 KiB random reads at QD1 (psync) and QD32
   (io_uring), sequential 1 MiB writes (fsync) and reads;
+* ``rwmix`` (with ``disk``): 4 KiB random reads and writes mixed 70/30 (fio's ``--rw=randrw --rwmixread=70``,
+  storeval's ``randrw`` with ``mix: {read: 70, write: 30}``), O_DIRECT at QD1, every block once in both: total
+  IOPS compared, and each tool's share of reads printed beside it. storeval runs its Python loop here (mixed
+  phases are not native), fio psync;
 * ``buffered`` (off by default): sequential 1 MiB buffered writes and reads, 1 and 2 clients.
 
 Tuning: the io_uring loop's completion spin (native SPIN_NS) was chosen on /dev/shm at QD32, so that case's
@@ -87,6 +91,37 @@ def randread(directory: str, mib: int, depth: int, engine: str, direct: bool) ->
     return sv_rand, fio_rand
 
 
+def rwmix(directory: str, mib: int, read_pct: int) -> tuple:
+    """storeval and fio: 4 KiB random reads and writes mixed read_pct/100-read_pct, O_DIRECT, QD1, of a file of
+    ``mib`` MiB laid out before; the figure is reads + writes per second, the split says the share of reads."""
+    def fio_mix() -> Sample:
+        clear(directory)
+        out = os.path.join(OUT, "fio.json")
+        subprocess.run(["fio", "--output-format=json", f"--output={out}", "--group_reporting",
+                        f"--directory={directory}", "--filename_format=bench.$jobnum.$filenum",
+                        "--name=first", "--bs=4M", f"--size={mib}M", "--direct=1", "--rw=write", "--end_fsync=1",
+                        "--fallocate=none", "--name=bench", "--stonewall", "--bs=4k", f"--size={mib}M", "--direct=1",
+                        "--rw=randrw", f"--rwmixread={read_pct}", "--ioengine=psync", "--iomem=mmap"],
+                       check=True, capture_output=True)
+        with open(out) as f:
+            job = json.load(f)["jobs"][-1]
+        clear(directory)
+        reads, writes = job["read"]["total_ios"], job["write"]["total_ios"]
+        sample = Sample(job["read"]["iops"] + job["write"]["iops"])
+        sample.split = f"reads {reads / max(reads + writes, 1):.2%} of {reads + writes:,} operations"
+        return sample
+
+    def sv_mix() -> Sample:
+        ph = storeval_phase(f"file://{directory}", "randrw", [
+            "--workload", "bandwidth", "--set", f"file_size={mib}MiB", "--set", "transfer_size=4KiB",
+            "--set", "direct=true", "--set", "phases=randrw", "--set", f"mix={{read: {read_pct}, write: {100 - read_pct}}}"])
+        sample = Sample(ph["ops_per_s"])
+        sample.split = f"reads {ph['read_share']:.2%} of {ph['ops']:,} operations"
+        return sample
+
+    return sv_mix, fio_mix
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("directory", nargs="?", default=os.path.join(OUT, "scratch"), help="the disk case's directory")
@@ -96,7 +131,7 @@ def main() -> None:
     ap.add_argument("--shm-size", default=os.environ.get("SHM_SIZE", "1GiB"), help="per file on /dev/shm")
     ap.add_argument("--null-size", default=os.environ.get("NULL_SIZE", "16GiB"), help="bytes 'read' on null")
     ap.add_argument("--cases", default=os.environ.get("CASES", "null,shm,disk"),
-                    help="comma-separated: null, shm, disk (= disk-rand and disk-seq), buffered")
+                    help="comma-separated: null, shm, disk (= disk-rand, disk-seq and rwmix), rwmix, buffered")
     a = ap.parse_args()
     need("fio", "fio")
     d = os.path.abspath(a.directory)
@@ -107,7 +142,7 @@ def main() -> None:
                                                 ("null", a.null_size))}
     chosen = set(a.cases.split(","))
     if "disk" in chosen:
-        chosen |= {"disk-rand", "disk-seq"}
+        chosen |= {"disk-rand", "disk-seq", "rwmix"}
     cases: list[Case] = []
 
     if "null" in chosen:
@@ -134,6 +169,9 @@ def main() -> None:
         for depth, engine in ((1, "psync"), (32, "io_uring")):
             cases.append(Case(f"disk 4KiB randread O_DIRECT qd{depth} ({engine})", "IOPS",
                               *randread(d, mib["rand"], depth, engine, direct=True)))
+    if "rwmix" in chosen:
+        cases.append(Case("disk 4KiB randrw 70/30 O_DIRECT qd1 (storeval python loop, fio psync)", "IOPS",
+                          *rwmix(d, mib["rand"], 70)))
     for direct in [True] * ("disk-seq" in chosen) + [False] * ("buffered" in chosen):
         mode = "O_DIRECT" if direct else "buffered"
         for n in ((1,) if direct else (1, 2)):
@@ -169,6 +207,9 @@ def main() -> None:
           f"cpu = client CPU seconds per GiB moved and per operation; ratio = storeval / fio (higher is better)")
     for case in cases:
         print(case.line("fio"))
+        if any(x.split for xs in case.samples.values() for x in xs):
+            for tool in ("storeval", "reference"):
+                print(f"  {'storeval' if tool == 'storeval' else 'fio':8}: " + "; ".join(x.split for x in case.samples[tool]))
 
 
 if __name__ == "__main__":

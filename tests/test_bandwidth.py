@@ -326,3 +326,72 @@ def test_storeval_never_touches_files_it_did_not_create(tmp_path, target):
     run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--set", "file_size=1MiB")
     assert sorted(os.listdir(target)) == ["bw.0", "precious.dat"]
     assert mine.read_bytes() == b"user data"
+
+
+def test_a_mixed_phase_splits_its_operations_as_drawn_and_verifies_every_read(tmp_path, target):
+    """randrw at 70/30 (fio's rwmixread=70): every block of each client's file is visited once, each operation's
+    direction drawn before the phase; the reads and writes are counted apart, sum to the phase's work, split
+    70/30 within the draw's own noise, and every block read (some after the mix rewrote them) is the one its writer
+    stamped. Phases run in storeval's order: the read (of the laid-out file) first."""
+    doc = run_json(tmp_path, "--target", str(target), "--workload", "bandwidth", "--clients", "2",
+                   "--set", "file_size=4MiB", "--set", "transfer_size=4KiB", "--set", "phases=read,randrw",
+                   "--set", "mix={read: 70, write: 30}", "--set", "verify=true", "--set", "iodepth=2")
+    cell = doc["cells"][0]
+    assert cell["status"] == "ok", cell["error"]
+    read, mixed = cell["phases"]
+    assert mixed["phase"] == "randrw" and mixed["io_engines"] == ["python"]
+    assert mixed["ops"] == mixed["read_ops"] + mixed["write_ops"] == 2 * 1024
+    assert mixed["bytes"] == 2 * 4 * MiB
+    assert 0.67 <= mixed["read_share"] <= 0.73  # 2,048 draws: 3 standard deviations
+    assert mixed["read_MiBps"] + mixed["write_MiBps"] == pytest.approx(mixed["bandwidth_MiBps"], rel=1e-9)
+    for c in mixed["client_stats"]:
+        assert c["read_ops"] + c["write_ops"] == 1024 and c["read_bytes"] == c["read_ops"] * 4096
+    assert read["ops"] == 2 * 1024 and read["errors"] == {} and mixed["errors"] == {}
+    assert leftovers(target) == []
+
+
+def test_distributions_concentrate_the_random_blocks_as_asked():
+    import numpy as np
+
+    from storeval.workloads.bandwidth import draw_blocks
+
+    rng = np.random.default_rng(7)
+    n = 10_000
+    assert sorted(draw_blocks(rng, n, "uniform")) == list(range(n))
+    for dist, hot_share in (("hotset:10/90", 0.90), ("zipf:1.2", 0.80), ("pareto:0.9", 0.80)):
+        draws = draw_blocks(np.random.default_rng(7), n, dist)
+        assert len(draws) == n and draws.min() >= 0 and draws.max() < n
+        counts = np.sort(np.bincount(draws, minlength=n))[::-1]
+        top = counts[: n // 10].sum() / n  # the share of operations on the busiest 10 % of the blocks
+        assert top >= hot_share - 0.02, (dist, top)
+    hot = draw_blocks(np.random.default_rng(3), n, "hotset:10/90")
+    busiest = set(np.argsort(np.bincount(hot, minlength=n))[::-1][: n // 10])
+    assert 0.88 <= np.isin(hot, list(busiest)).mean() <= 0.92
+    with pytest.raises(ValueError, match="distribution 'zipf' is not one of"):
+        BandwidthParams(distribution="zipf")
+
+
+def test_a_paced_client_never_runs_ahead_of_its_rate(tmp_path):
+    """iops 400 per client on the null target (no storage to wait on): each client's 200 operations take at least
+    200 intervals of 2.5 ms — pacing is open-loop on an absolute schedule, so a busy host can make a client late
+    but never early — and the record says what was asked and how much of it was held."""
+    doc = run_json(tmp_path, "--target", "null://paced", "--workload", "bandwidth", "--clients", "2",
+                   "--set", "file_size=800KiB", "--set", "transfer_size=4KiB", "--set", "phases=write,read",
+                   "--set", "iops=400")
+    for ph in doc["cells"][0]["phases"]:
+        assert ph["ops"] == 400 and ph["io_engines"] == ["python"]
+        for c in ph["client_stats"]:
+            assert c["paced_ops_per_s"] == pytest.approx(400)
+            assert c["seconds"] >= 200 * 0.0025 and c["ops_per_s"] <= 400
+            assert c["rate_held"] == pytest.approx(c["ops_per_s"] / 400)
+        assert ph["rate_held"] == min(c["rate_held"] for c in ph["client_stats"])
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"rate": 1 << 20, "iops": 10}, "give rate or iops, not both"),
+    ({"mix": {"read": 70, "write": 20}}, "mix: read 70 and write 20 add up to 90, not 100"),
+    ({"iops": 10, "engine": "psync"}, "engine psync: mixed .* and paced .* phases run on the python loop"),
+])
+def test_mix_and_pace_settings_are_checked(settings, message):
+    with pytest.raises(ValueError, match=message):
+        BandwidthParams(**settings)

@@ -93,6 +93,9 @@ CODES: dict[str, Code] = {
                            "set the hosts' TCP congestion control to the one the real clients use"),
     "memory-medium": Code((WARNING,), "the target's file system lives in RAM (tmpfs): these are memory speeds",
                           "measure a target on real storage"),
+    "rate-not-held": Code((WARNING,), "a client paced by rate or iops did not reach 98 % of its pace: the storage or "
+                          "its host could not keep it, so the background load was lighter than asked",
+                          "lower rate or iops, or give the clients more CPU"),
     "page-cache": Code((WARNING,), "reads of the phase may have been served by a page cache that was kept or could "
                        "not be cleared", "run as root without --keep-cache, or read more data than RAM"),
     "plotly-full-bundle": Code((WARNING,), "the HTML report embeds the full plotly.js (about 4.8 MB): the partial "

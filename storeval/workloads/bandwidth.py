@@ -7,7 +7,12 @@ file, blocks of all clients side by side in each segment (IOR's -b and -s; a
 block of one transfer interleaves the clients' records, as IO500's ior-hard). Phases run in the order of :data:`PHASES`. Open,
 every transfer, the optional fsync and close are inside the timed region, as
 in IOR. Random phases touch every block exactly once, in an order drawn before
-the phase starts. ``iodepth`` threads per client keep that many operations in
+the phase starts — or, with a ``distribution`` other than uniform (zipf, pareto, a hot
+set), draw as many blocks as the file holds, with replacement, as fio's
+random_distribution does. ``rw`` and ``randrw`` mix reads and writes of one file in
+the ``mix`` ratio (fio's rwmix), each operation's direction drawn before the phase.
+``rate`` or ``iops`` paces each client open-loop (fio's rate), so a background load
+can be held fixed. ``iodepth`` threads per client keep that many operations in
 flight (the GIL is released during ``preadv``/``pwritev``).
 """
 
@@ -19,25 +24,112 @@ from array import array
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder, fold_cap
 from ..core.stop import ClientStopped
 from ..errors import DirectIOUnsupported, StorevalError, one_line
+from ..fields import Rate
 from ..units import format_size
 from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
-from .kernel import Engine, NEVER, PAST_END, DataJob, choose_engine, run_parallel
+from .kernel import Engine, NEVER, PAST_END, DataJob, choose_engine, measure_mixed, run_parallel
 from .durability import make_durable, warn_write_back
 from .ops import IOFailure, run_ops
 from .payload import Payload, aligned_buffer
 
-PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite")
+PHASES = ("write", "rewrite", "read", "reread", "randread", "randwrite", "rw", "randrw")
 WRITES = frozenset({"write", "rewrite", "randwrite"})
 READS = frozenset({"read", "reread", "randread"})
-RANDOM = frozenset({"randread", "randwrite"})
-Phase = Literal["write", "rewrite", "read", "reread", "randread", "randwrite"]
+MIXED = frozenset({"rw", "randrw"})  # reads and writes of one file in the mix's ratio (fio's rw, randrw)
+RANDOM = frozenset({"randread", "randwrite", "randrw"})
+Phase = Literal["write", "rewrite", "read", "reread", "randread", "randwrite", "rw", "randrw"]
+DISTRIBUTIONS = ("uniform", "zipf:THETA", "pareto:H", "hotset:PERCENT_OF_BLOCKS/PERCENT_OF_OPERATIONS")
+
+
+class Mix(BaseModel):
+    """The shares of reads and writes of a mixed phase, in percent (fio's rwmixread/rwmixwrite)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    read: Annotated[int, Field(ge=0, le=100)] = 50
+    write: Annotated[int, Field(ge=0, le=100)] = 50
+
+    @model_validator(mode="after")
+    def _whole(self) -> Mix:
+        if self.read + self.write != 100:
+            raise ValueError(f"mix: read {self.read} and write {self.write} add up to {self.read + self.write}, not "
+                             "100 (e.g. {read: 70, write: 30})")
+        return self
+
+
+def parse_distribution(text: str) -> tuple[str, float, float]:
+    """``uniform``, ``zipf:THETA``, ``pareto:H`` or ``hotset:B/O`` as (kind, first, second); ValueError naming
+    the forms otherwise."""
+    kind, _, arg = text.partition(":")
+    try:
+        if kind == "uniform" and not arg:
+            return "uniform", 0.0, 0.0
+        if kind == "zipf":
+            theta = float(arg)
+            if theta > 0:
+                return "zipf", theta, 0.0
+        if kind == "pareto":
+            h = float(arg)
+            if 0 < h < 1:
+                return "pareto", h, 0.0
+        if kind == "hotset":
+            blocks, _, ops = arg.partition("/")
+            b, o = float(blocks), float(ops)
+            if 0 < b < 100 and 0 < o < 100:
+                return "hotset", b, o
+    except ValueError:
+        pass
+    raise ValueError(f"distribution {text!r} is not one of {', '.join(DISTRIBUTIONS)} (e.g. zipf:1.2 with theta > "
+                     "0, pareto:0.9 with 0 < h < 1, hotset:10/90: 90 % of operations on 10 % of the blocks)")
+
+
+def draw_blocks(rng: np.random.Generator, blocks: int, distribution: str) -> np.ndarray:
+    """The block numbers a random phase visits, in order: a permutation (each block once) for ``uniform``;
+    otherwise ``blocks`` draws with replacement from the distribution's ranks, the ranks scattered over the
+    file by a permutation (hot blocks are not neighbours). zipf: P(rank k) ∝ 1/k^θ; pareto: fio's, rank =
+    (blocks − 1) × u^(log h / log(1 − h)); hotset B/O: O % of the draws fall in B % of the blocks."""
+    kind, a, b = parse_distribution(distribution)
+    if kind == "uniform":
+        return rng.permutation(blocks).astype(np.int64)
+    place = rng.permutation(blocks).astype(np.int64)
+    if kind == "zipf":
+        weights = 1.0 / np.arange(1, blocks + 1, dtype=np.float64) ** a
+        cdf = np.cumsum(weights)
+        ranks = np.searchsorted(cdf, rng.random(blocks) * cdf[-1], side="right")
+    elif kind == "pareto":
+        ranks = ((blocks - 1) * rng.random(blocks) ** (np.log(a) / np.log(1 - a))).astype(np.int64)
+        ranks = blocks - 1 - ranks  # the likeliest rank first, as zipf's
+    else:
+        hot = max(1, int(round(blocks * a / 100)))
+        in_hot = rng.random(blocks) < b / 100
+        ranks = np.where(in_hot, rng.integers(0, hot, blocks), rng.integers(min(hot, blocks - 1), blocks, blocks))
+    return place[np.minimum(ranks, blocks - 1)]
+
+
+class MixedLogs:
+    """A stream's two logs in a mixed or paced phase (reads, writes); ``ops`` is what the stonewall counts."""
+
+    __slots__ = ("read", "write")
+
+    def __init__(self, read: OpLog, write: OpLog) -> None:
+        self.read, self.write = read, write
+
+    @property
+    def ops(self) -> int:
+        return self.read.ops + self.write.ops
+
+
+def _run_mixed(logs: MixedLogs, size: int, seq: Any, dirs: Any, ops: tuple, stamp: Any, check: Any, interval: int,
+               late: list[int], lo: int, hi: int, deadline_ns: int = NEVER) -> int:
+    """One stream of a mixed or paced phase (the kernel's :func:`measure_mixed`)."""
+    return measure_mixed((logs.read, logs.write), size, seq, dirs, ops, lo=lo, hi=hi, stamp=stamp, check=check,
+                         deadline_ns=deadline_ns, interval_ns=interval, fail=IOFailure, late=late)
 
 
 class BandwidthParams(DegradedParams):
@@ -66,10 +158,38 @@ class BandwidthParams(DegradedParams):
     verify: bool = param(False, "check every block read back against the stamps it was written with")
     engine: Engine = param("auto", "what runs the timed loop: auto picks the native loop on local files and "
                                    "null:// (docs/kernel.md), python the Python loop; psync and io_uring force one")
+    mix: Mix = param(Mix(), "the rw and randrw phases' shares of reads and writes in percent, e.g. {read: 70, "
+                            "write: 30} (fio's rwmixread); each operation's direction is drawn before the phase")
+    distribution: str = param("uniform", "which blocks the random phases visit: uniform (each block once, in a "
+                                         "shuffled order), zipf:THETA, pareto:H or hotset:B/O (O % of the operations "
+                                         "on B % of the blocks) — as many draws as the file has blocks, with "
+                                         "replacement (fio's random_distribution)")
+    rate: Rate | None = param(None, "bytes per second each client may move, paced open-loop (fio's rate): "
+                                    "operation k starts no sooner than k intervals after the first; none: as fast "
+                                    "as it can")
+    iops: Annotated[float, Field(gt=0)] | None = param(None, "operations per second each client may do, paced as "
+                                                             "rate is; none: as fast as it can", "ops/s")
+
+    @field_validator("distribution")
+    @classmethod
+    def _known_distribution(cls, v: str) -> str:
+        parse_distribution(v)
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> BandwidthParams:
         ts, fs = self.transfer_size, self.file_size
+        if self.rate is not None and self.iops is not None:
+            raise ValueError("give rate or iops, not both (each paces every client)")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError("rate must be more than 0 (e.g. 50MiB/s)")
+        paced = self.rate is not None or self.iops is not None
+        if (paced or MIXED & set(self.phases)) and self.engine in ("psync", "io_uring"):
+            raise ValueError(f"engine {self.engine}: mixed (rw, randrw) and paced (rate, iops) phases run on the "
+                             "python loop (leave engine auto or python)")
+        if (paced or MIXED & set(self.phases)) and self.on_error != "fail":
+            raise ValueError("on_error retry or continue does not work with mixed (rw, randrw) or paced (rate, iops) "
+                             "phases (leave on_error fail)")
         if ts <= 0:
             raise ValueError("transfer_size must be at least 1 byte")
         if fs < ts or fs % ts:
@@ -141,8 +261,10 @@ class Bandwidth(Workload):
         for ph in self.phases():
             if self.p.layout == "shared-file" and not caps.shared_write:
                 out[ph] = "target cannot let several clients write one shared file"
-            elif ph == "randwrite" and not caps.random_write:
-                out[ph] = "target cannot write at random offsets (objects and HDFS files are written front to back)"
+            elif ph in ("randwrite", "rw", "randrw") and not caps.random_write:
+                out[ph] = ("target cannot write at random offsets (objects and HDFS files are written front to back)"
+                           if ph == "randwrite" else "target cannot write into a file it reads (objects and HDFS "
+                                                     "files are written front to back)")
         return out
 
     def expected(self, phase: str, nclients: int) -> tuple[int, int]:
@@ -156,7 +278,7 @@ class Bandwidth(Workload):
         chosen = self.phases()
         reads = [ph for ph in chosen if ph in READS]
         buffers = (2 * depth + 1) + (2 * depth * (2 if p.reorder else 1) if p.verify and reads else 0)
-        chunk = _prefill_chunk(ts, fs) if chosen[0] not in ("write", "randwrite") else 0
+        chunk = _prefill_chunk(ts, fs) if self._needs_prefill(chosen) else 0
         memory = [Need(buffers * ts + chunk, f"{buffers} buffers of transfer_size {format_size(ts)}"
                                              + (f" (iodepth {depth})" if depth > 1 else ""),
                        "lower transfer_size" + (" or iodepth" if depth > 1 else ""))]
@@ -172,7 +294,44 @@ class Bandwidth(Workload):
 
     @staticmethod
     def direction(phase: str, params: dict) -> str | None:
-        return "write" if phase in WRITES else "read"
+        return None if phase in MIXED else "write" if phase in WRITES else "read"
+
+    @staticmethod
+    def client_extra(extra: dict[str, Any], seconds: float, cpu_seconds: float) -> dict[str, Any]:
+        """A mixed phase's reads and writes apart; a paced one's rate asked for and the share of it held."""
+        out = dict(extra.get("mix") or {})
+        pace = extra.get("pace")
+        if pace:
+            ops = out.get("read_ops", 0) + out.get("write_ops", 0)
+            out["paced_ops_per_s"] = pace["ops_per_s"]
+            out["rate_held"] = ops / seconds / pace["ops_per_s"] if seconds > 0 else 0.0
+            out["late_ops"] = pace["late"]
+        return out
+
+    @staticmethod
+    def phase_extra(clients: list[dict[str, Any]], seconds: float, moved: float | None) -> dict[str, Any]:
+        """read/write MiB/s and ops of a mixed phase over the phase's span (as fio reports each direction of a
+        rwmix job), the read share of its operations; for paced clients the lowest share of the rate held, and
+        ``rate-not-held`` when a client fell 2 % or more behind it."""
+        mixed = [c for c in clients if "read_ops" in c]
+        if not mixed:
+            return {}
+        out: dict[str, Any] = {}
+        reads, writes = sum(c["read_ops"] for c in mixed), sum(c["write_ops"] for c in mixed)
+        if reads and writes or any(c.get("mixed") for c in mixed):
+            out.update(read_ops=reads, write_ops=writes, read_share=reads / max(reads + writes, 1),
+                       read_MiBps=sum(c["read_bytes"] for c in mixed) / (1 << 20) / seconds,
+                       write_MiBps=sum(c["write_bytes"] for c in mixed) / (1 << 20) / seconds)
+        held = [c["rate_held"] for c in mixed if "rate_held" in c]
+        if held:
+            out["rate_held"] = min(held)
+            out["late_ops"] = sum(c.get("late_ops", 0) for c in mixed)
+            if min(held) < 0.98:
+                out["warnings"] = [{"code": "rate-not-held", "message": (
+                    f"a paced client reached {min(held):.1%} of its rate ({mixed[0]['paced_ops_per_s']:,.0f} "
+                    f"operations/s asked); {out['late_ops']:,} operations started more than an interval late: the "
+                    "storage or this host could not keep the pace")}]
+        return out
 
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         for name in [f"bw.{k}" for k in range(nclients)] + ["bw.shared"]:
@@ -205,7 +364,7 @@ class Bandwidth(Workload):
 
     def _owner(self, c: ClientContext, phase: str) -> int:
         """Whose file or segment this client touches: its own, or rank+1's for reads with ``reorder``."""
-        if phase in WRITES or not self.p.reorder:
+        if phase in WRITES or phase in MIXED or not self.p.reorder:
             return c.rank
         return (c.rank + 1) % c.nclients
 
@@ -221,7 +380,7 @@ class Bandwidth(Workload):
             return [self._place(owner, c.nclients, np.arange(j, blocks, streams, dtype=np.int64) * ts)
                     for j in range(streams)]
         rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase)])
-        order = rng.permutation(blocks).astype(np.int64) * ts
+        order = draw_blocks(rng, blocks, p.distribution) * ts
         flat = array("q", np.asarray(self._place(owner, c.nclients, order), dtype=np.int64).tobytes())
         return [flat] if streams == 1 else [flat[j::streams] for j in range(streams)]
 
@@ -233,16 +392,49 @@ class Bandwidth(Workload):
         st["write_bufs"] = [mine.write_buffer() for _ in range(depth)]
         st["read_bufs"] = [aligned_buffer(ts) for _ in range(depth)]
         st["direct"] = p.direct
-        st["engine"], st["engine_note"] = choose_engine(p.engine, c.driver.native_io(), depth,
-                                                        degraded=p.on_error != "fail")
         chosen = self.phases()
+        paced = p.rate is not None or p.iops is not None
+        python_loop = [ph for ph in chosen if paced or ph in MIXED]  # they run on the kernel's measure_mixed
+        # no io_uring beside them: their streams are threads, and the offsets are dealt to the same streams
+        st["engine"], st["engine_note"] = choose_engine(p.engine, c.driver.native_io(), depth,
+                                                        degraded=p.on_error != "fail" or bool(python_loop))
         st["offsets"] = {ph: self._offsets(c, ph, self._owner(c, ph)) for ph in chosen}
         if p.verify:
             reader_of = {ph: self._owner(c, ph) for ph in chosen if ph not in WRITES}
             st["checkers"] = {owner: [Payload(ts, owner, p.random_seed).checker() for _ in range(depth)]
                               for owner in set(reader_of.values())}
-        if chosen[0] not in ("write", "randwrite"):  # the first phase needs data that is already there
+        if python_loop:
+            st["dirs"] = {ph: self._directions(c, ph, depth) for ph in python_loop}
+        if self._needs_prefill(chosen):  # the first phase needs data that is already there
             self._prefill(c)
+
+    def _needs_prefill(self, chosen: list[str]) -> bool:
+        """Whether the file must be laid out before the first phase: it reads or rewrites it, or writes only
+        some of its blocks (a random write drawn from a distribution other than uniform)."""
+        first = chosen[0]
+        return first not in ("write", "randwrite") or (first == "randwrite" and self.p.distribution != "uniform")
+
+    def _directions(self, c: ClientContext, phase: str, streams: int) -> list:
+        """Per stream, whether each operation writes (1) or reads (0): drawn in the mix's ratio for rw and randrw
+        (seeded by rank and phase, as the offsets are), else all the phase's own direction."""
+        p = self.p
+        n = p.file_size // p.transfer_size
+        if phase in MIXED:
+            rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase), 1])
+            flat = (rng.random(n) * 100 >= p.mix.read).astype(np.uint8).tobytes()
+        else:
+            flat = (b"\x01" if phase in WRITES else b"\x00") * n
+        return [flat[j::streams] for j in range(streams)]
+
+    def _interval_ns(self, streams: int) -> int:
+        """Nanoseconds between one stream's operation starts under rate or iops (the client's pace shared by its
+        streams); 0 when unpaced."""
+        p = self.p
+        if p.rate is not None:
+            return int(round(streams * p.transfer_size / p.rate * 1e9))
+        if p.iops is not None:
+            return int(round(streams / p.iops * 1e9))
+        return 0
 
     def _open(self, c: ClientContext, path: str, mode: str, rec: PhaseRecorder | None):
         st = c.state
@@ -288,6 +480,10 @@ class Bandwidth(Workload):
         if phase in WRITES:
             st["dirty"] = True
             return
+        if phase in MIXED:  # it reads what is on the storage, and leaves written data behind
+            st["cache"] = "direct" if st["direct"] else c.clear_cache([self._path(c, self._owner(c, phase))])
+            st["dirty"] = True
+            return
         if phase != "reread" or st.get("dirty", True):
             st["cache"] = "direct" if st["direct"] else c.clear_cache([self._path(c, self._owner(c, phase))])
             st["dirty"] = False
@@ -296,6 +492,9 @@ class Bandwidth(Workload):
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
+        if phase in st.get("dirs", ()):
+            self._run_mixed(c, phase, rec)
+            return
         write = phase in WRITES
         owner = self._owner(c, phase)
         path = self._path(c, owner)
@@ -342,6 +541,77 @@ class Bandwidth(Workload):
         if write:
             requests = c.driver.take_requests()
             if requests is not None:  # an object store's parts: the writes only filled them
+                rec.latency_of_requests(requests)
+            warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
+        self._warn_about_memory(c, phase, rec)
+
+    def _run_mixed(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
+        """A mixed (rw, randrw) or paced (rate, iops) phase on the kernel's :func:`measure_mixed`, in the Python
+        loop: each operation's direction drawn before the phase, reads and writes timed into logs of their own
+        (``mix`` in the record: each direction's operations, bytes and mean latency), writes stamped as the
+        write phases' are and reads verified with ``verify``; under a pace, when it was asked and how many
+        operations started late (``pace``)."""
+        p, st = self.p, c.state
+        ts = p.transfer_size
+        owner = self._owner(c, phase)
+        path = self._path(c, owner)
+        offsets, dirs = st["offsets"][phase], st["dirs"][phase]
+        cap = fold_cap(ts)
+        logs = [MixedLogs(rec.oplog(cap), rec.oplog(cap)) for _ in offsets]
+        writes = phase in WRITES or phase in MIXED
+        rec.extra["io_engine"] = "python"
+        if phase not in WRITES:
+            rec.extra["cache"] = st.setdefault("cache", "not-cleared")
+        if writes:
+            c.driver.take_requests()
+        h = self._open(c, path, "rw" if phase in MIXED else "w" if phase in WRITES else "r", rec)
+        interval = self._interval_ns(len(offsets))
+        late = [0]
+        closed = False
+        try:
+            read = c.driver.reader(h, into_buffer=p.verify) if phase not in WRITES else None
+            write = c.driver.writer(h) if writes else None
+            runs = []
+            for j, seq in enumerate(offsets):
+                rbuf, (wbuf, stamp) = st["read_bufs"][j], st["write_bufs"][j]
+                check = (functools.partial(st["checkers"][owner][j].verify, rbuf)
+                         if p.verify and phase not in WRITES else None)
+                ops = (functools.partial(read, [rbuf]) if read else None,
+                       functools.partial(write, [wbuf]) if write else None)
+                runs.append(functools.partial(_run_mixed, logs[j], ts, seq, dirs[j], ops, stamp, check, interval,
+                                              late))
+            try:
+                if p.deadline is None:
+                    run_parallel([functools.partial(run, 0, len(o)) for run, o in zip(runs, offsets)])
+                else:
+                    self._stonewall(c, phase, rec, runs, offsets, logs)
+            except IOFailure as e:
+                rec.error(e.kind)
+                raise StorevalError(f"{phase} of {path} {e}") from e
+            durable = None
+            if writes:
+                durable = make_durable(c, h, p.fsync)
+                c.driver.close(h)
+                closed = True
+        finally:
+            if phase in WRITES:
+                st["written"] = (path, [(seq, lg.ops, set()) for seq, lg in zip(offsets, logs)])
+            if not closed:
+                c.driver.close(h)
+        reads_, writes_ = [lg.read for lg in logs], [lg.write for lg in logs]
+        mix: dict[str, Any] = {"mixed": phase in MIXED}
+        for name, group in (("read", reads_), ("write", writes_)):
+            ops = sum(lg.ops for lg in group)
+            mix[f"{name}_ops"] = ops
+            mix[f"{name}_bytes"] = sum(lg.bytes for lg in group)
+            means = [lg.hist.mean * lg.ops for lg in group if lg.ops and lg.hist.mean is not None]
+            mix[f"{name}_mean_us"] = sum(means) / ops / 1e3 if ops and means else None
+        rec.extra["mix"] = mix
+        if interval:
+            rec.extra["pace"] = {"ops_per_s": len(offsets) * 1e9 / interval, "late": late[0]}
+        if writes:
+            requests = c.driver.take_requests()
+            if requests is not None:
                 rec.latency_of_requests(requests)
             warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
         self._warn_about_memory(c, phase, rec)
@@ -577,6 +847,15 @@ class Bandwidth(Workload):
             words.append("reads of rank+1's data")
         if p.get("iodepth", 1) > 1:
             words.append(f"{p['iodepth']} I/Os in flight per client")
+        if p.get("distribution", "uniform") != "uniform":
+            words.append(f"random blocks drawn {p['distribution']}")
+        if any(ph in MIXED for ph in p.get("phases") or ()) and "mix" in p:
+            mix = p["mix"] if isinstance(p["mix"], dict) else {"read": 50, "write": 50}
+            words.append(f"mixed {mix.get('read', 50)} % reads / {mix.get('write', 50)} % writes")
+        if p.get("rate"):
+            words.append(f"each client paced to {format_size(p['rate'])}/s")
+        if p.get("iops"):
+            words.append(f"each client paced to {p['iops']:,.0f} operations/s")
         if p.get("deadline"):
             words.append(f"stonewall deadline {p['deadline']:g} s (then every client finishes up to the most any "
                          "client did; the file size is an upper bound)")

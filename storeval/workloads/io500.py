@@ -12,8 +12,8 @@ runs them (writes, the find, reads and stats, deletes; the hard read after the o
   the timestamp taken before ior-hard-write), each entry one operation;
 * ``ior-rnd4K-easy-read``: 4 KiB random reads of ior-easy's files (not scored, as in IO500).
 
-Each part is storeval's own workload (bandwidth, metadata) with IO500's settings, in a directory of its own under
-the cell's. The score is IO500's: the geometric mean of the ior phases' GiB/s, the geometric mean of the mdtest
+Each part is storeval's own workload (bandwidth, metadata, made through the registry as any plug-in's would be)
+with IO500's settings, in a directory of its own under the cell's. The score is IO500's: the geometric mean of the ior phases' GiB/s, the geometric mean of the mdtest
 phases' and find's kIOPS, and the geometric mean of those two. A run that breaks one of IO500's rules (writes
 stonewalled shorter than 300 s, a phase left out, a read served from memory) is labelled "IO500-shaped, not a
 valid submission" with each rule it breaks.
@@ -32,9 +32,8 @@ from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import PhaseRecorder
 from ..errors import StorevalError, one_line
 from ..units import format_size
-from .bandwidth import Bandwidth, BandwidthParams
+from . import make_workload
 from .base import Best, ClientContext, Duration, Figure, Needs, Params, Report, Size, Workload, param
-from .metadata import Metadata, MetadataParams
 
 PHASES = ("ior-easy-write", "mdtest-easy-write", "ior-hard-write", "mdtest-hard-write", "find",
           "ior-easy-read", "mdtest-easy-stat", "ior-hard-read", "mdtest-hard-stat",
@@ -101,13 +100,6 @@ def _is_bandwidth(phase: str) -> bool:
     return phase.startswith("ior-")
 
 
-class _Rnd4K(Bandwidth):
-    """ior-rnd4K-easy-read: 4 KiB random reads of the files ior-easy wrote; it lays out nothing itself."""
-
-    def _prefill(self, c: ClientContext) -> None:
-        pass
-
-
 class IO500(Workload):
     kind = "io500"
     Params = IO500Params
@@ -138,23 +130,24 @@ class IO500(Workload):
         super().__init__(params)
         p = params
         wall = p.stonewall
-        easy = BandwidthParams(file_size=p.ior_easy_size, transfer_size=p.ior_easy_transfer, phases=["write", "read"],
-                               reorder=True, fsync=True, deadline=wall, random_seed=p.random_seed)
-        hard = BandwidthParams(file_size=p.ior_hard_records * HARD_RECORD, transfer_size=HARD_RECORD,
-                               layout="shared-file", block_size=HARD_RECORD, phases=["write", "read"], reorder=True,
-                               fsync=True, deadline=wall, random_seed=p.random_seed)
-        rnd = BandwidthParams(file_size=p.ior_easy_size, transfer_size=RND_TRANSFER, phases=["randread"],
-                              reorder=True, deadline=wall, random_seed=p.random_seed)
-        md_easy = MetadataParams(items=p.mdtest_easy_files, files_only=True, mode="unique", stat_stride=1,
-                                 deadline=wall, phases=["file-create", "file-stat", "file-remove"],
-                                 random_seed=p.random_seed)
-        md_hard = MetadataParams(items=p.mdtest_hard_files, files_only=True, mode="single", stat_stride=1,
-                                 file_size=HARD_FILE, deadline=wall,
-                                 phases=["file-create", "file-stat", "file-read", "file-remove"],
-                                 random_seed=p.random_seed)
-        self.parts: dict[str, Workload] = {"ior-easy": Bandwidth(easy), "ior-hard": Bandwidth(hard),
-                                           "ior-rnd4K": _Rnd4K(rnd), "mdtest-easy": Metadata(md_easy),
-                                           "mdtest-hard": Metadata(md_hard)}
+        easy = dict(file_size=p.ior_easy_size, transfer_size=p.ior_easy_transfer, phases=["write", "read"],
+                    reorder=True, fsync=True, deadline=wall, random_seed=p.random_seed)
+        hard = dict(file_size=p.ior_hard_records * HARD_RECORD, transfer_size=HARD_RECORD, layout="shared-file",
+                    block_size=HARD_RECORD, phases=["write", "read"], reorder=True, fsync=True, deadline=wall,
+                    random_seed=p.random_seed)
+        # ior-rnd4K reads the files ior-easy wrote: its "write" is declared (so nothing is laid out for it) and
+        # never run
+        rnd = dict(file_size=p.ior_easy_size, transfer_size=RND_TRANSFER, phases=["write", "randread"],
+                   reorder=True, deadline=wall, random_seed=p.random_seed)
+        md_easy = dict(items=p.mdtest_easy_files, files_only=True, mode="unique", stat_stride=1, deadline=wall,
+                       phases=["file-create", "file-stat", "file-remove"], random_seed=p.random_seed)
+        md_hard = dict(items=p.mdtest_hard_files, files_only=True, mode="single", stat_stride=1, file_size=HARD_FILE,
+                       deadline=wall, phases=["file-create", "file-stat", "file-read", "file-remove"],
+                       random_seed=p.random_seed)
+        self.parts: dict[str, Workload] = {
+            "ior-easy": make_workload("bandwidth", easy), "ior-hard": make_workload("bandwidth", hard),
+            "ior-rnd4K": make_workload("bandwidth", rnd), "mdtest-easy": make_workload("metadata", md_easy),
+            "mdtest-hard": make_workload("metadata", md_hard)}
         chosen = set(self.phases())
         self.used = [name for name in self.parts if any(PART.get(ph, ("",))[0] == name for ph in chosen)]
 

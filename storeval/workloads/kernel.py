@@ -123,6 +123,72 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
     return done + i
 
 
+def measure_mixed(logs: tuple[OpLog, OpLog], size: int, items: Sequence, writes: Sequence, ops: tuple, *,
+                  lo: int = 0, hi: int | None = None, stamp: tuple | None = None, check: Callable | None = None,
+                  deadline_ns: int = NEVER, interval_ns: int = 0, fail: Callable[[Any, BaseException], BaseException],
+                  late: list[int] | None = None) -> int:
+    """:func:`measure` for a phase that mixes reads and writes, or paces its operations (Python loop only).
+
+    ``writes[j]`` says whether item ``j`` is written (``ops[1]``; its buffer stamped first, outside the timing)
+    or read (``ops[0]``; then ``check``-ed); each is timed into its direction's log (``logs``: read, write). With
+    ``interval_ns`` the loop is open: operation ``k`` may start no sooner than ``k`` intervals after the first,
+    one that is late starts at once (so the rate catches up), and the loop returns at the end of its last
+    operation's interval, so a held rate is exactly one operation per interval; ``late`` counts (once,
+    element 0) the operations that started more than an interval after their time. Returns how many ran."""
+    hi = len(items) if hi is None else hi
+    clock = time.perf_counter_ns
+    sleep = time.sleep
+    add, tags, view = stamp if stamp is not None else (None, None, None)
+    read, write = ops
+    done = behind = 0
+    begin = clock()
+    item = None
+    j = lo
+    try:
+        for j in range(lo, hi):
+            item = items[j]
+            if interval_ns:
+                due = begin + done * interval_ns
+                now = clock()
+                if now < due:
+                    sleep((due - now) / 1e9)
+                elif now - due > interval_ns:
+                    behind += 1
+            if writes[j]:
+                if add is not None:
+                    add(tags, item, out=view)
+                log, op = logs[1], write
+            else:
+                log, op = logs[0], read
+            t0 = clock()
+            n = op(item)
+            t1 = clock()
+            if n != size:
+                raise ShortTransfer(n, size)
+            if check is not None and not writes[j]:
+                check(item)
+            log.add(t0, t1, size)
+            done += 1
+            if t1 >= deadline_ns:
+                break
+    except ClientStopped:
+        raise
+    except Exception as e:
+        logs[0].flush()
+        logs[1].flush()
+        raise fail(item, e) from e
+    if interval_ns and done:
+        end = begin + done * interval_ns
+        now = clock()
+        if now < end:
+            sleep((end - now) / 1e9)
+    logs[0].flush()
+    logs[1].flush()
+    if late is not None:
+        late[0] += behind
+    return done
+
+
 def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: int, deadline_ns: int,
                  fail: Callable, recover: Callable | None = None) -> int:
     """Batches of the native loop: each runs up to ``cap`` operations without the GIL, then folds here. Under
