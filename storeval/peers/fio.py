@@ -135,6 +135,20 @@ def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
         cannot.append("deadline: fio's runtime= stops each job at that time, it does not agree on the most work done")
     if p.get("verify"):
         argv.append("--verify=crc32c")
+    if any(ph in ("rw", "randrw") for ph in p.get("phases") or []):
+        argv.append(f"--rwmixread={(p.get('mix') or {}).get('read', 50)}")
+    dist = str(p.get("distribution") or "uniform")
+    if dist.startswith(("zipf:", "pareto:")):
+        argv.append(f"--random_distribution={dist}")
+    elif dist.startswith("hotset:"):  # fio's zoned: O % of the accesses to the first B % of the blocks
+        blocks, _, ops = dist.partition(":")[2].partition("/")
+        argv.append(f"--random_distribution=zoned:{float(ops):g}/{float(blocks):g}:"
+                    f"{100 - float(ops):g}/{100 - float(blocks):g}")
+        cannot.append("distribution hotset: fio's zoned puts the hot blocks at the file's start, storeval scatters them")
+    if p.get("rate"):
+        argv.append(f"--rate={int(p['rate'])}")
+    if p.get("iops"):
+        argv.append(f"--rate_iops={p['iops']:g}")
     # each phase a job of its own, after the previous one ended (--stonewall), all in one fio command
     for ph in p.get("phases") or []:
         argv += [f"--name={ph}", f"--rw={FIO_RW.get(ph, ph)}", "--stonewall"]

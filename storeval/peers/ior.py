@@ -149,5 +149,12 @@ def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
         cannot.append(f"iodepth {p['iodepth']}: IOR's POSIX backend has one transfer in flight per task")
     if p.get("verify"):
         argv.append("-R")
+    for ph in phases:
+        if ph in ("rw", "randrw"):
+            cannot.append(f"phase {ph}: IOR does not mix reads and writes in one phase")
+    if str(p.get("distribution") or "uniform") != "uniform":
+        cannot.append(f"distribution {p['distribution']}: IOR's -z visits every block once")
+    if p.get("rate") or p.get("iops"):
+        cannot.append("rate/iops: IOR does not pace its tasks")
     argv += ["-i", "1", "-o", f"{path or 'TARGET'}/ior-cell-{cell.index:04d}/testfile"]
     return argv, cannot
