@@ -66,8 +66,9 @@ class RunResult:
 
 class Runner:
     def __init__(self, study: Study, cells: list[Cell], store: Store, *, command_line: str, ui: Any,
-                 engine: Any = None, run_id: str | None = None, regenerate: bool = False) -> None:
+                 engine: Any = None, run_id: str | None = None, regenerate: bool = False, live: Any = None) -> None:
         self.study, self.cells, self.store, self.ui = study, cells, store, ui
+        self.live = live if live is not None and live.active else None  # report/live.py: the live view
         self.command_line = command_line
         self.engine = engine or LocalEngine(preload_of(c.kind for c in cells))
         self.run_id = run_id or new_run_id()
@@ -218,6 +219,23 @@ class Runner:
         return cell
 
     # -- one cell ----------------------------------------------------------------------------------------
+    def _live_feed(self, cell: Cell, job: Any) -> Any:
+        """The live view's feed of this cell (None without one): each client's group, its host once the engine
+        has placed it (``_clients_seen``)."""
+        if self.live is None:
+            return None
+        return self.live.cell(cell.index, progress_label(cell), [], list(job.members))
+
+    def _clients_seen(self, feed: Any) -> Any:
+        """The engine's word on where the cell's clients run: for the watchdog, and the live view's hosts."""
+        if feed is None:
+            return self.guard.clients
+
+        def seen(clients: list[dict[str, Any]]) -> None:
+            feed.hosts = [str(c.get("host") or "") for c in clients]
+            self.guard.clients(clients)
+        return seen
+
     def run_cell(self, cell: Cell) -> CellOutcome:
         """Run, clean up and store one cell (inside ``run``'s deferred region: a stop signal interrupts only
         the connection and the data layout here, and the engine's watch; the rest always completes)."""
@@ -232,6 +250,7 @@ class Runner:
         faults: FaultRunner | None = None
         fault_events: list[dict[str, Any]] = []
         network_events: list[dict[str, Any]] = []
+        feed = None
         try:
             with interrupts.interruptible():
                 cell = self._configure(cell)
@@ -265,8 +284,10 @@ class Runner:
                                          self.systems.testbed_dir if on_system else self.study.testbed,
                                          log=self.ui.log, deadline=getattr(wl.p, "deadline", None),
                                          on_pending=self.guard.undos, redundancy=driver.redundancy)
-                outcome = self.engine.run_cell(job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
-                                               on_clients=self.guard.clients, watcher=faults)
+                feed = self._live_feed(cell, job)
+                outcome = self.engine.run_cell(
+                    job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
+                    on_clients=self._clients_seen(feed), watcher=faults, live=feed)
             else:
                 outcome = CellOutcome(status="ok")
         except KeyboardInterrupt as e:  # a stop signal while connecting or laying out data (or Python's own Ctrl-C)
@@ -276,6 +297,8 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - one cell's failure must not stop the others
             outcome = CellOutcome(status="failed", error=one_line(e))
         finally:
+            if feed is not None:
+                feed.close()
             if faults is not None:  # before the clean-up: a stopped or killed server is back first
                 fault_events = faults.finish()
             if driver is not None:

@@ -38,6 +38,9 @@ class RunRequest:
     force: bool = False
     as_tool: str | None = None  # print the peer tool's command per cell instead of running
     command_line: str = "storeval run"
+    live: bool | None = None  # the live table under the bars: None: on a terminal only (report/live.py)
+    live_json: str | None = None  # each second's per-client rates as JSON lines to this file (-: stdout)
+    metrics: str | None = None  # [HOST]:PORT of a Prometheus endpoint serving the same
 
 
 @dataclass
@@ -120,8 +123,14 @@ def _run(request: RunRequest, spec: Any, cells: list, engine: Any, say: Say, ui:
     # a store that cannot be written holds the cells and says so; at the run's end it waits for the store
     # (bounded) and, if it still cannot store them, raises one line naming the file that keeps them: never `ok`
     store.log = say.warn
-    result = Runner(spec, cells, store, command_line=request.command_line, ui=ui, regenerate=request.regenerate,
-                    engine=engine).run()
+    from ..report.live import LiveView, wants_table
+
+    live = LiveView(ui if wants_table(request.live) else None, request.live_json, request.metrics)
+    try:
+        result = Runner(spec, cells, store, command_line=request.command_line, ui=ui, regenerate=request.regenerate,
+                        engine=engine, live=live).run()
+    finally:
+        live.close()
     # a stopped run reports what ran (a large plan's not-run cells are counted, not loaded and analysed: a stop
     # answers in seconds at any plan size); `storeval report` still shows every cell
     data = store.load_run(result.run_id, ran_only=result.status == "interrupted")

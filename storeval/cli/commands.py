@@ -105,6 +105,15 @@ def run(
                                                "(like a dry run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved study, every cell with what it needs "
                                                           "and preflight's verdict; runs nothing, touches no target."),
+    live: Optional[bool] = typer.Option(None, "--live/--no-live",
+                                        help="A table of each client's MiB/s, ops/s and errors under the progress "
+                                             "bars, refreshed each second (default: on a terminal)."),
+    live_json: Optional[str] = typer.Option(None, "--live-json", metavar="FILE|-",
+                                            help="Each second of a running cell, every client's rates and errors, "
+                                                 "as JSON lines to this file (-: stdout, alone: no tables)."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", metavar="[HOST]:PORT",
+                                          help="Serve the live figures as Prometheus gauges on this address (e.g. "
+                                               ":9464) while the run goes on."),
 ) -> None:
     """Run a study (or the default quick study) and report the results.
 
@@ -120,16 +129,18 @@ def run(
     request = RunRequest(study, target, workload, set_, clients, repetitions, phase_timeout, keep_cache,
                          probe_interval, placement, clients_per_host, results, json_out,
                          None if no_html else (html_out or ""), regenerate, exclude_outliers, force, as_tool,
-                         command_line)
+                         command_line, live, live_json, metrics)
     if as_tool is not None:  # the peer's commands, printed; nothing runs
         for line in tool_lines(request):
             print(line)
         raise typer.Exit(EXIT_OK)
     if dry_run:
         raise typer.Exit(show_dry_run(request))
+    if live_json == "-" and json_out == "-":
+        raise InputError("--live-json - and --json - both want stdout: send one of them to a file")
     err = _console(stderr=True)
     ui = QuietUI() if quiet else ProgressUI(err)
-    tables = not quiet and json_out != "-"  # --json -: stdout holds the document alone
+    tables = not quiet and json_out != "-" and live_json != "-"  # stdout holds the document (or the stream) alone
     raise typer.Exit(run_study(request, _say(), ui, lambda outcome: show_run(outcome, not tables)))
 
 

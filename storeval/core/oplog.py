@@ -25,8 +25,9 @@ from .stop import STOP, ClientStopped
 # CLOCK_MONOTONIC time (ns) of its last sign of progress (phase start, fold, phase end, barrier exit) and
 # 1 while it waits in a barrier. The engines' hang detection counts from the last sign of progress and
 # skips clients waiting for a peer: a client that is slowly progressing is not hung.
-PROGRESS_SLOTS = 5
-P_BYTES, P_OPS, P_DONE, P_BEAT, P_WAIT = range(PROGRESS_SLOTS)
+FOLD_EVERY_NS = 250_000_000  # a loop folds at least this often (OpLog.due)
+PROGRESS_SLOTS = 6
+P_BYTES, P_OPS, P_DONE, P_BEAT, P_WAIT, P_ERRS = range(PROGRESS_SLOTS)  # P_ERRS: the phase's errors (live view)
 
 
 MAX_MARKS = 512  # progress marks kept per thread: a phase of any length costs at most 8 KiB of them
@@ -41,7 +42,7 @@ class OpLog:
     """Per-thread latency/end-time buffers folded into a histogram and a per-second timeline."""
 
     __slots__ = ("ends", "lats", "sizes", "cap", "hist", "tl_bytes", "tl_ops", "t0", "bytes", "ops",
-                 "progress", "slot", "ops_pending", "last_end", "gaps", "marks", "mark_every", "folds")
+                 "progress", "slot", "ops_pending", "last_end", "gaps", "marks", "mark_every", "folds", "due")
 
     def __init__(self, t0: int, cap: int = 4096, progress: Any = None, slot: int = 0) -> None:
         self.cap = cap
@@ -65,9 +66,13 @@ class OpLog:
         self.marks: list[tuple[int, int]] = []
         self.mark_every = 1
         self.folds = 0
+        # the loops also fold once this time has passed (perf_counter_ns), however few operations they buffered:
+        # the progress slot — the bars, the hang watch, the live view — never lags the work by more than FOLD_EVERY_NS
+        self.due = time.perf_counter_ns() + FOLD_EVERY_NS
 
     def fold(self, n: int, size: int | None = None) -> None:
         """Fold the first ``n`` buffered operations; ``size`` is their common size, else ``sizes`` holds them."""
+        self.due = time.perf_counter_ns() + FOLD_EVERY_NS
         if n:
             ends = np.frombuffer(self.ends, dtype=np.int64, count=n)
             self.hist.record_many(np.frombuffer(self.lats, dtype=np.int64, count=n))
@@ -115,7 +120,7 @@ class OpLog:
         self.lats[i] = t_end - t_start
         self.sizes[i] = nbytes
         i += 1
-        if i == self.cap:
+        if i == self.cap or t_end >= self.due:
             self.fold(i)
             i = 0
         self.ops_pending = i
@@ -153,12 +158,12 @@ class PhaseRecorder:
         phase has begun, no slot still counts the previous phase)."""
         if self.progress is not None:
             slot = PROGRESS_SLOTS * self.rank
-            self.progress[slot + P_BYTES] = self.progress[slot + P_OPS] = 0
+            self.progress[slot + P_BYTES] = self.progress[slot + P_OPS] = self.progress[slot + P_ERRS] = 0
 
     def begin(self) -> None:
         if self.progress is not None:
             slot = PROGRESS_SLOTS * self.rank
-            self.progress[slot + P_BYTES] = self.progress[slot + P_OPS] = 0
+            self.progress[slot + P_BYTES] = self.progress[slot + P_OPS] = self.progress[slot + P_ERRS] = 0
             self.progress[slot + P_BEAT] = time.monotonic_ns()
         self._ru0 = resource.getrusage(resource.RUSAGE_SELF)
         self.start_ns = time.perf_counter_ns()
@@ -179,6 +184,8 @@ class PhaseRecorder:
 
     def error(self, kind: str, count: int = 1) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + count
+        if self.progress is not None:  # the live view's error count
+            self.progress[PROGRESS_SLOTS * self.rank + P_ERRS] += count
 
     def finish(self) -> None:
         self.end_ns = time.perf_counter_ns()

@@ -45,7 +45,7 @@ from .clients import run_client
 from .forkserver import client_context, start_fork_server
 from .watch import GRACE_SECONDS, HangClock, Watch
 from ..core.job import Job
-from ..core.oplog import P_BEAT, P_DONE, P_WAIT, PROGRESS_SLOTS
+from ..core.oplog import P_BEAT, P_BYTES, P_DONE, P_ERRS, P_OPS, P_WAIT, PROGRESS_SLOTS
 from ..core.outcome import CellOutcome, PhaseWatcher
 from ..core.process import host_facts, process_view, set_process_name
 from ..core.stop import STOP, ClientStopped
@@ -233,7 +233,9 @@ def _listen(comm: MpiComm, stop: threading.Event) -> None:
         now = time.monotonic()
         beat = (p[base + P_BEAT], WAITING if p[base + P_WAIT] else 0)
         if (beat != sent and now - sent_at >= BEAT_EVERY) or now - sent_at >= ALIVE_EVERY:
-            comm.world.send((comm.cell, *beat), dest=0, tag=TAG_BEAT)
+            # the phase's bytes, operations and errors ride along, for the live view (report/live.py)
+            comm.world.send((comm.cell, *beat, p[base + P_BYTES], p[base + P_OPS], p[base + P_ERRS]), dest=0,
+                            tag=TAG_BEAT)
             sent, sent_at = beat, now
         time.sleep(0.01 if comm.longest_poll == POLL else 0.05)
 
@@ -449,7 +451,7 @@ class MpiEngine:
         return len(self.order)
 
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress=None, on_clients=None,
-                 watcher: PhaseWatcher | None = None) -> CellOutcome:
+                 watcher: PhaseWatcher | None = None, live: Any = None) -> CellOutcome:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
         lost = self._lost_between_cells()  # every live rank answers, or the run goes on without its host
         _meet(self.longest_poll)
@@ -481,7 +483,7 @@ class MpiEngine:
         t = threading.Thread(target=client0, daemon=True)
         t.start()
         try:
-            watch.loop(t, on_progress, sampler)
+            watch.loop(t, on_progress, sampler, live)
         except RankHung as e:  # the job cannot go on: the caller cleans up, stores and aborts it
             STOP.set()
             t.join(GRACE_SECONDS)  # rank 0's own client removes what it made: not while the caller cleans the cell
@@ -729,6 +731,7 @@ class _MpiWatch(Watch):
         self.ranks, self.hosts, self.cell = ranks, hosts, cell
         self.done_steps = {r: 0 for r in ranks}
         self.beats = {r: (0, 0) for r in ranks}  # rank -> (last progress stamp, state: 0 working, 1 waiting, 2 finished)
+        self.counters = {r: (0, 0, 0) for r in ranks}  # rank -> its phase's bytes, operations, errors (live view)
         self.results: dict[int, list[tuple]] = {}
         self.unanswered: list[int] = []
         self.lost: list[int] = []  # participants whose host went silent: no result will come from them
@@ -759,13 +762,15 @@ class _MpiWatch(Watch):
                     self.done_steps[source] = msg[1]
                 else:
                     self.beats[source] = (msg[1], msg[2])
+                    if len(msg) > 5:
+                        self.counters[source] = (msg[3], msg[4], msg[5])
         for r in self.ranks[1:]:
             if r not in self.results and w.Iprobe(source=r, tag=TAG_RESULT):
                 self.results[r] = w.recv(source=r, tag=TAG_RESULT)
                 got = True
         return got
 
-    def loop(self, client0: threading.Thread, on_progress, sampler: Sampler | None = None) -> None:
+    def loop(self, client0: threading.Thread, on_progress, sampler: Sampler | None = None, live: Any = None) -> None:
         """Until every participant has finished and sent its messages: progress, hangs, stop signals."""
         clock = HangClock(self.timeout, self.local_pids)
         stranded = HangClock(self.stranded_seconds(), self.local_pids)
@@ -787,6 +792,8 @@ class _MpiWatch(Watch):
                 last = current
                 if on_progress is not None and current < len(self.steps):
                     on_progress(self.label(self.steps[current]), 0, 0)
+            if live is not None and current < len(self.steps):
+                live.sample(self.label(self.steps[current]), [self.counters[r] for r in self.ranks])
             if stopping_since is not None:
                 if got:
                     stopping_since = time.monotonic()

@@ -50,6 +50,31 @@ class CellBar:
         self.ui.retire()
 
 
+class _Frozen:
+    """Lines already rendered (rich segments), drawn as they are."""
+
+    def __init__(self, lines: list) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+
+        for line in self.lines:
+            yield from line
+            yield Segment.line()
+
+
+class _Bars(Progress):
+    """The bars, and under them the live view's table while a cell runs (report/live.py)."""
+
+    live_table: Any = None  # (rich's Progress has its own ``live``: the Live that draws it)
+
+    def get_renderables(self) -> Any:
+        yield from super().get_renderables()
+        if self.live_table is not None:
+            yield self.live_table
+
+
 class ProgressUI:
     """The live bars of the last ``LIVE`` cells; an older finished cell's line is printed once above them and its
     bar dropped, so each refresh draws a few lines however many cells the run has done (a 100,000-cell plan
@@ -58,7 +83,7 @@ class ProgressUI:
     LIVE = 8
 
     def __init__(self, console: Console) -> None:
-        self.progress = Progress(TextColumn("{task.description}", markup=False), TextColumn("{task.fields[mark]}"),
+        self.progress = _Bars(TextColumn("{task.description}", markup=False), TextColumn("{task.fields[mark]}"),
                                  BarColumn(), TaskProgressColumn(), TimeElapsedColumn(), console=console,
                                  transient=False)
 
@@ -84,6 +109,16 @@ class ProgressUI:
 
     def cell(self, label: str, expected: Any) -> CellBar:
         return CellBar(self, label, expected)
+
+    def show_live(self, renderable: Any) -> None:
+        """The live view's table under the bars (None: none), drawn at the bars' next refresh. It is laid out
+        here, once a second, and the bars' ten redraws a second repeat its lines: laying a table out is work the
+        clients' CPUs would pay ten times over."""
+        if renderable is None:
+            self.progress.live_table = None
+            return
+        console = self.progress.console
+        self.progress.live_table = _Frozen(console.render_lines(renderable, console.options, pad=False))
 
     def log(self, message: str) -> None:
         self.progress.console.print(safe(message), highlight=False)

@@ -70,6 +70,7 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
         items = items[lo:hi]
     clock = time.perf_counter_ns
     ends, lats, cap, fold = log.ends, log.lats, log.cap, log.fold
+    due = log.due  # fold by then however few operations are buffered (OpLog.due)
     add, tags, view = stamp if stamp is not None else (None, None, None)
     bare = arg is NO_ARG
     i = done = 0
@@ -91,10 +92,11 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
                 ends[i] = t1
                 lats[i] = t1 - t0
                 i += 1
-                if i == cap:
+                if i == cap or t1 >= due:
                     fold(i, size)
                     done += i
                     i = 0
+                    due = log.due
                 if t1 >= deadline_ns:
                     break
             break
@@ -199,11 +201,16 @@ def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: 
     pos = lo
     lost = 0
     while pos < hi:
-        n, code, value, at = job.run(pos, min(cap, hi - pos), ends, lats, deadline_ns)
+        # a batch ends at the stonewall, or once the log is due to fold (OpLog.due): a slow target's batch of
+        # ``cap`` operations would otherwise hold the progress slot still for as long as they take
+        until = min(deadline_ns, log.due)
+        n, code, value, at = job.run(pos, min(cap, hi - pos), ends, lats, until)
         pos += n
         fold(n, size)  # updates the progress slot, and raises ClientStopped once STOP is set
         if code == DEADLINE:
-            break
+            if until == deadline_ns:
+                break
+            continue  # the batch ended to fold: go on
         if code != OK:
             item = items[at]
             if code == ERRNO:
