@@ -284,3 +284,28 @@ def test_the_leaders_counter_snapshots_fall_outside_every_clients_timed_window(t
         snapped, snap = leader[1] - window["before_start_ns"], leader[2] + window["after_end_ns"]
         assert snapped <= first_start and snap >= last_end, phase  # outside every client's window
         assert all("probe_window" not in r[3] for r in recs if r[0] != 0)
+
+
+def test_a_file_mix_does_its_ratio_of_creates_stats_reads_and_removes_and_puts_the_files_back(tmp_path, target):
+    """file-mix on each client's own 1,000 files: 1,000 operations a client in the mix's ratio, each kind counted
+    apart (the bytes are exactly the creates' and reads' 4 KiB), a stat/read/remove always of a file that exists
+    then (no error); after it the files are as before, so file-remove removes every one, and nothing is left."""
+    doc = run_json(tmp_path, "--target", f"file://{target}", "--workload", "metadata", "--clients", "2",
+                   "--set", "items=1000", "--set", "file_size=4KiB", "--set", "phases=file-create,file-mix,file-remove",
+                   "--set", "mix={create: 10, stat: 60, read: 20, remove: 10}")
+    cell = doc["cells"][0]
+    assert cell["status"] == "ok", cell["error"]
+    create, mix, remove = cell["phases"]
+    assert mix["phase"] == "file-mix" and mix["errors"] == {} and mix["io_engines"] == ["python"]
+    kinds = {k: mix[f"{k}_ops"] for k in ("create", "stat", "read", "remove")}
+    assert sum(kinds.values()) == mix["ops"] == 2000
+    assert mix["bytes"] == (kinds["create"] + kinds["read"]) * 4096
+    for k, share in (("create", 0.10), ("stat", 0.60), ("read", 0.20), ("remove", 0.10)):
+        assert abs(mix[f"{k}_share"] - share) < 0.04, (k, mix[f"{k}_share"])  # 2,000 draws
+    assert remove["ops"] == 2000 and remove["errors"] == {}
+    assert os.listdir(target) == []
+
+
+def test_a_file_mix_must_add_up_to_100():
+    with pytest.raises(ValueError, match="mix: create, stat, read and remove add up to 90, not 100"):
+        MetadataParams(mix={"create": 10, "stat": 60, "read": 10, "remove": 10})

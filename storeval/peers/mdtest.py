@@ -175,6 +175,8 @@ def render(cell: Cell, path: str | None) -> tuple[list[str], list[str]]:
     phases = set(p.get("phases") or [])
     if "dir-list" in phases:
         cannot.append("phase dir-list: mdtest has no directory-listing phase")
+    if "file-mix" in phases:
+        cannot.append("phase file-mix: mdtest runs one kind of operation per phase, never a mix")
     left = set(ORDER) - phases - ({"dir-create", "dir-stat", "dir-remove"} if p.get("files_only") else set()) \
         - ({"file-create", "file-stat", "file-read", "file-remove"} if p.get("dirs_only") else set())
     if left:

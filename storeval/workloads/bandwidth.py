@@ -34,7 +34,8 @@ from ..fields import Rate
 from ..units import format_size
 from .base import Best, ClientContext, Duration, Figure, Need, Needs, Report, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
-from .kernel import Engine, NEVER, PAST_END, DataJob, choose_engine, measure_mixed, run_parallel
+from .kernel import (Engine, NEVER, PAST_END, DataJob, choose_engine, measure_mixed, pace_figures, rate_held,
+                     run_parallel)
 from .durability import make_durable, warn_write_back
 from .ops import IOFailure, run_ops
 from .payload import Payload, aligned_buffer
@@ -128,8 +129,9 @@ class MixedLogs:
 def _run_mixed(logs: MixedLogs, size: int, seq: Any, dirs: Any, ops: tuple, stamp: Any, check: Any, interval: int,
                late: list[int], lo: int, hi: int, deadline_ns: int = NEVER) -> int:
     """One stream of a mixed or paced phase (the kernel's :func:`measure_mixed`)."""
-    return measure_mixed((logs.read, logs.write), size, seq, dirs, ops, lo=lo, hi=hi, stamp=stamp, check=check,
-                         deadline_ns=deadline_ns, interval_ns=interval, fail=IOFailure, late=late)
+    return measure_mixed((logs.read, logs.write), (size, size), seq, dirs, ops, lo=lo, hi=hi, expect=(size, size),
+                         stamp=stamp, stamp_kind=1, check=check, check_kind=0, deadline_ns=deadline_ns,
+                         interval_ns=interval, fail=IOFailure, late=late)
 
 
 class BandwidthParams(DegradedParams):
@@ -299,14 +301,7 @@ class Bandwidth(Workload):
     @staticmethod
     def client_extra(extra: dict[str, Any], seconds: float, cpu_seconds: float) -> dict[str, Any]:
         """A mixed phase's reads and writes apart; a paced one's rate asked for and the share of it held."""
-        out = dict(extra.get("mix") or {})
-        pace = extra.get("pace")
-        if pace:
-            ops = out.get("read_ops", 0) + out.get("write_ops", 0)
-            out["paced_ops_per_s"] = pace["ops_per_s"]
-            out["rate_held"] = ops / seconds / pace["ops_per_s"] if seconds > 0 else 0.0
-            out["late_ops"] = pace["late"]
-        return out
+        return {**(extra.get("mix") or {}), **pace_figures(seconds, extra)}
 
     @staticmethod
     def phase_extra(clients: list[dict[str, Any]], seconds: float, moved: float | None) -> dict[str, Any]:
@@ -322,16 +317,7 @@ class Bandwidth(Workload):
             out.update(read_ops=reads, write_ops=writes, read_share=reads / max(reads + writes, 1),
                        read_MiBps=sum(c["read_bytes"] for c in mixed) / (1 << 20) / seconds,
                        write_MiBps=sum(c["write_bytes"] for c in mixed) / (1 << 20) / seconds)
-        held = [c["rate_held"] for c in mixed if "rate_held" in c]
-        if held:
-            out["rate_held"] = min(held)
-            out["late_ops"] = sum(c.get("late_ops", 0) for c in mixed)
-            if min(held) < 0.98:
-                out["warnings"] = [{"code": "rate-not-held", "message": (
-                    f"a paced client reached {min(held):.1%} of its rate ({mixed[0]['paced_ops_per_s']:,.0f} "
-                    f"operations/s asked); {out['late_ops']:,} operations started more than an interval late: the "
-                    "storage or this host could not keep the pace")}]
-        return out
+        return {**out, **rate_held(mixed)}
 
     def cell_cleanup(self, driver: Driver, cell_dir: str, nclients: int) -> None:
         for name in [f"bw.{k}" for k in range(nclients)] + ["bw.shared"]:

@@ -125,30 +125,32 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
     return done + i
 
 
-def measure_mixed(logs: tuple[OpLog, OpLog], size: int, items: Sequence, writes: Sequence, ops: tuple, *,
-                  lo: int = 0, hi: int | None = None, stamp: tuple | None = None, check: Callable | None = None,
-                  deadline_ns: int = NEVER, interval_ns: int = 0, fail: Callable[[Any, BaseException], BaseException],
-                  late: list[int] | None = None) -> int:
-    """:func:`measure` for a phase that mixes reads and writes, or paces its operations (Python loop only).
+def measure_mixed(logs: tuple[OpLog, ...], sizes: tuple[int, ...], items: Sequence, kinds: Sequence, ops: tuple, *,
+                  lo: int = 0, hi: int | None = None, expect: tuple[int | None, ...] | None = None,
+                  stamp: tuple | None = None, stamp_kind: int = -1, check: Callable | None = None,
+                  check_kind: int = -1, deadline_ns: int = NEVER, interval_ns: int = 0,
+                  fail: Callable[[Any, BaseException], BaseException], late: list[int] | None = None) -> int:
+    """:func:`measure` for a phase that mixes kinds of operation (reads and writes; creates, stats, reads and
+    removes), or paces them (Python loop only).
 
-    ``writes[j]`` says whether item ``j`` is written (``ops[1]``; its buffer stamped first, outside the timing)
-    or read (``ops[0]``; then ``check``-ed); each is timed into its direction's log (``logs``: read, write). With
+    Item ``j`` is done by ``ops[kinds[j]]`` and timed into ``logs[kinds[j]]``, ``sizes[kinds[j]]`` bytes, its
+    result checked against ``expect[kinds[j]]`` (None: not checked); the buffer of kind ``stamp_kind`` is
+    stamped first (outside the timing), an item of kind ``check_kind`` is ``check``-ed after. With
     ``interval_ns`` the loop is open: operation ``k`` may start no sooner than ``k`` intervals after the first,
     one that is late starts at once (so the rate catches up), and the loop returns at the end of its last
-    operation's interval, so a held rate is exactly one operation per interval; ``late`` counts (once,
-    element 0) the operations that started more than an interval after their time. Returns how many ran."""
+    operation's interval, so a held rate is exactly one operation per interval; ``late`` counts (element 0) the
+    operations that started more than an interval after their time. Returns how many ran."""
     hi = len(items) if hi is None else hi
     clock = time.perf_counter_ns
     sleep = time.sleep
     add, tags, view = stamp if stamp is not None else (None, None, None)
-    read, write = ops
     done = behind = 0
     begin = clock()
     item = None
-    j = lo
     try:
         for j in range(lo, hi):
             item = items[j]
+            k = kinds[j]
             if interval_ns:
                 due = begin + done * interval_ns
                 now = clock()
@@ -156,39 +158,64 @@ def measure_mixed(logs: tuple[OpLog, OpLog], size: int, items: Sequence, writes:
                     sleep((due - now) / 1e9)
                 elif now - due > interval_ns:
                     behind += 1
-            if writes[j]:
-                if add is not None:
-                    add(tags, item, out=view)
-                log, op = logs[1], write
-            else:
-                log, op = logs[0], read
+            if k == stamp_kind and add is not None:
+                add(tags, item, out=view)
+            op = ops[k]
             t0 = clock()
             n = op(item)
             t1 = clock()
-            if n != size:
-                raise ShortTransfer(n, size)
-            if check is not None and not writes[j]:
+            if expect is not None and expect[k] is not None and n != expect[k]:
+                raise ShortTransfer(n, expect[k])
+            if k == check_kind and check is not None:
                 check(item)
-            log.add(t0, t1, size)
+            logs[k].add(t0, t1, sizes[k])
             done += 1
             if t1 >= deadline_ns:
                 break
     except ClientStopped:
         raise
     except Exception as e:
-        logs[0].flush()
-        logs[1].flush()
+        for log in logs:
+            log.flush()
         raise fail(item, e) from e
     if interval_ns and done:
         end = begin + done * interval_ns
         now = clock()
         if now < end:
             sleep((end - now) / 1e9)
-    logs[0].flush()
-    logs[1].flush()
+    for log in logs:
+        log.flush()
     if late is not None:
         late[0] += behind
     return done
+
+
+def pace_figures(seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
+    """A paced client's figures from its record (``extra["pace"]``: the operations per second asked, those that
+    started late; ``extra["mix"]``: its operations of each kind) over its own ``seconds``: the share of the pace
+    it held, for ``client_extra``. Empty when the phase was not paced."""
+    pace = extra.get("pace")
+    if not pace:
+        return {}
+    ops = sum(v for k, v in extra.get("mix", {}).items() if k.endswith("_ops"))
+    return {"paced_ops_per_s": pace["ops_per_s"], "late_ops": pace["late"],
+            "rate_held": ops / seconds / pace["ops_per_s"] if seconds > 0 else 0.0}
+
+
+def rate_held(clients: list[dict[str, Any]]) -> dict[str, Any]:
+    """The phase's lowest share of the pace a client held and the late operations (from :func:`pace_figures`
+    of each client), and ``rate-not-held`` when a client fell 2 % or more behind its pace."""
+    held = [c["rate_held"] for c in clients if "rate_held" in c]
+    if not held:
+        return {}
+    out: dict[str, Any] = {"rate_held": min(held), "late_ops": sum(c.get("late_ops", 0) for c in clients)}
+    if min(held) < 0.98:
+        asked = next(c["paced_ops_per_s"] for c in clients if "paced_ops_per_s" in c)
+        out["warnings"] = [{"code": "rate-not-held", "message": (
+            f"a paced client reached {min(held):.1%} of its rate ({asked:,.0f} operations/s asked); "
+            f"{out['late_ops']:,} operations started more than an interval late: the storage or this host could not "
+            "keep the pace")}]
+    return out
 
 
 def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: int, deadline_ns: int,

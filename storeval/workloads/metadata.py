@@ -25,7 +25,7 @@ import time
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..drivers.base import Capabilities, Driver, join
 from ..core.oplog import OpLog, PhaseRecorder
@@ -34,20 +34,22 @@ from ..errors import StorevalError, error_kind, one_line
 from ..units import format_size
 from .base import Best, Chart, ClientContext, Duration, Figure, Need, Needs, Report, Scaling, Size, Workload, param
 from .degraded import Degraded, DegradedParams, PhaseErrors
-from .kernel import NO_ARG, Engine, NEVER, MetaJob, ShortTransfer, choose_engine, measure
+from .kernel import (NO_ARG, Engine, NEVER, MetaJob, ShortTransfer, choose_engine, measure, measure_mixed, pace_figures,
+                     rate_held)
 
 PHASES = ("tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
-          "file-create", "file-stat", "file-read", "file-remove", "tree-remove")
-DEFAULT_PHASES = [p for p in PHASES if p != "dir-list"]  # mdtest's set
+          "file-create", "file-stat", "file-read", "file-mix", "file-remove", "tree-remove")
+DEFAULT_PHASES = [p for p in PHASES if p not in ("dir-list", "file-mix")]  # mdtest's set
 Phase = Literal["tree-create", "dir-create", "dir-stat", "dir-list", "dir-remove",
-                "file-create", "file-stat", "file-read", "file-remove", "tree-remove"]
+                "file-create", "file-stat", "file-read", "file-mix", "file-remove", "tree-remove"]
 DIR_PHASES = frozenset({"dir-create", "dir-stat", "dir-list", "dir-remove"})
-FILE_PHASES = frozenset({"file-create", "file-stat", "file-read", "file-remove"})
+FILE_PHASES = frozenset({"file-create", "file-stat", "file-read", "file-mix", "file-remove"})
+MIX_KINDS = ("create", "stat", "read", "remove")  # file-mix's operations, in the order of its logs
 REPEATABLE = frozenset({"dir-stat", "dir-list", "file-stat", "file-read"})  # they leave the items as they are
 # The operation of each phase (a FastOps field; the native engine's names are the same, unlink for remove).
 OPERATION = {"tree-create": "mkdir", "dir-create": "mkdir", "dir-stat": "stat", "dir-list": "listdir",
              "dir-remove": "rmdir", "file-create": "create", "file-stat": "stat", "file-read": "read",
-             "file-remove": "remove", "tree-remove": "rmdir"}
+             "file-mix": "mix", "file-remove": "remove", "tree-remove": "rmdir"}
 MAX_TREE_DIRS = 1_000_000
 MAX_ITERATIONS = 10_000  # mdtest -i: each is a step of every phase, planned up front
 NAME_BYTES = 160  # memory of one item's name in a list (a Python str of a cell-relative path, and its slot)
@@ -58,6 +60,24 @@ DEFAULT_ITEMS = 100  # per client, as in the Fermilab study's `mdtest -n 100`
 def tree_size(depth: int, branching: int) -> int:
     """Directories in a tree of ``depth`` levels below its root, ``branching`` children each (root included)."""
     return sum(branching**k for k in range(depth + 1))
+
+
+class MetaMix(BaseModel):
+    """file-mix's shares of operations in percent: creates of new files, stats, whole-file reads and removes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    create: Annotated[int, Field(ge=0, le=100)] = 20
+    stat: Annotated[int, Field(ge=0, le=100)] = 50
+    read: Annotated[int, Field(ge=0, le=100)] = 20
+    remove: Annotated[int, Field(ge=0, le=100)] = 10
+
+    @model_validator(mode="after")
+    def _whole(self) -> MetaMix:
+        total = self.create + self.stat + self.read + self.remove
+        if total != 100:
+            raise ValueError(f"mix: create, stat, read and remove add up to {total}, not 100 (e.g. {{create: 20, "
+                             "stat: 50, read: 20, remove: 10}})")
+        return self
 
 
 class MetadataParams(DegradedParams):
@@ -95,6 +115,11 @@ class MetadataParams(DegradedParams):
                                                 "in mdtest's default set")
     engine: Engine = param("auto", "what runs the timed loop: auto picks the native loop on local files and "
                                    "null:// (docs/kernel.md), python the Python loop; psync and io_uring force one")
+    mix: MetaMix = param(MetaMix(), "file-mix's shares of creates (new files), stats, reads and removes of its "
+                                    "client's files, in percent, e.g. {create: 20, stat: 50, read: 20, remove: 10}")
+    iops: Annotated[float, Field(gt=0)] | None = param(None, "operations per second each client may do in file-mix, "
+                                                             "paced open-loop (fio's rate_iops); none: as fast as "
+                                                             "it can", "ops/s")
 
     @model_validator(mode="after")
     def _consistent(self) -> MetadataParams:
@@ -218,19 +243,34 @@ class Metadata(Workload):
         p = self.p
         if phase.startswith("tree-"):
             return p.tree_dirs * (nclients if p.mode == "unique" else 1)
+        if phase == "file-mix":
+            return nclients * max(p.items_per_client, 1)
         if phase == "dir-list":
             return nclients * min(p.items_per_client, p.item_dirs)
         return nclients * p.items_per_client
 
     @staticmethod
     def client_extra(extra: dict, seconds: float, cpu_seconds: float) -> dict:
-        """Passes over the items a repeated phase made, and what a listing saw."""
-        return {k: extra[k] for k in ("passes", "entries_listed") if k in extra}
+        """Passes over the items a repeated phase made, what a listing saw, file-mix's operations of each kind
+        and, paced, the share of its pace it held."""
+        return {**{k: extra[k] for k in ("passes", "entries_listed") if k in extra}, **(extra.get("mix") or {}),
+                **pace_figures(seconds, extra)}
 
     @staticmethod
     def phase_extra(clients: list[dict], seconds: float, moved: float | None) -> dict:
+        """Passes of the repeated phases; file-mix's operations of each kind, their share and rate over the
+        phase's span, and its pace held."""
         passes = [c["passes"] for c in clients if "passes" in c]
-        return {"passes": sum(passes)} if passes else {}
+        out: dict = {"passes": sum(passes)} if passes else {}
+        mixed = [c for c in clients if "create_ops" in c]
+        if mixed:
+            total = sum(c[f"{k}_ops"] for c in mixed for k in MIX_KINDS)
+            for k in MIX_KINDS:
+                ops = sum(c[f"{k}_ops"] for c in mixed)
+                out[f"{k}_ops"], out[f"{k}_share"] = ops, ops / max(total, 1)
+                out[f"{k}_ops_per_s"] = ops / seconds
+            out.update(rate_held(mixed))
+        return out
 
     @staticmethod
     def direction(phase: str, params: dict) -> str | None:
@@ -264,6 +304,8 @@ class Metadata(Workload):
             memory.append(Need(2 * p.file_size, f"2 buffers of file_size {format_size(p.file_size)}", "lower file_size"))
         trees = p.tree_dirs * (nclients if p.mode == "unique" else 1) if caps.directories else 0
         made_files = nclients * items if files else 0
+        if "file-mix" in chosen:  # its creates add files until the phase after it puts the set back
+            made_files += nclients * -(-max(items, 1) * p.mix.create // 100)
         made_dirs = nclients * items if dirs else 0
         block = BLOCK_BYTES
         scratch = [Need((trees + made_dirs) * block, f"{trees + made_dirs:,} directories",
@@ -354,6 +396,11 @@ class Metadata(Workload):
         """Bring the namespace to what ``phase`` expects, then make its operation's arguments — the paths
         and the native job over them — all untimed: mdtest's timed loop starts with its names made, and
         making 20,000 of them costs as much as stat-ing them."""
+        self._undo_mix(c)
+        if phase == "file-mix":
+            self._ensure(c, True, None, True)
+            c.state["mix_plan"] = self._mix_plan(c)
+            return
         kind = phase.split("-")[0]
         if phase in ("dir-create", "file-create"):
             c.state.setdefault("count", {}).pop(kind[0], None)  # a create makes the full set again (or stonewalls anew)
@@ -408,8 +455,93 @@ class Metadata(Workload):
             return self._ordered(self._native(c, dirs), c)
         return self._ordered(self._native(c, self._items(c, self._target(c), kind)), c)
 
+    # -- file-mix ------------------------------------------------------------------------------------
+    def _mix_plan(self, c: ClientContext) -> tuple[list, bytearray]:
+        """file-mix's operations, drawn and followed through before the phase (untimed): ``items`` operations on
+        this client's files, each a create (a new name), stat, read or remove in the ``mix`` ratio; a stat, read
+        or remove takes a file drawn from those that exist at that point (a create when none does). Returns
+        the native paths and kinds (``MIX_KINDS`` indexes), and keeps in the state what the mix will have
+        removed and created, for :meth:`_undo_mix`."""
+        p = self.p
+        mix = p.mix
+        cuts = np.cumsum([mix.create, mix.stat, mix.read, mix.remove])
+        n = max(p.items_per_client, 1)
+        rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, 0x313])
+        draws, picks = rng.random(n) * 100, rng.random(n)
+        pool = self._items(c, c.rank, "f")
+        original = set(pool)
+        dirs = self._tree(c, c.rank).item_dirs
+        fresh = len(pool)
+        paths, kinds = [], bytearray(n)
+        for j in range(n):
+            kind = int(np.searchsorted(cuts, draws[j], side="right")) if pool else 0
+            if kind == 0:
+                path = f"{dirs[fresh % len(dirs)]}/f.{c.rank}.{fresh}"
+                fresh += 1
+                pool.append(path)
+            else:
+                at = int(picks[j] * len(pool))
+                path = pool[at]
+                if kind == 3:
+                    pool[at] = pool[-1]
+                    pool.pop()
+            kinds[j] = kind
+            paths.append(path)
+        left = set(pool)
+        c.state["mix_left"] = (sorted(original - left), sorted(left - original))
+        return self._native(c, paths), kinds
+
+    def _undo_mix(self, c: ClientContext) -> None:
+        """Put the files back as they were before file-mix (untimed, before the next phase and at cleanup):
+        the ones it removed are created again, the new ones removed — also after a mix that failed part way,
+        so each is tried and one already as wanted is no error."""
+        left = c.state.pop("mix_left", None)
+        if left is None:
+            return
+        removed, created = left
+        ops, data = c.state["ops"], c.state["data"]
+        for path in removed:
+            try:
+                ops.create(c.driver.native(path), data)
+            except OSError:
+                pass
+        for path in created:
+            c.driver.remove_quietly(path)
+
+    def _run_mix(self, c: ClientContext, rec: PhaseRecorder) -> None:
+        """file-mix on the kernel's :func:`measure_mixed` (Python loop): each kind of operation timed into a
+        log of its own; ``mix`` in the record counts them, ``pace`` says what ``iops`` asked."""
+        p, st = self.p, c.state
+        paths, kinds = st.pop("mix_plan", None) or self._mix_plan(c)
+        ops, data, buf = st["ops"], st["data"], st["buf"]
+
+        def create(path):
+            return ops.create(path, data)
+
+        def read(path):
+            return ops.read(path, buf)
+
+        logs = tuple(rec.oplog(1024) for _ in MIX_KINDS)
+        interval = int(round(1e9 / p.iops)) if p.iops else 0
+        late = [0]
+        rec.extra["io_engine"] = "python"
+        fs = p.file_size
+        measure_mixed(logs, (fs, 0, fs, 0), paths, kinds, (create, ops.stat, read, ops.remove),
+                      expect=(None, None, fs, None), interval_ns=interval, late=late,
+                      fail=lambda path, exc: _fail("file-mix", str(path), exc, rec))
+        mix: dict = {}
+        for log, k in zip(logs, MIX_KINDS):
+            mix[f"{k}_ops"] = log.ops
+            mix[f"{k}_mean_us"] = log.hist.mean / 1e3 if log.ops and log.hist.mean is not None else None
+        rec.extra["mix"] = mix
+        if interval:
+            rec.extra["pace"] = {"ops_per_s": p.iops, "late": late[0]}
+
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
+        if phase == "file-mix":
+            self._run_mix(c, rec)
+            return
         has = st["has"]
         log = rec.oplog(1024)
         kind = phase.split("-")[0]
@@ -468,6 +600,7 @@ class Metadata(Workload):
         """Remove what is left (a run without remove phases, like mdtest -C -T): items, then the tree."""
         if "has" not in c.state:
             return
+        self._undo_mix(c)
         self._ensure(c, False, False, False)
         if c.state["has"]["tree"]:
             self._remove_tree(c)
