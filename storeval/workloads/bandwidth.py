@@ -113,6 +113,18 @@ def draw_blocks(rng: np.random.Generator, blocks: int, distribution: str) -> np.
     return place[np.minimum(ranks, blocks - 1)]
 
 
+class _Same:
+    """The direction of every operation of a phase that does one kind (a paced read or write phase)."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+
+    def __getitem__(self, j: int) -> int:
+        return self.kind
+
+
 class MixedLogs:
     """A stream's two logs in a mixed or paced phase (reads, writes); ``ops`` is what the stonewall counts."""
 
@@ -161,14 +173,15 @@ class BandwidthParams(DegradedParams):
     engine: Engine = param("auto", "what runs the timed loop: auto picks the native loop on local files and "
                                    "null:// (docs/kernel.md), python the Python loop; psync and io_uring force one")
     mix: Mix = param(Mix(), "the rw and randrw phases' shares of reads and writes in percent, e.g. {read: 70, "
-                            "write: 30} (fio's rwmixread); each operation's direction is drawn before the phase")
+                            "write: 30} (fio's rwmixread); each operation's direction is drawn before the phase",
+                   "percent by kind")
     distribution: str = param("uniform", "which blocks the random phases visit: uniform (each block once, in a "
                                          "shuffled order), zipf:THETA, pareto:H or hotset:B/O (O % of the operations "
                                          "on B % of the blocks) — as many draws as the file has blocks, with "
                                          "replacement (fio's random_distribution)")
     rate: Rate | None = param(None, "bytes per second each client may move, paced open-loop (fio's rate): "
                                     "operation k starts no sooner than k intervals after the first; none: as fast "
-                                    "as it can")
+                                    "as it can", "bytes/s (rate)")
     iops: Annotated[float, Field(gt=0)] | None = param(None, "operations per second each client may do, paced as "
                                                              "rate is; none: as fast as it can", "ops/s")
 
@@ -333,6 +346,22 @@ class Bandwidth(Workload):
         p = self.p
         return p.block_size if p.layout == "shared-file" and p.block_size else p.file_size
 
+    def _sequential(self, owner: int, nclients: int, j: int, streams: int, blocks: int) -> Any:
+        """Stream ``j`` of ``streams`` over the first ``blocks`` transfers of ``owner``'s data, in order: a
+        ``range`` whenever the offsets are evenly spaced (a file of its own, a contiguous segment, one transfer
+        per block), so no table is made however large the file; else the placed offsets."""
+        p = self.p
+        ts, block = p.transfer_size, self._block()
+        if p.layout != "shared-file":
+            return range(j * ts, blocks * ts, ts * streams)
+        if block == p.file_size:
+            base = owner * p.file_size
+            return range(base + j * ts, base + blocks * ts, ts * streams)
+        if block == ts:
+            stride = nclients * ts
+            return range(owner * ts + j * stride, owner * ts + blocks * stride, stride * streams)
+        return self._place(owner, nclients, np.arange(j, blocks, streams, dtype=np.int64) * ts)
+
     def _place(self, owner: int, nclients: int, positions: np.ndarray) -> Any:
         """File offsets of the bytes at ``positions`` of ``owner``'s data (0 … file_size): in its own file they
         are the same; in a shared file its data is a block in each segment, after the blocks of the ranks before
@@ -363,8 +392,7 @@ class Bandwidth(Workload):
         streams = 1 if c.state.get("engine") == "io_uring" else p.iodepth
         blocks = p.file_size // ts if blocks is None else blocks
         if phase not in RANDOM:
-            return [self._place(owner, c.nclients, np.arange(j, blocks, streams, dtype=np.int64) * ts)
-                    for j in range(streams)]
+            return [self._sequential(owner, c.nclients, j, streams, blocks) for j in range(streams)]
         rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase)])
         order = draw_blocks(rng, blocks, p.distribution) * ts
         flat = array("q", np.asarray(self._place(owner, c.nclients, order), dtype=np.int64).tobytes())
@@ -405,11 +433,10 @@ class Bandwidth(Workload):
         (seeded by rank and phase, as the offsets are), else all the phase's own direction."""
         p = self.p
         n = p.file_size // p.transfer_size
-        if phase in MIXED:
-            rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase), 1])
-            flat = (rng.random(n) * 100 >= p.mix.read).astype(np.uint8).tobytes()
-        else:
-            flat = (b"\x01" if phase in WRITES else b"\x00") * n
+        if phase not in MIXED:  # every operation the phase's own: no table
+            return [_Same(1 if phase in WRITES else 0)] * streams
+        rng = np.random.default_rng([p.random_seed & 0xFFFFFFFF, c.rank, PHASES.index(phase), 1])
+        flat = (rng.random(n) * 100 >= p.mix.read).astype(np.uint8).tobytes()
         return [flat[j::streams] for j in range(streams)]
 
     def _interval_ns(self, streams: int) -> int:

@@ -308,6 +308,8 @@ def param_text(model: type[BaseModel] | None, name: str, value: Any, sep: str = 
         return format_duration(value)
     if isinstance(value, (list, tuple)):
         return sep.join(param_text(model, name, v) for v in value) if value else "none"
+    if isinstance(value, BaseModel):  # a setting of several parts (a mix): as the study writes it
+        value = value.model_dump(mode="json")
     if isinstance(value, dict):
         return ", ".join(f"{k}: {v}" for k, v in value.items()) if value else "none"
     if isinstance(value, float):

@@ -116,7 +116,8 @@ class MetadataParams(DegradedParams):
     engine: Engine = param("auto", "what runs the timed loop: auto picks the native loop on local files and "
                                    "null:// (docs/kernel.md), python the Python loop; psync and io_uring force one")
     mix: MetaMix = param(MetaMix(), "file-mix's shares of creates (new files), stats, reads and removes of its "
-                                    "client's files, in percent, e.g. {create: 20, stat: 50, read: 20, remove: 10}")
+                                    "client's files, in percent, e.g. {create: 20, stat: 50, read: 20, remove: 10}",
+                         "percent by kind")
     iops: Annotated[float, Field(gt=0)] | None = param(None, "operations per second each client may do in file-mix, "
                                                              "paced open-loop (fio's rate_iops); none: as fast as "
                                                              "it can", "ops/s")
