@@ -287,7 +287,7 @@ class Runner:
                 feed = self._live_feed(cell, job)
                 outcome = self.engine.run_cell(
                     job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
-                    on_clients=self._clients_seen(feed), watcher=faults, live=feed)
+                    on_clients=self._clients_seen(feed), watcher=faults, feed=feed)
             else:
                 outcome = CellOutcome(status="ok")
         except KeyboardInterrupt as e:  # a stop signal while connecting or laying out data (or Python's own Ctrl-C)

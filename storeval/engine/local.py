@@ -172,7 +172,7 @@ class LocalEngine:
 
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress: ProgressFn | None = None,
                  on_clients: Callable[[list[dict[str, Any]]], None] | None = None,
-                 watcher: PhaseWatcher | None = None, live: Any = None) -> CellOutcome:
+                 watcher: PhaseWatcher | None = None, feed: Any = None) -> CellOutcome:
         """Run one cell. Called inside ``interrupts.deferred()`` (the runner's): a stop signal is acted on
         between two polls of the clients, never while a client is being started or stopped."""
         ctx = self.ctx
@@ -198,7 +198,7 @@ class LocalEngine:
                     on_clients(_describe(procs))
                 sampler = start_sampler(ctx, {f"client{r}": p.pid for r, p in enumerate(procs)},
                                         job.probe_interval, job.links)
-                watch.loop(out, on_progress, sampler, live)
+                watch.loop(out, on_progress, sampler, feed)
         except KeyboardInterrupt as e:  # storeval used without interrupts.install(): Python's own Ctrl-C
             watch.fail("interrupted", watch.current_step(), str(e) or interrupts.reason(None))
         finally:

@@ -451,7 +451,7 @@ class MpiEngine:
         return len(self.order)
 
     def run_cell(self, job: Job, nclients: int, timeout: float, on_progress=None, on_clients=None,
-                 watcher: PhaseWatcher | None = None, live: Any = None) -> CellOutcome:
+                 watcher: PhaseWatcher | None = None, feed: Any = None) -> CellOutcome:
         """Run one cell (inside the runner's ``interrupts.deferred()``: a stop signal is acted on between polls)."""
         lost = self._lost_between_cells()  # every live rank answers, or the run goes on without its host
         _meet(self.longest_poll)
@@ -483,7 +483,7 @@ class MpiEngine:
         t = threading.Thread(target=client0, daemon=True)
         t.start()
         try:
-            watch.loop(t, on_progress, sampler, live)
+            watch.loop(t, on_progress, sampler, feed)
         except RankHung as e:  # the job cannot go on: the caller cleans up, stores and aborts it
             STOP.set()
             t.join(GRACE_SECONDS)  # rank 0's own client removes what it made: not while the caller cleans the cell
@@ -770,7 +770,7 @@ class _MpiWatch(Watch):
                 got = True
         return got
 
-    def loop(self, client0: threading.Thread, on_progress, sampler: Sampler | None = None, live: Any = None) -> None:
+    def loop(self, client0: threading.Thread, on_progress, sampler: Sampler | None = None, feed: Any = None) -> None:
         """Until every participant has finished and sent its messages: progress, hangs, stop signals."""
         clock = HangClock(self.timeout, self.local_pids)
         stranded = HangClock(self.stranded_seconds(), self.local_pids)
@@ -792,8 +792,8 @@ class _MpiWatch(Watch):
                 last = current
                 if on_progress is not None and current < len(self.steps):
                     on_progress(self.label(self.steps[current]), 0, 0)
-            if live is not None and current < len(self.steps):
-                live.sample(self.label(self.steps[current]), [self.counters[r] for r in self.ranks])
+            if feed is not None and current < len(self.steps):
+                feed.sample(self.label(self.steps[current]), [self.counters[r] for r in self.ranks])
             if stopping_since is not None:
                 if got:
                     stopping_since = time.monotonic()

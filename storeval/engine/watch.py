@@ -195,7 +195,7 @@ class Watch:
                 self.events.append({"kind": "interrupted", "rank": None, "phase": self.label(step), "message": message})
 
     # -- the watch loop -------------------------------------------------------------------------------
-    def loop(self, out: Any, on_progress: ProgressFn | None, sampler: Sampler | None = None, live: Any = None) -> None:
+    def loop(self, out: Any, on_progress: ProgressFn | None, sampler: Sampler | None = None, feed: Any = None) -> None:
         pids = {r: p.pid for r, p in enumerate(self.procs)}
         self.clock = HangClock(self.timeout, pids)
         self.stranded_clock = HangClock(self.stranded_seconds(), pids)
@@ -221,9 +221,9 @@ class Watch:
                     on_progress(self.label(step), done_bytes, done_ops)
                 if self.watcher is not None and step in self.started:
                     self.watcher.progress(step[0], step[1], done_bytes, done_ops)
-            if live is not None and step is not None:  # the live view: every client's counters (report/live.py)
+            if feed is not None and step is not None:  # the live view: every client's counters (report/live.py)
                 p = self.progress
-                live.sample(self.label(step), [(p[s + P_BYTES], p[s + P_OPS], p[s + P_ERRS])
+                feed.sample(self.label(step), [(p[s + P_BYTES], p[s + P_OPS], p[s + P_ERRS])
                                                for s in range(0, PROGRESS_SLOTS * self.n, PROGRESS_SLOTS)])
             self._check_exits(out)
             if self.status == "ok":
