@@ -373,3 +373,18 @@ def test_metadata_deadline_creates_as_many_as_the_busiest_client_and_removes_the
     assert [s["ops"] for s in phases["file-stat"]["client_stats"]] == made
     assert [s["ops"] for s in phases["file-remove"]["client_stats"]] == made
     assert leftovers(tmp_path) == []
+
+
+@needs_mpiexec
+def test_the_live_view_follows_every_rank_under_mpiexec(tmp_path):
+    """The ranks' beats carry their phase's counters to rank 0: --live-json shows each rank's operations
+    growing while a paced cell runs (2 ranks × 600 operations at 400/s: 1.5 s a phase)."""
+    live = tmp_path / "live.jsonl"
+    r = mpirun(2, "run", "--target", "null://mpi", "--workload", "bandwidth", "--clients", "2", "--set",
+               "file_size=2400KiB", "--set", "transfer_size=4KiB", "--set", "phases=write,read", "--set", "iops=400",
+               "--live-json", str(live), "--quiet", "--no-html", "--results", str(tmp_path / "res"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in live.read_text().splitlines()]
+    assert lines and all([c["rank"] for c in s["clients"]] == [0, 1] for s in lines)
+    assert all(c["ops"] <= 600 and c["bytes"] == 4096 * c["ops"] for s in lines for c in s["clients"])
+    assert {c["rank"] for s in lines for c in s["clients"] if c["ops"] > 0} == {0, 1}  # both ranks were seen working
