@@ -64,28 +64,27 @@ class Mix(BaseModel):
         return self
 
 
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
+
+
 def parse_distribution(text: str) -> tuple[str, float, float]:
     """``uniform``, ``zipf:THETA``, ``pareto:H`` or ``hotset:B/O`` as (kind, first, second); ValueError naming
     the forms otherwise."""
     kind, _, arg = text.partition(":")
-    try:
-        if kind == "uniform" and not arg:
-            return "uniform", 0.0, 0.0
-        if kind == "zipf":
-            theta = float(arg)
-            if theta > 0:
-                return "zipf", theta, 0.0
-        if kind == "pareto":
-            h = float(arg)
-            if 0 < h < 1:
-                return "pareto", h, 0.0
-        if kind == "hotset":
-            blocks, _, ops = arg.partition("/")
-            b, o = float(blocks), float(ops)
-            if 0 < b < 100 and 0 < o < 100:
-                return "hotset", b, o
-    except ValueError:
-        pass
+    first, _, second = arg.partition("/")
+    a, b = _number(first), _number(second)  # NaN where not a number: every range check below fails on it
+    if kind == "uniform" and not arg:
+        return "uniform", 0.0, 0.0
+    if kind == "zipf" and a > 0 and not second:
+        return "zipf", a, 0.0
+    if kind == "pareto" and 0 < a < 1 and not second:
+        return "pareto", a, 0.0
+    if kind == "hotset" and 0 < a < 100 and 0 < b < 100:
+        return "hotset", a, b
     raise ValueError(f"distribution {text!r} is not one of {', '.join(DISTRIBUTIONS)} (e.g. zipf:1.2 with theta > "
                      "0, pareto:0.9 with 0 < h < 1, hotset:10/90: 90 % of operations on 10 % of the blocks)")
 
@@ -529,14 +528,7 @@ class Bandwidth(Workload):
         closed = False
         try:
             streams = self._streams(c, held, write, owner, offsets, logs, rec, path, recovers)
-            try:
-                if p.deadline is None:
-                    run_parallel([functools.partial(run, 0, len(o)) for run, o in zip(streams, offsets)])
-                else:
-                    self._stonewall(c, phase, rec, streams, offsets, logs)
-            except IOFailure as e:
-                rec.error(e.kind)
-                raise StorevalError(f"{phase} of {path} {e}") from e
+            self._drive(c, phase, rec, streams, offsets, logs, path)
             durable = None
             if write:
                 try:
@@ -557,6 +549,19 @@ class Bandwidth(Workload):
                 rec.latency_of_requests(requests)
             warn_write_back(c, rec, phase, durable, p.fsync, st["direct"])
         self._warn_about_memory(c, phase, rec)
+
+    def _drive(self, c: ClientContext, phase: str, rec: PhaseRecorder, runs: list, offsets: list, logs: list,
+               path: str) -> None:
+        """Run a phase's streams to their end — or, with a deadline, IOR's stonewall — each in a thread of its
+        own; a failed operation is counted and ends the phase in one line."""
+        try:
+            if self.p.deadline is None:
+                run_parallel([functools.partial(run, 0, len(o)) for run, o in zip(runs, offsets)])
+            else:
+                self._stonewall(c, phase, rec, runs, offsets, logs)
+        except IOFailure as e:
+            rec.error(e.kind)
+            raise StorevalError(f"{phase} of {path} {e}") from e
 
     def _run_mixed(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         """A mixed (rw, randrw) or paced (rate, iops) phase on the kernel's :func:`measure_mixed`, in the Python
@@ -593,14 +598,7 @@ class Bandwidth(Workload):
                        functools.partial(write, [wbuf]) if write else None)
                 runs.append(functools.partial(_run_mixed, logs[j], ts, seq, dirs[j], ops, stamp, check, interval,
                                               late))
-            try:
-                if p.deadline is None:
-                    run_parallel([functools.partial(run, 0, len(o)) for run, o in zip(runs, offsets)])
-                else:
-                    self._stonewall(c, phase, rec, runs, offsets, logs)
-            except IOFailure as e:
-                rec.error(e.kind)
-                raise StorevalError(f"{phase} of {path} {e}") from e
+            self._drive(c, phase, rec, runs, offsets, logs, path)
             durable = None
             if writes:
                 durable = make_durable(c, h, p.fsync)

@@ -144,6 +144,8 @@ def measure_mixed(logs: tuple[OpLog, ...], sizes: tuple[int, ...], items: Sequen
     clock = time.perf_counter_ns
     sleep = time.sleep
     add, tags, view = stamp if stamp is not None else (None, None, None)
+    record = tuple(log.add for log in logs)  # bound once: no attribute lookup per operation
+    expect = expect if expect is not None else (None,) * len(ops)
     done = behind = 0
     begin = clock()
     item = None
@@ -164,11 +166,12 @@ def measure_mixed(logs: tuple[OpLog, ...], sizes: tuple[int, ...], items: Sequen
             t0 = clock()
             n = op(item)
             t1 = clock()
-            if expect is not None and expect[k] is not None and n != expect[k]:
-                raise ShortTransfer(n, expect[k])
+            want = expect[k]
+            if want is not None and n != want:
+                raise ShortTransfer(n, want)
             if k == check_kind and check is not None:
                 check(item)
-            logs[k].add(t0, t1, sizes[k])
+            record[k](t0, t1, sizes[k])
             done += 1
             if t1 >= deadline_ns:
                 break

@@ -494,18 +494,15 @@ class Metadata(Workload):
 
     def _undo_mix(self, c: ClientContext) -> None:
         """Put the files back as they were before file-mix (untimed, before the next phase and at cleanup):
-        the ones it removed are created again, the new ones removed — also after a mix that failed part way,
-        so each is tried and one already as wanted is no error."""
+        the ones it removed are created again (a create of a file that is there is no error), the new ones
+        removed quietly — also after a mix that failed part way. A create that fails fails the next phase."""
         left = c.state.pop("mix_left", None)
         if left is None:
             return
         removed, created = left
         ops, data = c.state["ops"], c.state["data"]
         for path in removed:
-            try:
-                ops.create(c.driver.native(path), data)
-            except OSError:
-                pass
+            ops.create(c.driver.native(path), data)
         for path in created:
             c.driver.remove_quietly(path)
 
