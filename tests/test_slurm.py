@@ -105,7 +105,12 @@ def test_salloc_sbatch_and_scancel_on_the_testbeds_slurm(tmp_path):
         con.close()
         assert statuses == ["interrupted"]
         assert os.listdir(target) == []  # every run's scratch is gone, the interrupted one's too
-        assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
+        # salloc returns once the job is cancelled; a rank on the other node may still be stopping its command
+        # (SIGTERM, then Slurm's SIGKILL after KillWait, then the guard's death signal): every sleep must end by
+        # itself, never be killed here (the bound catches a leak, not a slow host)
+        sleeps = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
+        _, alive = psutil.wait_procs(sleeps, timeout=300)
+        assert alive == [], alive
     finally:
         down = storeval("testbed", "down", "--dir", str(bed), cwd=tmp_path, timeout=600)
     assert down.rc == 0, down.err
