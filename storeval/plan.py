@@ -94,7 +94,7 @@ def plan(study: Study) -> list[Cell]:
                             config += 1
         for rep in range(study.repetitions):
             for number, target, wl, combo, factors, n, groups, network in configs:
-                runs = set(getattr(combo, "phases", None) or WORKLOADS[wl.kind].PHASES)
+                runs = set(WORKLOADS[wl.kind].phases_of(combo))
                 faults = tuple(f for f in study.faults if f.workload in (None, wl.name)
                                and f.target in (None, target.name) and f.phase in runs)
                 cells.append(Cell(index=len(cells), config=number, target=target, workload=wl.name, kind=wl.kind,

@@ -451,8 +451,7 @@ def _fault_plan(raw: dict[str, Any], raw_workloads: dict[str, Any], specs: dict[
         cls = WORKLOADS[spec.kind]
         runs: list[str] = []
         for combo in spec.combos:
-            chosen = set(getattr(combo, "phases", None) or cls.PHASES)
-            runs += [ph for ph in cls.PHASES if ph in chosen and ph not in runs]
+            runs += [ph for ph in cls.phases_of(combo) if ph not in runs]
             deadline = getattr(combo, "deadline", None)
             if isinstance(deadline, (int, float)) and deadline > 0:
                 for ph in cls.PHASES:

@@ -187,8 +187,8 @@ def test_a_run_of_a_workload_no_longer_installed_is_not_reported_with_other_colu
     tmp, _, _ = plugin_runs
     r = storeval("report", "A", cwd=tmp)  # the package is gone: no PYTHONPATH
     assert r.rc == 2
-    assert r.err_lines == ["error: workload kind 'touch' is not installed here (known: bandwidth, command, copy, io500, "
-                           "jobs, metadata, replay, skim, tpc; install the package that adds it)"]
+    assert r.err_lines == ["error: workload kind 'touch' is not installed here (known: bandwidth, command, concurrent, "
+                           "copy, io500, jobs, metadata, replay, skim, tpc; install the package that adds it)"]
 
 
 def test_a_workload_that_declares_no_figures_is_refused_in_one_line(tmp_path):

@@ -206,8 +206,8 @@ def test_workloads_explains_every_parameter_with_its_unit_and_default():
     assert one.rc == 0 and set(table_of_workloads(one.out)) == {"copy"}
     bad = storeval("workloads", "nosuch")
     assert bad.rc == 2 and bad.err_lines == ["error: workload kind 'nosuch' is not installed here (known: bandwidth, "
-                                             "command, copy, io500, jobs, metadata, replay, skim, tpc; install the package "
-                                             "that adds it)"]
+                                             "command, concurrent, copy, io500, jobs, metadata, replay, skim, tpc; "
+                                             "install the package that adds it)"]
 
 
 def test_the_defaults_printed_are_those_a_run_resolves(tmp_path):

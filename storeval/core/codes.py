@@ -96,6 +96,9 @@ CODES: dict[str, Code] = {
     "rate-not-held": Code((WARNING,), "a client paced by rate or iops did not reach 98 % of its pace: the storage or "
                           "its host could not keep it, so the background load was lighter than asked",
                           "lower rate or iops, or give the clients more CPU"),
+    "background-short": Code((WARNING,), "a background part of a concurrent cell ran out of work before its "
+                             "foreground finished the step: for the rest of it, the foreground ran without that load",
+                             "give the background part more to do (file_size, items)"),
     "page-cache": Code((WARNING,), "reads of the phase may have been served by a page cache that was kept or could "
                        "not be cleared", "run as root without --keep-cache, or read more data than RAM"),
     "plotly-full-bundle": Code((WARNING,), "the HTML report embeds the full plotly.js (about 4.8 MB): the partial "

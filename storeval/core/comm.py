@@ -5,6 +5,18 @@ from __future__ import annotations
 from typing import Protocol
 
 
+class Arrival(Protocol):
+    """One client's arrival at a non-blocking barrier (:meth:`Comm.ibarrier`)."""
+
+    def test(self) -> bool:
+        """Whether every client of the communicator has arrived (cheap: a background client asks at each fold)."""
+        ...
+
+    def wait(self) -> None:
+        """Wait until every client has arrived (untimed work only; a stop or an abort ends the wait)."""
+        ...
+
+
 class Comm(Protocol):
     """How the clients of a cell synchronise (local processes or MPI ranks)."""
 
@@ -20,3 +32,13 @@ class Comm(Protocol):
     def phase_done(self, steps: int) -> None: ...
 
     def abort(self) -> None: ...
+
+    def split(self, color: int) -> "Comm":
+        """The communicator of the clients of part ``color`` (the cell's ``Job.parts``: consecutive ranks, each
+        part's count in order), for a workload whose parts synchronise apart (workloads/concurrent.py). Every
+        client calls it once, before its first phase."""
+        ...
+
+    def ibarrier(self) -> Arrival:
+        """Arrive at a barrier without waiting for it; every client arrives once per use, in the same order."""
+        ...

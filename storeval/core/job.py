@@ -32,3 +32,4 @@ class Job:
     netns: tuple[str | None, ...] = ()  # rank -> the network namespace (emulated host) it runs in, None: this one
     links: dict[str, Any] = field(default_factory=dict)  # the emulated links the probe side process samples
     peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter -> {target, url, options} it names
+    parts: tuple[int, ...] = ()  # the client counts of a workload's parts, in rank order (Workload.client_parts)

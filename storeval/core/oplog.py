@@ -19,13 +19,14 @@ import numpy as np
 from ..histogram import Histogram
 from .process import HOST
 from .records import GAP_NS, MAX_GAPS, NS, PhaseRecord, quiet_spans
-from .stop import STOP, ClientStopped
+from .stop import STOP, UNTIL, ClientStopped, PhaseEnded
 
 # Per client in the shared progress array: bytes and ops of the running phase, phases finished, the
 # CLOCK_MONOTONIC time (ns) of its last sign of progress (phase start, fold, phase end, barrier exit) and
 # 1 while it waits in a barrier. The engines' hang detection counts from the last sign of progress and
 # skips clients waiting for a peer: a client that is slowly progressing is not hung.
 FOLD_EVERY_NS = 250_000_000  # a loop folds at least this often (OpLog.due)
+FOLD_ENDING_NS = 50_000_000  # ... and this often in a background client (UNTIL set): it ends this soon after its foreground
 PROGRESS_SLOTS = 6
 P_BYTES, P_OPS, P_DONE, P_BEAT, P_WAIT, P_ERRS = range(PROGRESS_SLOTS)  # P_ERRS: the phase's errors (live view)
 
@@ -68,11 +69,21 @@ class OpLog:
         self.folds = 0
         # the loops also fold once this time has passed (perf_counter_ns), however few operations they buffered:
         # the progress slot — the bars, the hang watch, the live view — never lags the work by more than FOLD_EVERY_NS
-        self.due = time.perf_counter_ns() + FOLD_EVERY_NS
+        self.due = time.perf_counter_ns() + (FOLD_EVERY_NS if UNTIL.check is None else FOLD_ENDING_NS)
 
     def fold(self, n: int, size: int | None = None) -> None:
-        """Fold the first ``n`` buffered operations; ``size`` is their common size, else ``sizes`` holds them."""
-        self.due = time.perf_counter_ns() + FOLD_EVERY_NS
+        """Fold the first ``n`` buffered operations; ``size`` is their common size, else ``sizes`` holds them.
+        Then raise ClientStopped once the engine asked to stop, and PhaseEnded once a background client's phase
+        is over (every fold from then on: a loop started after it ends at its first fold)."""
+        self._take(n, size)
+        if STOP.is_set():
+            raise ClientStopped("stopped by the engine")
+        until = UNTIL.check
+        if until is not None and until():
+            raise PhaseEnded("the foreground ended the phase")
+
+    def _take(self, n: int, size: int | None = None) -> None:
+        self.due = time.perf_counter_ns() + (FOLD_EVERY_NS if UNTIL.check is None else FOLD_ENDING_NS)
         if n:
             ends = np.frombuffer(self.ends, dtype=np.int64, count=n)
             self.hist.record_many(np.frombuffer(self.lats, dtype=np.int64, count=n))
@@ -110,8 +121,6 @@ class OpLog:
                 self.progress[self.slot + P_BYTES] += total
                 self.progress[self.slot + P_OPS] += n
                 self.progress[self.slot + P_BEAT] = time.monotonic_ns()
-        if STOP.is_set():
-            raise ClientStopped("stopped by the engine")
 
     def add(self, t_start: int, t_end: int, nbytes: int = 0) -> None:
         """Record one operation (slow path for metadata-sized loops); folds when the buffer is full."""
@@ -121,14 +130,17 @@ class OpLog:
         self.sizes[i] = nbytes
         i += 1
         if i == self.cap or t_end >= self.due:
+            self.ops_pending = 0  # before the fold, which may raise (a stop, a phase's end) once it has folded
             self.fold(i)
-            i = 0
+            return
         self.ops_pending = i
 
     def flush(self) -> None:
-        """Fold whatever :meth:`add` left in the buffers."""
-        self.fold(self.ops_pending)
-        self.ops_pending = 0
+        """Fold whatever :meth:`add` left in the buffers (a loop's end: a phase's end does not interrupt it)."""
+        n, self.ops_pending = self.ops_pending, 0
+        self._take(n)
+        if STOP.is_set():
+            raise ClientStopped("stopped by the engine")
 
     def worked(self, t_end: int) -> None:
         """The thread computed (it did not wait for storage) until ``t_end``: a pause counts from then on."""

@@ -40,8 +40,10 @@ Send = Callable[[tuple], None]
 def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
              seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None,
              faulted: tuple[str, ...] = (), groups: tuple[dict, ...] = (), netns: tuple[str | None, ...] = (),
-             links: dict | None = None, peers: dict | None = None) -> Job:
-    """The job every client of a cell receives, with where the target's server counters are found."""
+             links: dict | None = None, peers: dict | None = None, parts: tuple[tuple[str, int], ...] = ()) -> Job:
+    """The job every client of a cell receives, with where the target's server counters are found. ``parts``:
+    (name, clients) of each part of a workload made of parts (Workload.client_parts): each client's group is
+    then its part."""
     from ..drivers import driver_class
 
     server = server_spec(options, driver_class(url).counter_sources)
@@ -49,8 +51,9 @@ def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, 
                steps=tuple((str(p), int(i)) for p, i in steps), seed=seed, keep_cache=keep_cache,
                probe_interval=probe_interval, target=target, server=server,
                server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted), groups=tuple(groups),
-               members=tuple(g["name"] for g in rank_groups(tuple(groups))), netns=tuple(netns),
-               links=dict(links or {}), peers=dict(peers or {}))
+               members=(tuple(g["name"] for g in rank_groups(tuple(groups))) if groups
+                        else tuple(name for name, n in parts for _ in range(n))), netns=tuple(netns),
+               links=dict(links or {}), peers=dict(peers or {}), parts=tuple(n for _, n in parts))
 
 
 # How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the

@@ -38,13 +38,21 @@ from .watch import ENGINE_STOP, GRACE_SECONDS, Watch
 
 
 class LocalComm:
-    """Comm over a multiprocessing barrier and a shared array (for all-reduce)."""
+    """Comm over a multiprocessing barrier and a shared array: the first ``total`` values for the all-reduce,
+    the next ``total`` each client's arrivals at :meth:`ibarrier`. ``parts``: (count, barrier) of each part of
+    the cell (Job.parts), for :meth:`split`; ``members``: the cell ranks of this communicator's clients."""
 
-    def __init__(self, rank: int, size: int, barrier: Any, shared: Any, progress: Any = None) -> None:
+    def __init__(self, rank: int, size: int, barrier: Any, shared: Any, progress: Any = None,
+                 parts: tuple = (), members: tuple[int, ...] | None = None, total: int | None = None) -> None:
         self.rank, self.size = rank, size
         self.host_leader = rank == 0  # every local client is on this host
         self._barrier, self._shared, self._progress = barrier, shared, progress
-        self._base = PROGRESS_SLOTS * rank
+        self._members = members if members is not None else tuple(range(size))
+        self._me = self._members[rank]  # this client's rank in the cell: its slots
+        self._total = total if total is not None else size
+        self._base = PROGRESS_SLOTS * self._me
+        self._parts = parts
+        self._arrived = 0
 
     def phase_done(self, steps: int) -> None:
         """Tell the coordinator this client finished its share of ``steps`` steps (it names laggards)."""
@@ -71,14 +79,57 @@ class LocalComm:
         return self._allreduce(value, min)
 
     def _allreduce(self, value: int, op: Any) -> int:
-        self._shared[self.rank] = value
+        self._shared[self._me] = value
         self.barrier()
-        out = op(self._shared[: self.size])
+        out = op(self._shared[m] for m in self._members)
         self.barrier()
         return out
 
     def abort(self) -> None:
         self._barrier.abort()
+        for _, barrier in self._parts:  # a part's clients may wait at their own barrier
+            barrier.abort()
+
+    def split(self, color: int) -> LocalComm:
+        counts = [n for n, _ in self._parts]
+        if not 0 <= color < len(counts):
+            raise ValueError(f"part {color} of a cell of {len(counts)} parts")
+        first = sum(counts[:color])
+        members = tuple(self._members[first:first + counts[color]])
+        if self._me not in members:
+            raise ValueError(f"client {self.rank} is not one of part {color}'s (clients {first}–{first + counts[color] - 1})")
+        sub = LocalComm(members.index(self._me), len(members), self._parts[color][1], self._shared, self._progress,
+                        self._parts, members, self._total)
+        sub.host_leader = self.host_leader
+        return sub
+
+    def ibarrier(self) -> _Arrival:
+        self._arrived += 1
+        self._shared[self._total + self._me] = self._arrived
+        return _Arrival(self._shared, [self._total + m for m in self._members], self._arrived)
+
+
+class _Arrival:
+    """An arrival at LocalComm.ibarrier: complete once every member's count of arrivals reached this one's."""
+
+    __slots__ = ("shared", "slots", "gen", "done")
+
+    def __init__(self, shared: Any, slots: list[int], gen: int) -> None:
+        self.shared, self.slots, self.gen, self.done = shared, slots, gen, False
+
+    def test(self) -> bool:
+        if not self.done:
+            shared, gen = self.shared, self.gen
+            self.done = all(shared[s] >= gen for s in self.slots)
+        return self.done
+
+    def wait(self) -> None:
+        pause = 0.0005
+        while not self.test():
+            if STOP.is_set():
+                raise ClientStopped("stopped by the engine")
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.05)
 
 
 STOPS = (ENGINE_STOP, signal.SIGTERM, signal.SIGHUP)  # what stops a client process
@@ -128,7 +179,8 @@ def _ignore_stops() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _client_entry(job: Job, rank: int, size: int, barrier: Any, shared: Any, out: Any, progress: Any) -> None:
+def _client_entry(job: Job, rank: int, size: int, barrier: Any, shared: Any, out: Any, progress: Any,
+                  parts: tuple = ()) -> None:
     """Entry point of a client process (born with the stop signals blocked, see the module's docstring)."""
     stop = StopHandler()
 
@@ -146,7 +198,7 @@ def _client_entry(job: Job, rank: int, size: int, barrier: Any, shared: Any, out
         set_process_name("storeval-client")
         from .clients import run_client
 
-        run_client(job, LocalComm(rank, size, barrier, shared, progress), send, progress)
+        run_client(job, LocalComm(rank, size, barrier, shared, progress, parts), send, progress)
     except ClientStopped:  # stopped before the client loop could say so itself
         send(("stopped", rank, "start"))
     finally:
@@ -178,10 +230,11 @@ class LocalEngine:
         ctx = self.ctx
         start_fork_server()  # before the first semaphore: that would start the resource tracker unshielded
         barrier = ctx.Barrier(nclients)
-        shared = ctx.RawArray("q", nclients)
+        shared = ctx.RawArray("q", 2 * nclients)  # the all-reduce's values, then each client's ibarrier arrivals
         progress = ctx.RawArray("q", PROGRESS_SLOTS * nclients)
+        parts = tuple((n, ctx.Barrier(n)) for n in job.parts)  # a barrier of each part's own (Comm.split)
         out = ctx.Queue()
-        procs = [ctx.Process(target=_client_entry, args=(job, r, nclients, barrier, shared, out, progress),
+        procs = [ctx.Process(target=_client_entry, args=(job, r, nclients, barrier, shared, out, progress, parts),
                              name=f"storeval-client-{r}", daemon=True) for r in range(nclients)]
         relays = {f"the relay of emulated host {host}'s link": (r["pid"], r["created"])
                   for host, spec in job.links.items() if (r := spec.get("relay"))}

@@ -133,6 +133,7 @@ class MpiComm:
         self.aborted = threading.Event()
         self.progress, self.base = progress, PROGRESS_SLOTS * self.rank
         self.longest_poll = longest_poll  # CROWDED_POLL when this kernel's ranks outnumber its CPUs
+        self.parts: list[Any] = []  # the communicators split from this one (freed with it)
 
     def _wait(self, request: Any) -> Any:
         pause = POLL
@@ -188,6 +189,18 @@ class MpiComm:
             self.progress[self.base + P_BEAT] = time.monotonic_ns()
         self.world.send((self.cell, steps), dest=0, tag=TAG_DONE)
 
+    def split(self, color: int) -> MpiComm:
+        """A part's own communicator (MPI_Comm_split): its barriers and all-reduces are its clients' alone; it
+        keeps this client's progress slots, is aborted with the cell and aborts the whole cell."""
+        part = MpiComm(self.sub.Split(color, key=self.rank), self.world, self.world_ranks, self.host_leader,
+                       self.cell, self.progress, self.longest_poll)
+        part.base, part.aborted = self.base, self.aborted
+        self.parts.append(part.sub)
+        return part
+
+    def ibarrier(self) -> _MpiArrival:
+        return _MpiArrival(self, self.sub.Ibarrier())
+
     def abort(self) -> None:
         """Tell every other participant to stop (they notice in their next barrier or fold)."""
         me = self.world.Get_rank()
@@ -195,6 +208,25 @@ class MpiComm:
             if r != me:
                 self.world.send(self.cell, dest=r, tag=TAG_ABORT)
         self.aborted.set()
+
+
+class _MpiArrival:
+    """An arrival at MpiComm.ibarrier (MPI_Ibarrier): tested without blocking, waited for abortably."""
+
+    __slots__ = ("comm", "request", "done")
+
+    def __init__(self, comm: MpiComm, request: Any) -> None:
+        self.comm, self.request, self.done = comm, request, False
+
+    def test(self) -> bool:
+        if not self.done:
+            self.done = bool(self.request.Test())
+        return self.done
+
+    def wait(self) -> None:
+        if not self.done:
+            self.comm._wait(self.request)
+            self.done = True
 
 
 def placement_order(hosts: list[str], placement: str, per_host: int | None) -> list[int]:
@@ -406,6 +438,8 @@ def participate(job: Job, ranks: list[int], leaders: set[int],
     if rows:
         shift = (offsets.get(me) or {}).get("offset_ns", 0)
         msgs.append(("samples", key, [(t - shift, *rest) for t, *rest in rows]))
+    for part in comm.parts:
+        part.Free()
     sub.Free()
     return msgs
 

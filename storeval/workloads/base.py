@@ -444,10 +444,21 @@ class Workload(ABC):
         self.p = params
 
     # -- coordinator side -----------------------------------------------------------------------
+    @classmethod
+    def phases_of(cls, params: Params) -> list[str]:
+        """The phases a cell of these parameters runs, in order (the fault plan and the cell plan ask it)."""
+        chosen = set(getattr(params, "phases", None) or cls.PHASES)
+        return [ph for ph in cls.PHASES if ph in chosen]
+
     def phases(self) -> list[str]:
         """The phases this cell runs, in order."""
-        chosen = set(getattr(self.p, "phases", self.PHASES))
-        return [ph for ph in self.PHASES if ph in chosen]
+        return self.phases_of(self.p)
+
+    def client_parts(self) -> tuple[tuple[str, int], ...]:
+        """(name, client count) of the parts a cell's clients split into, in rank order, each part synchronising
+        apart (``Comm.split``) and reported as a client group (workloads/concurrent.py); () when all clients run
+        alike."""
+        return ()
 
     def steps(self) -> list[tuple[str, int]]:
         """(phase, iteration) in the order clients run them: the phases, ``iterations`` times (mdtest -i)."""

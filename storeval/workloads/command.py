@@ -675,8 +675,9 @@ class Command(Workload):
             parts.append(f"{p['parallel']} at once")
         return ", ".join(x for x in parts if x)
 
-    def phases(self) -> list[str]:
-        return list(self.p.templates())
+    @classmethod
+    def phases_of(cls, params: Params) -> list[str]:
+        return list(params.templates())
 
     @staticmethod
     def direction(phase: str, params: dict) -> str | None:

@@ -90,8 +90,9 @@ class Copy(Workload):
                   else "all workers start together")]
         return ", ".join(text for keys, text in parts if text and not keys & exclude)
 
-    def phases(self) -> list[str]:
-        return list(PHASES) if self.p.direction == "both" else [self.p.direction]
+    @classmethod
+    def phases_of(cls, params: Params) -> list[str]:
+        return list(PHASES) if params.direction == "both" else [params.direction]
 
     @staticmethod
     def direction(phase: str, params: dict) -> str | None:

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core.oplog import OpLog
-from ..core.stop import STOP, ClientStopped
+from ..core.stop import STOP, ClientStopped, PhaseEnded
 from .payload import verify_failed
 
 try:  # built by setuptools-rust; optional: without a Rust toolchain storeval runs the Python loop
@@ -100,6 +100,8 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
                 if t1 >= deadline_ns:
                     break
             break
+        except PhaseEnded:  # a background client's phase ended by its foreground: as at a deadline, all folded
+            return done + i
         except ClientStopped:
             raise
         except Exception as e:
@@ -121,7 +123,10 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
                 start = items.index(restart) if restart is not None else (at if again else at + 1)
             counted = done
             rest = iter(items[start:])
-    fold(i, size)
+    try:
+        fold(i, size)
+    except PhaseEnded:  # the phase was over anyway: everything is folded
+        pass
     return done + i
 
 
@@ -171,10 +176,12 @@ def measure_mixed(logs: tuple[OpLog, ...], sizes: tuple[int, ...], items: Sequen
                 raise ShortTransfer(n, want)
             if k == check_kind and check is not None:
                 check(item)
-            record[k](t0, t1, sizes[k])
             done += 1
+            record[k](t0, t1, sizes[k])  # may end a background client's phase (PhaseEnded) once it has folded
             if t1 >= deadline_ns:
                 break
+    except PhaseEnded:
+        pass  # as at a deadline: what ran is counted, the logs are flushed below
     except ClientStopped:
         raise
     except Exception as e:
@@ -236,7 +243,13 @@ def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: 
         until = min(deadline_ns, log.due)
         n, code, value, at = job.run(pos, min(cap, hi - pos), ends, lats, until)
         pos += n
-        fold(n, size)  # updates the progress slot, and raises ClientStopped once STOP is set
+        ended = False
+        try:
+            fold(n, size)  # updates the progress slot, and raises ClientStopped once STOP is set
+        except PhaseEnded:  # a background client's phase ended by its foreground: as at a deadline
+            ended = True
+        if ended and code in (OK, DEADLINE):
+            break
         if code == DEADLINE:
             if until == deadline_ns:
                 break
@@ -261,6 +274,8 @@ def _native_loop(log: OpLog, size: int, items: Sequence, job: Any, lo: int, hi: 
             else:
                 lost += 0 if again else 1
                 pos = at if again else at + 1
+        if ended:  # the failure above was counted (or recovered): the phase still ends here
+            break
     return pos - lo - lost
 
 
@@ -277,7 +292,8 @@ def run_parallel(calls: list[Callable[[], Any]]) -> None:
             call()
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             failures.append(e)
-            STOP.set()
+            if not isinstance(e, PhaseEnded):  # a phase's end reaches the other threads at their own folds
+                STOP.set()
 
     threads = [threading.Thread(target=work, args=(call,), daemon=True) for call in calls]
     for t in threads:

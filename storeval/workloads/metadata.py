@@ -226,11 +226,12 @@ class Metadata(Workload):
     p: MetadataParams
 
     # -- what runs ------------------------------------------------------------------------------
-    def phases(self) -> list[str]:
-        chosen = set(self.p.phases)
-        if self.p.files_only:
+    @classmethod
+    def phases_of(cls, params: MetadataParams) -> list[str]:
+        chosen = set(params.phases)
+        if params.files_only:
             chosen -= DIR_PHASES
-        if self.p.dirs_only:
+        if params.dirs_only:
             chosen -= FILE_PHASES
         return [ph for ph in PHASES if ph in chosen]
 
@@ -461,8 +462,7 @@ class Metadata(Workload):
         """file-mix's operations, drawn and followed through before the phase (untimed): ``items`` operations on
         this client's files, each a create (a new name), stat, read or remove in the ``mix`` ratio; a stat, read
         or remove takes a file drawn from those that exist at that point (a create when none does). Returns
-        the native paths and kinds (``MIX_KINDS`` indexes), and keeps in the state what the mix will have
-        removed and created, for :meth:`_undo_mix`."""
+        the native paths and kinds (``MIX_KINDS`` indexes), and keeps the plan in the state for :meth:`_undo_mix`."""
         p = self.p
         mix = p.mix
         cuts = np.cumsum([mix.create, mix.stat, mix.read, mix.remove])
@@ -488,22 +488,25 @@ class Metadata(Workload):
                     pool.pop()
             kinds[j] = kind
             paths.append(path)
-        left = set(pool)
-        c.state["mix_left"] = (sorted(original - left), sorted(left - original))
+        c.state["mix_undo"] = (original, paths, kinds)
+        c.state["mix_done"] = 0  # operations that ran (or were tried): _run_mix says how many
         return self._native(c, paths), kinds
 
     def _undo_mix(self, c: ClientContext) -> None:
-        """Put the files back as they were before file-mix (untimed, before the next phase and at cleanup):
-        the ones it removed are created again (a create of a file that is there is no error), the new ones
-        removed quietly — also after a mix that failed part way. A create that fails fails the next phase."""
-        left = c.state.pop("mix_left", None)
-        if left is None:
+        """Put the files back as they were before file-mix (untimed, before the next phase and at cleanup), from
+        the operations that ran — all of them, or those before a failure or before a background part's end
+        (workloads/concurrent.py): the original files they removed are created again (a create of a file that
+        is there is no error), every other file they touched removed quietly. A create that fails fails the
+        next phase."""
+        undo = c.state.pop("mix_undo", None)
+        if undo is None:
             return
-        removed, created = left
+        original, paths, kinds = undo
+        ran = c.state.pop("mix_done", len(paths))
         ops, data = c.state["ops"], c.state["data"]
-        for path in removed:
+        for path in sorted({paths[j] for j in range(ran) if kinds[j] == 3} & original):
             ops.create(c.driver.native(path), data)
-        for path in created:
+        for path in sorted(set(paths[:ran]) - original):
             c.driver.remove_quietly(path)
 
     def _run_mix(self, c: ClientContext, rec: PhaseRecorder) -> None:
@@ -524,9 +527,14 @@ class Metadata(Workload):
         late = [0]
         rec.extra["io_engine"] = "python"
         fs = p.file_size
-        measure_mixed(logs, (fs, 0, fs, 0), paths, kinds, (create, ops.stat, read, ops.remove),
-                      expect=(None, None, fs, None), interval_ns=interval, late=late,
-                      fail=lambda path, exc: _fail("file-mix", str(path), exc, rec))
+        st["mix_done"] = len(paths)  # until measure_mixed says how many ran: a stop mid-way undoes them all
+        try:
+            st["mix_done"] = measure_mixed(logs, (fs, 0, fs, 0), paths, kinds, (create, ops.stat, read, ops.remove),
+                                           expect=(None, None, fs, None), interval_ns=interval, late=late,
+                                           fail=lambda path, exc: _fail("file-mix", str(path), exc, rec))
+        except Exception:
+            st["mix_done"] = min(len(paths), sum(log.ops for log in logs) + 1)  # the one that failed may have acted
+            raise
         mix: dict = {}
         for log, k in zip(logs, MIX_KINDS):
             mix[f"{k}_ops"] = log.ops

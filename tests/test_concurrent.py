@@ -1,0 +1,155 @@
+"""Several workloads at once in one cell (issue 34): each part with its own clients, barriers and directory,
+reported on its own and together; a background part held at its rate until the foreground ends each step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import leftovers, load_json, storeval
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+MiB = 1 << 20
+
+# the foreground: two clients writing then reading 48 MiB each at the null target's 48 MiB/s (1 s a phase,
+# whatever the machine's load: the null driver sleeps to its rate); the background: one client writing at
+# 8 MiB/s (32 transfers of 256 KiB a second), with far more to write than the foreground leaves it time for
+PACED = """\
+targets:
+  t: {{url: "{url}"{rate}}}
+workloads:
+  mixed:
+    concurrent:
+      parts:
+        front: {{clients: 2, bandwidth: {{file_size: 48MiB, transfer_size: 1MiB, phases: [write, read]}}}}
+        writer: {{clients: 1, background: true, bandwidth: {{phases: [write], rate: 8MiB/s, file_size: 1GiB,
+                  transfer_size: 256KiB, fsync: false}}}}
+"""
+
+
+def _check_paced(doc: dict) -> None:
+    """Per part and together: the step names, each part's own clients and figures, the sum, the rate held."""
+    (cell,) = doc["cells"]
+    assert cell["status"] == "ok" and cell["clients"] == 3
+    assert [p["phase"] for p in cell["phases"]] == ["write", "read"]
+    for ph in cell["phases"]:
+        assert ph["status"] == "ok"
+        front, writer = ph["groups"]["front"], ph["groups"]["writer"]
+        assert (front["clients"], front["ranks"], writer["clients"], writer["ranks"]) == (2, [0, 1], 1, [2])
+        # the whole step is the sum of its parts, byte for byte
+        assert ph["bytes"] == front["bytes"] + writer["bytes"] and ph["ops"] == front["ops"] + writer["ops"]
+        assert front["bytes"] == 2 * 48 * MiB  # the foreground's work, whole
+        stats = {s["rank"]: s for s in ph["client_stats"]}
+        assert [stats[r]["part"] for r in (0, 1, 2)] == ["front", "front", "writer"]
+        assert stats[2]["part_phase"] == "write" and stats[0]["part_phase"] == ph["phase"]
+        # the background writer ran from the step's start until the foreground ended it, at its rate
+        assert writer["bytes"] == writer["ops"] * 256 * 1024 and writer["ops"] > 0
+        assert writer["rate_held"] >= 0.95, writer
+        assert writer["late_ops"] >= 0 and ph["parts"]["writer"]["rate_held"] == writer["rate_held"]
+        fg_end = max(stats[r]["seconds"] for r in (0, 1))
+        assert stats[2]["seconds"] >= 0.9 * fg_end  # it did not stop early...
+        assert not [w for w in ph["warnings"] if w["code"] == "background-short"]  # ... and did not run dry
+
+
+def test_a_background_writer_holds_its_rate_beside_a_foreground_and_each_part_is_reported(tmp_path):
+    (tmp_path / "s.yaml").write_text(PACED.format(url="null://t", rate=", rate: 48MiB/s"))
+    r = storeval("run", "s.yaml", "--results", "res", "--no-html", "--json", "out.json", cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    doc = load_json(tmp_path / "out.json")
+    _check_paced(doc)
+    # the terminal: a row per part and one for all, the rate held, how the parts ran
+    rows = [line for line in r.out.splitlines() if line.startswith("│ t ")]
+    assert [row.split("│")[4].strip() for row in rows[:3]] == ["all", "front", "writer"]
+    assert "part writer — 1 client in the background, bandwidth write" in " ".join(r.out.split())
+    assert "rate held" in r.out
+
+
+def test_parts_on_a_local_file_system_write_apart_and_leave_nothing(tmp_path):
+    """Two writers at once on real files: each part's files in its own directory, their sum what the clients
+    asked (the device's count is beside it in moved ×), every file gone after the cell."""
+    target = tmp_path / "target"
+    target.mkdir()
+    study = PACED.format(url=f"file://{target}", rate="")
+    (tmp_path / "s.yaml").write_text(study)
+    r = storeval("run", "s.yaml", "--results", "res", "--no-html", "--json", "out.json", cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    doc = load_json(tmp_path / "out.json")
+    (cell,) = doc["cells"]
+    write = cell["phases"][0]
+    assert write["bytes"] == write["groups"]["front"]["bytes"] + write["groups"]["writer"]["bytes"]
+    # both parts write in the write step: its direction is write, and the sum is what the device is held to
+    assert write.get("probes") is not None and (write["write_amplification"] is None
+                                                or write["write_amplification"] > 0)
+    assert leftovers(target) == [] and os.listdir(target) == []
+
+
+def test_a_background_part_that_runs_dry_says_so(tmp_path):
+    study = """\
+targets:
+  t: {url: "null://t", rate: 16MiB/s}
+workloads:
+  w:
+    concurrent:
+      parts:
+        front: {clients: 1, bandwidth: {file_size: 16MiB, transfer_size: 1MiB, phases: [write]}}
+        little: {clients: 1, background: true, metadata: {items: 3, phases: [file-create], files_only: true}}
+"""
+    (tmp_path / "s.yaml").write_text(study)
+    r = storeval("run", "s.yaml", "--results", "res", "--no-html", "--json", "out.json", cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.err
+    (ph,) = load_json(tmp_path / "out.json")["cells"][0]["phases"]
+    assert ph["groups"]["little"]["ops"] == 3
+    (short,) = [w for w in ph["warnings"] if w["code"] == "background-short"]
+    assert "background part little finished its file-create before the foreground" in short["message"]
+
+
+BAD = [
+    ({"a": {"clients": 1, "bandwidth": {}}}, "parts: give at least two parts"),
+    ({"a": {"clients": 1, "background": True, "bandwidth": {"phases": ["write"]}},
+      "b": {"clients": 1, "background": True, "bandwidth": {"phases": ["write"]}}}, "every part is background"),
+    ({"a": {"clients": 1, "bandwidth": {}}, "b": {"clients": 1, "background": True, "bandwidth": {}}},
+     "a background part runs one phase the whole time; bandwidth runs write, read"),
+    ({"a": {"clients": 1, "bandwidth": {}},
+      "b": {"clients": 1, "background": True, "bandwidth": {"phases": ["write"], "deadline": "2s"}}},
+     "bandwidth.deadline: a background part runs until the foreground ends each step"),
+    ({"a": {"clients": 1, "bandwidth": {}}, "b": {"clients": 1, "bandwidth": {"phases": ["write"]}}},
+     "the foreground parts run their phases in step"),
+    ({"a": {"clients": 1, "bandwidth": {}}, "b": {"clients": 1, "bandwidth": {}, "metadata": {}}},
+     "names 2 workloads (bandwidth, metadata)"),
+    ({"a": {"clients": 1, "bandwidth": {}}, "b": {"clients": 1, "nosuch": {}}}, "workload kind 'nosuch'"),
+    ({"a": {"clients": 1, "bandwidth": {}}, "all": {"clients": 1, "bandwidth": {}}}, "'all' cannot name a part"),
+    ({"a": {"clients": 0, "bandwidth": {}}, "b": {"clients": 1, "bandwidth": {}}}, "clients"),
+    ({"a": {"clients": 1, "bandwidth": {"file_size": "1MiB", "transfer_size": "3MiB"}},
+      "b": {"clients": 1, "bandwidth": {}}}, "transfer_size"),
+]
+
+
+@pytest.mark.parametrize("parts,said", BAD, ids=[s[:30] for _, s in BAD])
+def test_bad_parts_are_refused_in_one_line_before_anything_runs(tmp_path, parts, said):
+    study = {"targets": {"t": {"url": "null://t"}}, "workloads": {"w": {"concurrent": {"parts": parts}}}}
+    (tmp_path / "s.yaml").write_text(json.dumps(study))
+    r = storeval("run", "s.yaml", "--results", "res", "--no-html", cwd=tmp_path)
+    assert r.rc != 0
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and "Traceback" not in r.err, r.err
+    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").glob("*/results.json"))
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec (pip package mpich) is not installed")
+def test_parts_split_their_ranks_under_mpiexec(tmp_path):
+    """Under MPI each part synchronises on its own communicator and the background rank ends with the
+    foreground's: the same figures as the local engine's."""
+    (tmp_path / "s.yaml").write_text(PACED.format(url="null://t", rate=", rate: 48MiB/s"))
+    env = {**os.environ, "COLUMNS": "200"}
+    r = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-m", "storeval", "run", "s.yaml", "--results", "res",
+                        "--no-html", "--quiet", "--json", "out.json"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=900, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = load_json(tmp_path / "out.json")
+    assert "mpi" in str(doc["engine"])
+    _check_paced(doc)
