@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..core.oplog import PhaseRecorder
 from ..core.stop import UNTIL, PhaseEnded
 from ..drivers.base import Capabilities, Driver, join
-from . import WORKLOADS, make_workload, workload_class
+from . import make_workload, workload_class
 from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Workload, param
 
 SETTLE_SECONDS = 1.0  # at clean-up, how long an arrival still pending is given to complete (after a failure)
@@ -259,16 +259,6 @@ class Concurrent(Workload):
         for name, part in self.parts.items():
             part.cell_cleanup(driver, join(cell_dir, name), self.p.parts[name].clients)
             driver.rmdir_quietly(join(cell_dir, name))
-
-    @classmethod
-    def kill_orphans(cls, run: str) -> list[tuple[int, str]]:
-        """What any part's clients left running: every other kind's own rule (each kills only what it proves)."""
-        out: list[tuple[int, str]] = []
-        for kind in list(WORKLOADS):
-            other = WORKLOADS[kind]
-            if other is not cls and other.kill_orphans.__func__ is not Workload.kill_orphans.__func__:
-                out += other.kill_orphans(run)
-        return out
 
     @classmethod
     def describe_settings(cls, params: dict[str, Any], exclude: set[str]) -> str:
