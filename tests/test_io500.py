@@ -21,7 +21,7 @@ def test_a_run_has_io500s_phases_in_its_order_exact_work_and_its_score(tmp_path,
     r = storeval("run", "--target", f"file://{target}", "--workload", "io500", "--clients", "2",
                  "--set", "ior_easy_size=8MiB", "--set", "ior_hard_records=64", "--set", "mdtest_easy_files=150",
                  "--set", "mdtest_hard_files=120", "--set", "stonewall=60s", "--set", "rules=scc",
-                 "--json", str(out), "--no-html", cwd=tmp_path)
+                 "--json", str(out), "--html", "page.html", cwd=tmp_path)
     assert r.rc == 0, r.err
     cell = load_json(out)["cells"][0]
     assert cell["status"] == "ok", cell["error"]
@@ -60,6 +60,10 @@ def test_a_run_has_io500s_phases_in_its_order_exact_work_and_its_score(tmp_path,
                    for rule in result["broken_rules"]), result["broken_rules"]
     assert len(result["submission"]["results"]) == 12 and result["submission"]["score"].startswith("[SCORE ]")
     assert "IO500-shaped, not a valid submission: score" in r.out and "breaks: ior-easy-write ran" in r.out
+    # the HTML report says the same under the phase table
+    page = (tmp_path / "page.html").read_text()
+    assert f"IO500-shaped, not a valid submission: score {result['score']:.4g}" in page
+    assert "breaks: ior-easy-write ran" in page
     assert leftovers(target) == []
 
 

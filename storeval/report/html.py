@@ -23,8 +23,8 @@ from ..analysis.table import summary_table
 from ..store import RunData
 from . import assets, charts
 from ..workloads import WORKLOADS
-from .terminal import (describe_settings, fault_rows, network_tables, phase_tables, scaling_rows, table_caption,
-                       table_columns, table_rows, where_of)
+from .terminal import (cell_results, describe_settings, fault_rows, network_tables, phase_tables, scaling_rows,
+                       table_caption, table_columns, table_rows, where_of)
 
 
 @lru_cache(maxsize=1)
@@ -217,7 +217,8 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
         table_caption=table_caption(table),
         table_numeric=[i for i, c in enumerate(columns) if "/s" in c or c in ("clients", "read", "write", "rate")],
         overview_charts=ids[OVERVIEW], cost_rows=_cost_rows(run, summary),
-        phase_tables=phase_tables(summary), scaling_charts=ids["scaling"], saturation_rows=saturation_rows,
+        phase_tables=phase_tables(summary), cell_results=cell_results(cells), scaling_charts=ids["scaling"],
+        saturation_rows=saturation_rows,
         setting_tables=setting_tables, fairness_table=extra_tables.get("fairness-table"), network_tables=network,
         saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
         fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,

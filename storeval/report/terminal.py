@@ -707,20 +707,29 @@ def print_faults(cells: list[Any], console: Console) -> None:
         "what was read back after the phase against its stamps."), left=("where", "phase", "fault", "written"))
 
 
-def print_results(cells: list[Any], console: Console) -> None:
-    """Each cell's figure of the whole cell (Workload.cell_result: IO500's score and the rules it broke)."""
+def cell_results(cells: list[Any]) -> list[dict[str, Any]]:
+    """Each cell's figure of the whole cell as its workload words it (Workload.cell_result and result_lines:
+    IO500's score and the rules it broke): {kind, where, lines}, for the terminal and the HTML report."""
     from ..workloads import WORKLOADS
 
+    out = []
     for cf in cells:
         workload = WORKLOADS.get(cf.cell.kind)
         if not cf.result or workload is None:
             continue
         lines = workload.result_lines(cf.result)
         if lines:
-            console.print(safe(f"[cell {cf.cell.cell_id} · {cf.cell.target} · {cf.cell.workload}] {lines[0]}"),
-                          highlight=False, soft_wrap=True)
-            for line in lines[1:]:
-                console.print(safe(line), highlight=False, soft_wrap=True)
+            out.append({"kind": cf.cell.kind, "lines": lines,
+                        "where": f"cell {cf.cell.cell_id} · {cf.cell.target} · {cf.cell.workload}"})
+    return out
+
+
+def print_results(cells: list[Any], console: Console) -> None:
+    """Each cell's figure of the whole cell, under the run's tables."""
+    for r in cell_results(cells):
+        console.print(safe(f"[{r['where']}] {r['lines'][0]}"), highlight=False, soft_wrap=True)
+        for line in r["lines"][1:]:
+            console.print(safe(line), highlight=False, soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------------------ whole screens
