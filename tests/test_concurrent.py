@@ -182,3 +182,17 @@ def test_the_ready_study_measures_each_foreground_under_its_background(tmp_path)
         assert ph["groups"]["bulk"]["bytes"] == 2 * 256 * MiB
     # every part's files are gone; the skim's input stays for the next run (storeval-data)
     assert sorted(os.listdir(target)) == ["storeval-data"]
+
+
+@pytest.mark.parametrize("client,action,said", [(0, "raise", "client 0 failed in write"),
+                                                (2, "exit", "client 2 exited with code 17 during write")])
+def test_a_part_that_fails_fails_its_cell_and_stops_the_other_parts(tmp_path, client, action, said):
+    """A foreground client that fails, or the background one dying, ends the cell at once: the others are
+    stopped (the background writer does not run on alone), the cell is failed naming the client."""
+    study = PACED.format(url="null://t", rate=f", rate: 48MiB/s, misbehave: {{client: {client}, after_ops: 8, "
+                                              f"action: {action}}}")
+    (tmp_path / "s.yaml").write_text(study)
+    r = storeval("run", "s.yaml", "--results", "res", "--no-html", "--json", "out.json", cwd=tmp_path, timeout=600)
+    assert r.rc != 0
+    (cell,) = load_json(tmp_path / "out.json")["cells"]
+    assert cell["status"] == "failed" and said in cell["error"], cell["error"]
