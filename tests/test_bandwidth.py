@@ -383,7 +383,9 @@ def test_a_paced_client_never_runs_ahead_of_its_rate(tmp_path):
         for c in ph["client_stats"]:
             assert c["paced_ops_per_s"] == pytest.approx(400)
             assert c["seconds"] >= 200 * 0.0025 and c["ops_per_s"] <= 400
-            assert c["rate_held"] == pytest.approx(c["ops_per_s"] / 400)
+            # held over the paced loop (the phase's start to its last interval's end): never above the pace, and
+            # never below the share of it the whole phase kept (which adds the close after the loop)
+            assert c["ops_per_s"] / 400 <= c["rate_held"] <= 1.0
         assert ph["rate_held"] == min(c["rate_held"] for c in ph["client_stats"])
 
 

@@ -584,7 +584,7 @@ class Bandwidth(Workload):
             c.driver.take_requests()
         h = self._open(c, path, "rw" if phase in MIXED else "w" if phase in WRITES else "r", rec)
         interval = self._interval_ns(len(offsets))
-        late = [0]
+        late = [0, 0]  # operations started late; when the last paced loop ended
         closed = False
         try:
             read = c.driver.reader(h, into_buffer=p.verify) if phase not in WRITES else None
@@ -619,7 +619,8 @@ class Bandwidth(Workload):
             mix[f"{name}_mean_us"] = sum(means) / ops / 1e3 if ops and means else None
         rec.extra["mix"] = mix
         if interval:
-            rec.extra["pace"] = {"ops_per_s": len(offsets) * 1e9 / interval, "late": late[0]}
+            rec.extra["pace"] = {"ops_per_s": len(offsets) * 1e9 / interval, "late": late[0],
+                                 "seconds": (late[1] - rec.start_ns) / 1e9 if late[1] else None}
         if writes:
             requests = c.driver.take_requests()
             if requests is not None:

@@ -144,7 +144,8 @@ def measure_mixed(logs: tuple[OpLog, ...], sizes: tuple[int, ...], items: Sequen
     ``interval_ns`` the loop is open: operation ``k`` may start no sooner than ``k`` intervals after the first,
     one that is late starts at once (so the rate catches up), and the loop returns at the end of its last
     operation's interval, so a held rate is exactly one operation per interval; ``late`` counts (element 0) the
-    operations that started more than an interval after their time. Returns how many ran."""
+    operations that started more than an interval after their time and keeps (element 1, when there is one) the
+    latest end of a paced loop (perf_counter_ns: the end of its last interval, or later). Returns how many ran."""
     hi = len(items) if hi is None else hi
     clock = time.perf_counter_ns
     sleep = time.sleep
@@ -193,20 +194,26 @@ def measure_mixed(logs: tuple[OpLog, ...], sizes: tuple[int, ...], items: Sequen
         now = clock()
         if now < end:
             sleep((end - now) / 1e9)
+    ended = clock()
     for log in logs:
         log.flush()
     if late is not None:
         late[0] += behind
+        if len(late) > 1:  # when the phase's last paced loop ended (its streams side by side or one after another)
+            late[1] = max(late[1], ended)
     return done
 
 
 def pace_figures(seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
     """A paced client's figures from its record (``extra["pace"]``: the operations per second asked, those that
-    started late; ``extra["mix"]``: its operations of each kind) over its own ``seconds``: the share of the pace
-    it held, for ``client_extra``. Empty when the phase was not paced."""
+    started late, the seconds from the phase's start to the end of its paced loops; ``extra["mix"]``: its
+    operations of each kind): the share of the pace it held until then (over its phase's ``seconds`` for a
+    record without it), for ``client_extra``. What the phase does after its loops (a write's fsync and close,
+    which its MiB/s keeps) is not a failure to keep the pace. Empty when the phase was not paced."""
     pace = extra.get("pace")
     if not pace:
         return {}
+    seconds = pace.get("seconds") or seconds
     ops = sum(v for k, v in extra.get("mix", {}).items() if k.endswith("_ops"))
     return {"paced_ops_per_s": pace["ops_per_s"], "late_ops": pace["late"],
             "rate_held": ops / seconds / pace["ops_per_s"] if seconds > 0 else 0.0}

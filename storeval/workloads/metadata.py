@@ -524,7 +524,7 @@ class Metadata(Workload):
 
         logs = tuple(rec.oplog(1024) for _ in MIX_KINDS)
         interval = int(round(1e9 / p.iops)) if p.iops else 0
-        late = [0]
+        late = [0, 0]  # operations started late; when the paced loop ended
         rec.extra["io_engine"] = "python"
         fs = p.file_size
         st["mix_done"] = len(paths)  # until measure_mixed says how many ran: a stop mid-way undoes them all
@@ -541,7 +541,8 @@ class Metadata(Workload):
             mix[f"{k}_mean_us"] = log.hist.mean / 1e3 if log.ops and log.hist.mean is not None else None
         rec.extra["mix"] = mix
         if interval:
-            rec.extra["pace"] = {"ops_per_s": p.iops, "late": late[0]}
+            rec.extra["pace"] = {"ops_per_s": p.iops, "late": late[0],
+                                 "seconds": (late[1] - rec.start_ns) / 1e9 if late[1] else None}
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p, st = self.p, c.state
