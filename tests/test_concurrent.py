@@ -124,6 +124,8 @@ BAD = [
      "names 2 workloads (bandwidth, metadata)"),
     ({"a": {"clients": 1, "bandwidth": {}}, "b": {"clients": 1, "nosuch": {}}}, "workload kind 'nosuch'"),
     ({"a": {"clients": 1, "bandwidth": {}}, "all": {"clients": 1, "bandwidth": {}}}, "'all' cannot name a part"),
+    ({"a": {"clients": 1, "bandwidth": {}}, "../up": {"clients": 1, "bandwidth": {}}}, "'../up' cannot name a part"),
+    ({"a": {"clients": 1, "bandwidth": {}}, "x\u202ey": {"clients": 1, "bandwidth": {}}}, "cannot name a part"),
     ({"a": {"clients": 0, "bandwidth": {}}, "b": {"clients": 1, "bandwidth": {}}}, "clients"),
     ({"a": {"clients": 1, "bandwidth": {"file_size": "1MiB", "transfer_size": "3MiB"}},
       "b": {"clients": 1, "bandwidth": {}}}, "transfer_size"),

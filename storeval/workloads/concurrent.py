@@ -27,6 +27,7 @@ its rate held) and all parts together (the phase's row ``all``).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from typing import Annotated, Any
 
@@ -35,9 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..core.oplog import PhaseRecorder
 from ..core.stop import UNTIL, PhaseEnded
 from ..drivers.base import Capabilities, Driver, join
+from ..redact import visible
 from . import make_workload, workload_class
 from .base import Best, ClientContext, Figure, Need, Needs, Params, Report, Workload, param
 
+PART_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 SETTLE_SECONDS = 1.0  # at clean-up, how long an arrival still pending is given to complete (after a failure)
 STEP_JOIN = "+"
 
@@ -104,8 +107,9 @@ class ConcurrentParams(Params):
         if len(self.parts) < 2:
             raise ValueError("parts: give at least two parts (one workload alone is that workload)")
         for name in self.parts:
-            if not name or "/" in name or name in (".", "..", "all"):
-                raise ValueError(f"parts: {name!r} cannot name a part (it names a directory and a report row; "
+            if name == "all" or not PART_NAME.fullmatch(name):
+                raise ValueError(f"parts: {visible(name)!r} cannot name a part (it names a directory and a report row: "
+                                 "letters, digits, '.', '_' and '-', at most 64, not starting with '.' or '-'; "
                                  "'all' is every client)")
         front = {n: make_workload(p.kind, p.params).phases() for n, p in self.parts.items() if not p.background}
         if not front:
@@ -145,6 +149,8 @@ class Concurrent(Workload):
     def __init__(self, params: ConcurrentParams) -> None:
         super().__init__(params)
         self.parts: dict[str, Workload] = {n: make_workload(p.kind, p.params) for n, p in params.parts.items()}
+        # step -> part -> its phase, made once: a client looks its phase up inside the timed region
+        self.runs = dict(_steps(params, {n: part.phases() for n, part in self.parts.items()}))
         self.first: dict[str, int] = {}
         rank = 0
         for n, p in params.parts.items():
@@ -156,6 +162,9 @@ class Concurrent(Workload):
     def phases_of(cls, params: Params) -> list[str]:
         return [step for step, _ in _steps(params)]
 
+    def phases(self) -> list[str]:
+        return list(self.runs)
+
     def fixed_clients(self) -> int | None:
         return sum(p.clients for p in self.p.parts.values())
 
@@ -164,7 +173,7 @@ class Concurrent(Workload):
 
     def _runs(self, step: str) -> dict[str, str]:
         """Part -> the phase it runs in ``step``."""
-        return dict(_steps(self.p))[step]
+        return self.runs[step]
 
     def skipped(self, caps: Capabilities) -> dict[str, str]:
         out = {}
@@ -290,7 +299,7 @@ class Concurrent(Workload):
                 c.driver.ensure_dir(join(c.cell_dir, n))
         c.comm.barrier()
         part = self.p.parts[name]
-        ph_of = dict(_steps(self.p))
+        ph_of = self.runs
         faulted = frozenset(ph_of[step][name] for step in c.faulted if step in ph_of and name in ph_of[step])
         ctx = dataclasses.replace(c, rank=sub.rank, nclients=sub.size, comm=sub, cell_dir=join(c.cell_dir, name),
                                   seed=(c.seed << 8) + index, state={}, faulted=faulted,
@@ -364,9 +373,11 @@ def _own_figure(r: Any) -> str:
         return "–"
 
 
-def _steps(p: ConcurrentParams) -> list[tuple[str, dict[str, str]]]:
-    """The cell's steps: (name, part -> the phase it runs), the foreground parts' phases in step."""
-    phases = {n: make_workload(part.kind, part.params).phases() for n, part in p.parts.items()}
+def _steps(p: ConcurrentParams, phases: dict[str, list[str]] | None = None) -> list[tuple[str, dict[str, str]]]:
+    """The cell's steps: (name, part -> the phase it runs), the foreground parts' phases in step (``phases``:
+    each part's phases, when its workload is already made)."""
+    if phases is None:
+        phases = {n: make_workload(part.kind, part.params).phases() for n, part in p.parts.items()}
     front = [n for n, part in p.parts.items() if not part.background]
     out = []
     for k in range(len(phases[front[0]])):
