@@ -70,7 +70,7 @@ class Runner:
         self.study, self.cells, self.store, self.ui = study, cells, store, ui
         self.live = live if live is not None and live.active else None  # report/live.py: the live view
         self.command_line = command_line
-        self.engine = engine or LocalEngine(preload_of(c.kind for c in cells))
+        self.engine = engine or LocalEngine(preload_of((c.kind, c.params) for c in cells))
         self.run_id = run_id or new_run_id()
         self.scratch = f"storeval-{self.run_id}"
         self.drivers: dict[str, Driver] = {}

@@ -170,14 +170,24 @@ def test_the_fork_server_preloads_what_the_runs_workloads_declare_and_nothing_he
     """uproot and awkward cost ~0.6 s of CPU to import: only a run with a workload that reads ROOT files has its
     fork server import them (before any client, so no client imports them inside a timed region)."""
     from storeval.engine.forkserver import PRELOAD, client_context
-    from storeval.workloads import preload_of
+    from storeval.workloads import preload_of, workload_class
 
-    assert preload_of(["bandwidth", "metadata", "copy", "command"]) == ()
-    assert preload_of(["bandwidth", "skim", "jobs", "skim", "replay"]) == ("awkward", "uproot")
+    def cells(*kinds: str, **params: dict) -> list:
+        return [(k, workload_class(k).Params.model_validate(params.get(k, {}))) for k in kinds]
+
+    assert preload_of(cells("bandwidth", "metadata", "copy", "command", command={"run": "true"})) == ()
+    trace = str(Path(__file__).parent / "data" / "traces" / "xrootd-5.5.3-uproot.log")
+    mixed = cells("bandwidth", "skim", "jobs", "skim", "replay", replay={"trace": trace}, jobs={"duration": "10s"})
+    assert preload_of(mixed) == ("awkward", "uproot")
+    # a concurrent cell's clients run its parts: a skim part's modules are preloaded too, a bandwidth pair's none
+    skim_part = {"parts": {"s": {"clients": 1, "skim": {}}, "w": {"clients": 1, "bandwidth": {"phases": ["write"]}}}}
+    plain = {"parts": {"r": {"clients": 1, "bandwidth": {}}, "w": {"clients": 1, "bandwidth": {}}}}
+    assert preload_of(cells("concurrent", concurrent=skim_part)) == ("awkward", "uproot")
+    assert preload_of(cells("concurrent", concurrent=plain)) == ()
     from multiprocessing import forkserver
 
-    client_context(preload_of(["skim"]))  # the fork server is one per process: what its next start imports
+    client_context(preload_of(cells("skim")))  # the fork server is one per process: what its next start imports
     assert forkserver._forkserver._preload_modules == [*PRELOAD, "awkward", "uproot"]
-    client_context(preload_of(["bandwidth"]))
+    client_context(preload_of(cells("bandwidth")))
     assert forkserver._forkserver._preload_modules == list(PRELOAD)
     assert "uproot" not in PRELOAD and "storeval.engine.local" in PRELOAD

@@ -26,7 +26,7 @@ from .stop import STOP, UNTIL, ClientStopped, PhaseEnded
 # 1 while it waits in a barrier. The engines' hang detection counts from the last sign of progress and
 # skips clients waiting for a peer: a client that is slowly progressing is not hung.
 FOLD_EVERY_NS = 250_000_000  # a loop folds at least this often (OpLog.due)
-FOLD_ENDING_NS = 50_000_000  # ... and this often in a background client (UNTIL set): it ends this soon after its foreground
+FOLD_ENDING_NS = 50_000_000  # ... this often in a background client (UNTIL set): it ends this soon after its foreground
 PROGRESS_SLOTS = 6
 P_BYTES, P_OPS, P_DONE, P_BEAT, P_WAIT, P_ERRS = range(PROGRESS_SLOTS)  # P_ERRS: the phase's errors (live view)
 

@@ -1,9 +1,9 @@
 """The process-wide stop request: the engine sets it, hot loops look at it when they fold.
 
 Beside it, the phase end of a background client (workloads/concurrent.py): while ``UNTIL.check`` is set, a
-fold that finds it true raises :class:`PhaseEnded` once per log; the kernel's loops take that as a deadline
-reached (they return what they did, so the workload finishes its phase as it would at a stonewall), other
-loops let it end the phase."""
+fold that finds it true raises :class:`PhaseEnded` (every fold from then on; a flush at a loop's end never does);
+the kernel's loops take that as a deadline reached (they return what they did, so the workload finishes its phase
+as it would at a stonewall), other loops let it end the phase."""
 
 from __future__ import annotations
 

@@ -97,7 +97,8 @@ class LocalComm:
         first = sum(counts[:color])
         members = tuple(self._members[first:first + counts[color]])
         if self._me not in members:
-            raise ValueError(f"client {self.rank} is not one of part {color}'s (clients {first}–{first + counts[color] - 1})")
+            raise ValueError(f"client {self.rank} is not one of part {color}'s "
+                             f"(clients {first}–{first + counts[color] - 1})")
         sub = LocalComm(members.index(self._me), len(members), self._parts[color][1], self._shared, self._progress,
                         self._parts, members, self._total)
         sub.host_leader = self.host_leader

@@ -40,9 +40,10 @@ def make_workload(kind: str, params: dict | Params) -> Workload:
     return cls(params if isinstance(params, cls.Params) else cls.Params.model_validate(params))
 
 
-def preload_of(kinds: Iterable[str]) -> tuple[str, ...]:
-    """The heavy modules the clients of these workload kinds use (``Workload.preload``), each once, in order."""
-    return tuple(dict.fromkeys(m for kind in dict.fromkeys(kinds) for m in workload_class(kind).preload))
+def preload_of(workloads: Iterable[tuple[str, Params]]) -> tuple[str, ...]:
+    """The heavy modules the clients of these (kind, parameters) use (``Workload.preload_for``), each once, in
+    order."""
+    return tuple(dict.fromkeys(m for kind, params in workloads for m in workload_class(kind).preload_for(params)))
 
 
 __all__ = ["WORKLOADS", "make_workload", "preload_of", "register_workload", "workload_class", "Workload", "Params",

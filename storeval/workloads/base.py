@@ -443,6 +443,12 @@ class Workload(ABC):
     def __init__(self, params: Params) -> None:
         self.p = params
 
+    @classmethod
+    def preload_for(cls, params: Params) -> tuple[str, ...]:
+        """The heavy modules a cell of these parameters imports (``preload``; a workload made of others adds
+        theirs)."""
+        return cls.preload
+
     # -- coordinator side -----------------------------------------------------------------------
     @classmethod
     def phases_of(cls, params: Params) -> list[str]:

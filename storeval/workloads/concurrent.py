@@ -66,8 +66,9 @@ class Part(BaseModel):
             return raw
         rest = {k: v for k, v in raw.items() if k not in ("clients", "background")}
         if len(rest) != 1:
-            raise ValueError(f"names {len(rest)} workloads ({', '.join(map(str, rest)) or 'none'}); a part runs exactly "
-                             "one (write KIND: {params} beside clients and background)")
+            named = ", ".join(map(str, rest)) or "none"
+            raise ValueError(f"names {len(rest)} workloads ({named}); a part runs exactly one (write KIND: {{params}} "
+                             "beside clients and background)")
         (kind, params), = rest.items()
         return {k: v for k, v in raw.items() if k in ("clients", "background")} | {"kind": kind, "params": params}
 
@@ -80,6 +81,8 @@ class Part(BaseModel):
         if checked.record:
             raise ValueError(f"{self.kind}.record: set record on the concurrent workload (it records every part)")
         wl = cls(checked)
+        if cls.target_params:
+            raise ValueError(f"{self.kind} names another target ({', '.join(cls.target_params)}), which a part cannot")
         if wl.fixed_clients() is not None:
             raise ValueError(f"{self.kind} fixes its own client count ({wl.fixed_clients()}), which a part cannot")
         if wl.client_parts():
@@ -164,6 +167,15 @@ class Concurrent(Workload):
 
     def phases(self) -> list[str]:
         return list(self.runs)
+
+    @classmethod
+    def preload_for(cls, params: Params) -> tuple[str, ...]:
+        """Every part's heavy modules (a skim part's uproot), imported by the fork server, not in a timed region."""
+        modules: list[str] = []
+        for part in params.parts.values():
+            cls_ = workload_class(part.kind)
+            modules += cls_.preload_for(cls_.Params.model_validate(part.params))
+        return tuple(dict.fromkeys(modules))
 
     def fixed_clients(self) -> int | None:
         return sum(p.clients for p in self.p.parts.values())
