@@ -112,4 +112,8 @@ def test_seed000_every_server_off_for_a_while_loses_nothing(here):
         assert fault["kind"] == "fault" and fault["end_s"] - fault["start_s"] >= 2.0
         if c["target"] in ("xrootd", "hdfs"):  # the server (or the pipeline's datanode) was gone: a dip
             assert fault["during_MiBps"] < fault["baseline_MiBps"]
-            assert "degraded" in [f["code"] for f in write["flags"]]
+            # operations that failed were tried again and said (degraded); when the client's own recovery
+            # (XRootD's reconnect, HDFS's pipeline recovery) held an operation until the server was back, none
+            # failed and the dip alone shows it — which of the two depends on where in an operation the kill fell
+            assert ("degraded" in [f["code"] for f in write["flags"]]) == bool(write["errors"]), (write["errors"],
+                                                                                                  write["flags"])
