@@ -312,7 +312,8 @@ def test_direct_io_works_where_supported(tmp_path, target):
     doc = load_json(out)
     for ph in doc["cells"][0]["phases"]:
         assert ph["status"] == "ok" and ph["bytes"] > 0
-        assert ph["warnings"] == []
+        # no warning about the I/O itself (a 4 KiB O_DIRECT loop may keep the device busy: said, and allowed)
+        assert [w for w in ph["warnings"] if w["code"] != "disk-bound"] == []
     assert set(flags) == {"bw.0"}, flags  # the client's file was seen open, and only it
     assert all(f & os.O_DIRECT for f in flags["bw.0"]), [oct(f) for f in flags["bw.0"]]  # 0o40000 on x86-64
     assert {f & O_ACCMODE for f in flags["bw.0"]} == {os.O_WRONLY, os.O_RDONLY}  # written, then read

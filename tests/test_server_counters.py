@@ -120,6 +120,28 @@ BANDWIDTH = ("--workload", "bandwidth", "--clients", "2", "--set", "file_size=8M
              "--set", "phases=write,read")
 
 
+def test_the_servers_side_names_the_server_process_and_the_timelines_draw_its_cpu(tmp_path, xrootd):
+    """Issue 35: each phase's probes.servers gives the testbed's XRootD process its CPUs (user and kernel apart)
+    and calls; the sampler samples it beside the host, and the report's timeline draws its share of the CPUs."""
+    entry = xrootd.targets()["xrootd"]
+    doc = run(tmp_path, str(study(tmp_path, entry)), *BANDWIDTH, "--results", "res", "--html", "page.html")
+    used = calls = 0.0
+    for ph in phases(doc).values():
+        side = ph["probes"]["servers"]
+        (name,) = side["processes"]  # the testbed's one xrootd process
+        proc = side["processes"][name]
+        assert name == f"xrootd:{entry['server_pids'][0]}"
+        assert proc["cpus"] == pytest.approx(proc["user_cpus"] + proc["system_cpus"])
+        used, calls = used + proc["cpus"], calls + proc["read_calls_per_s"] + proc["write_calls_per_s"]
+        assert {"user", "system", "iowait", "busy", "cpus"} <= set(side["cpu"])
+    assert used > 0 and calls > 0  # it served 16 MiB each way
+    con = duckdb.connect(str(tmp_path / "res" / "storeval.duckdb"), read_only=True)
+    sampled = con.execute("SELECT count(*) FROM samples WHERE probe = 'server' AND metric = 'cpu_seconds'").fetchone()
+    con.close()
+    assert sampled[0] >= 2
+    assert "server processes CPU %" in (tmp_path / "page.html").read_text()
+
+
 def test_foreign_loopback_traffic_does_not_change_what_the_server_moved(tmp_path, xrootd):
     entry = xrootd.targets()["xrootd"]
     assert entry["server_pids"] == [p.pid for p in xrootd.state.procs]

@@ -17,6 +17,8 @@ For each phase:
   ``ok`` phase: a frozen server must not pass as a normal figure;
 * warnings ``cache-served`` (the device delivered far fewer bytes than were read) and ``client-bound``
   (storeval's clients were busy on CPU most of the phase: the client, not the storage, may set the figure);
+* the servers' side (``servers.py``): host CPU split, server processes, device busy; ``disk-bound`` and
+  ``server-cpu-bound``;
 * the host and duration guards of ``guards.py``: busy-host, swapping, memory-pressure, short-phase, fits-in-ram;
   and ``clock-skew`` (``clocks.py``): MPI clients' clocks not aligned well enough for the phase's length.
 """
@@ -29,6 +31,7 @@ from ..core.records import NS, PhaseRecord, quiet_spans
 from ..probes.counters import merge
 from .clocks import check_clock
 from .guards import check_host
+from .servers import server_side
 from ..units import format_size, sig
 
 
@@ -180,6 +183,7 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
         fig.warnings.append({"code": "client-bound", "message": (
             f"storeval's clients were busy on CPU {per_client:.0%} of the phase: the client, not the storage, "
             "may have set this figure")})
+    server_side(fig, records, where)  # the servers' CPU and the device: disk-bound, server-cpu-bound (servers.py)
     check_host(fig, records, direction)  # busy host, memory, short phase, data that fits in RAM (guards.py)
     check_clock(fig, records)  # MPI clients' clock alignment across hosts (clocks.py)
 

@@ -96,6 +96,11 @@ CODES: dict[str, Code] = {
     "rate-not-held": Code((WARNING,), "a client paced by rate or iops did not reach 98 % of its pace: the storage or "
                           "its host could not keep it, so the background load was lighter than asked",
                           "lower rate or iops, or give the clients more CPU"),
+    "disk-bound": Code((WARNING,), "the target's device had I/O in flight 90 % of the phase or more: the disk, not "
+                       "the network or the CPUs, set the figure", "compare with a faster device, or more devices"),
+    "server-cpu-bound": Code((WARNING,), "the host was 90 % busy or more and the target's server processes used "
+                             "most of it: the servers' CPU may have set the figure",
+                             "give the servers more CPUs, or run the clients on another host"),
     "background-short": Code((WARNING,), "a background part of a concurrent cell ran out of work before its "
                              "foreground finished the step: for the rest of it, the foreground ran without that load",
                              "give the background part more to do (file_size, items)"),

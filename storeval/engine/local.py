@@ -33,6 +33,7 @@ from ..core.process import host_facts, set_process_name
 from ..core.stop import STOP, ClientStopped
 from ..errors import one_line
 from ..probes.sampler import Sampler, start_sampler
+from ..probes.server import pids_here
 from .forkserver import client_context, start_fork_server
 from .watch import ENGINE_STOP, GRACE_SECONDS, Watch
 
@@ -251,7 +252,7 @@ class LocalEngine:
                 if on_clients is not None:
                     on_clients(_describe(procs))
                 sampler = start_sampler(ctx, {f"client{r}": p.pid for r, p in enumerate(procs)},
-                                        job.probe_interval, job.links)
+                                        job.probe_interval, job.links, tuple(pids_here(job.server)))
                 watch.loop(out, on_progress, sampler, feed)
         except KeyboardInterrupt as e:  # storeval used without interrupts.install(): Python's own Ctrl-C
             watch.fail("interrupted", watch.current_step(), str(e) or interrupts.reason(None))

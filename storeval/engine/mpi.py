@@ -41,6 +41,7 @@ from typing import Any
 
 from .. import interrupts
 from ..probes.sampler import Sampler, start_sampler
+from ..probes.server import pids_here
 from .clients import run_client
 from .forkserver import client_context, start_fork_server
 from .watch import GRACE_SECONDS, HangClock, Watch
@@ -513,7 +514,7 @@ class MpiEngine:
             result["msgs"] = participate(job, ranks, leaders, watch.client0_started, longest_poll=self.longest_poll)
 
         sampler = start_sampler(self._context(), {f"client{i}": pid for i, pid in enumerate(local.values()) if pid},
-                                job.probe_interval)
+                                job.probe_interval, servers=tuple(pids_here(job.server)))
         t = threading.Thread(target=client0, daemon=True)
         t.start()
         try:
@@ -582,7 +583,7 @@ class MpiEngine:
         if me not in leaders or self.procs[me][2] == self.procs[0][2]:
             return None
         pids = {f"client{i}": self.procs[r][0] for i, r in enumerate(ranks) if self.procs[r][2] == self.procs[me][2]}
-        sampler = start_sampler(self._context(), pids, job.probe_interval)
+        sampler = start_sampler(self._context(), pids, job.probe_interval, servers=tuple(pids_here(job.server)))
         if sampler is not None:  # sampled from the cell's start, as rank 0's host is
             sampler.wait_first(5.0)
         return sampler

@@ -26,6 +26,7 @@ from typing import Any
 
 from .counters import flatten, snapshot
 from .links import link_counters
+from .server import read_server_processes
 
 END = None  # the last message of the stream
 FAST_INTERVAL = 0.1  # seconds between the first samples of a cell: a sub-second phase gets several
@@ -44,7 +45,7 @@ def intervals(interval: float):
 
 
 def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: int,
-                 links: dict[str, Any] | None = None) -> None:
+                 links: dict[str, Any] | None = None, servers: tuple[int, ...] = ()) -> None:
     """Sample until the coordinator says stop (any message on ``conn``, or its end of it closing) or ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     from ..core.process import set_process_name
@@ -59,6 +60,8 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
     def take() -> None:
         t = time.perf_counter_ns()
         snap = snapshot(pids)
+        if servers:  # the target's server processes on this host: their CPU, I/O wait and I/O (probes/server.py)
+            snap["server"] = read_server_processes(list(servers))
         if links:  # the emulated hosts and links (probes/links.py)
             snap["link"] = link_counters(links)
         conn.send([(t, probe, device, metric, value, host) for probe, device, metric, value in flatten(snap)])
@@ -83,12 +86,14 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
 class Sampler:
     """The coordinator's handle on one cell's probe side process (every engine's: it samples this host)."""
 
-    def __init__(self, ctx: Any, pids: dict[str, int], interval: float, links: dict[str, Any] | None = None) -> None:
+    def __init__(self, ctx: Any, pids: dict[str, int], interval: float, links: dict[str, Any] | None = None,
+                 servers: tuple[int, ...] = ()) -> None:
         self.rows: list[tuple[int, str, str, str, float, str]] = []  # (t_ns, probe, device, metric, value, host)
         # one duplex pipe: samples come back on it, and a word on it (or its closing) says stop. Not an
         # Event: setting one waits for every process waiting on it to wake, a killed one never does.
         self.conn, theirs = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=sampler_main, args=(pids, interval, theirs, os.getpid(), links),
+        self.proc = ctx.Process(target=sampler_main,
+                                args=(pids, interval, theirs, os.getpid(), links, tuple(servers)),
                                 name="storeval-sampler", daemon=True)
         try:
             self.proc.start()
@@ -155,9 +160,10 @@ class Sampler:
         return self.rows
 
 
-def start_sampler(ctx: Any, pids: dict[str, int], interval: float,
-                  links: dict[str, Any] | None = None) -> Sampler | None:
-    """The probe side process of a cell, or None when sampling is off."""
+def start_sampler(ctx: Any, pids: dict[str, int], interval: float, links: dict[str, Any] | None = None,
+                  servers: tuple[int, ...] = ()) -> Sampler | None:
+    """The probe side process of a cell, or None when sampling is off; ``servers``: the target's server
+    processes on this host, sampled beside it."""
     if not interval or interval <= 0:
         return None
-    return Sampler(ctx, pids, interval, links)
+    return Sampler(ctx, pids, interval, links, servers)

@@ -64,11 +64,24 @@ def server_spec(options: dict[str, Any], sources: tuple[str, ...] = ()) -> dict[
     return spec
 
 
+def delay_accounting() -> bool:
+    """Whether the kernel counts each task's time waiting for block I/O (``kernel.task_delayacct``): without
+    it a process's I/O wait reads 0, so it is left out rather than reported as none."""
+    try:
+        with open("/proc/sys/kernel/task_delayacct", encoding="ascii") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def read_server_processes(pids: list[int]) -> dict[str, dict[str, float]]:
-    """Per server process (``name:pid``): CPU seconds (user + system, /proc/PID/stat, with those of its children
-    once reaped: a server that does work through helpers — XRootD's TPC runs ``xrdcp --server`` per copy — is
-    busy in them) and /proc/PID/io."""
+    """Per server process (``name:pid``): CPU seconds (/proc/PID/stat, with those of its children once reaped: a
+    server that does work through helpers — XRootD's TPC runs ``xrdcp --server`` per copy — is busy in them), in
+    user mode and in the kernel apart, the seconds it waited for block I/O when the kernel counts them
+    (:func:`delay_accounting`), and /proc/PID/io: bytes through syscalls (``rchar``/``wchar``) and from/to
+    storage (``read_bytes``/``write_bytes``), read and write calls (``syscr``/``syscw``)."""
     out: dict[str, dict[str, float]] = {}
+    blkio = delay_accounting()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
@@ -76,14 +89,23 @@ def read_server_processes(pids: list[int]) -> dict[str, dict[str, float]]:
             with open(f"/proc/{pid}/io", encoding="ascii") as f:
                 io = dict(line.split(":", 1) for line in f)
             name = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2:].split()
-            out[f"{name}:{pid}"] = {
-                "cpu_seconds": sum(int(v) for v in fields[11:15]) / TICKS,  # utime stime cutime cstime
-                "rchar": float(io["rchar"]), "wchar": float(io["wchar"]),
-                "read_bytes": float(io["read_bytes"]), "write_bytes": float(io["write_bytes"])}
+            fields = stat[stat.rindex(")") + 2:].split()  # fields[k] is stat field k + 3
+            user, system = (int(fields[11]) + int(fields[13])) / TICKS, (int(fields[12]) + int(fields[14])) / TICKS
+            row = {"cpu_seconds": user + system, "user_seconds": user, "system_seconds": system,
+                   "rchar": float(io["rchar"]), "wchar": float(io["wchar"]),
+                   "read_bytes": float(io["read_bytes"]), "write_bytes": float(io["write_bytes"]),
+                   "syscr": float(io.get("syscr", 0)), "syscw": float(io.get("syscw", 0))}
+            if blkio and len(fields) > 39:
+                row["iowait_seconds"] = int(fields[39]) / TICKS  # delayacct_blkio_ticks
+            out[f"{name}:{pid}"] = row
         except (OSError, KeyError, ValueError, IndexError):
             continue
     return out
+
+
+def pids_here(spec: dict[str, Any]) -> list[int]:
+    """The server's process ids of a ``server_spec``, when this is the host (and boot) that wrote them; else none."""
+    return list(spec.get("pids", [])) if spec.get("pids") and spec.get("boot_id") == boot_id() else []
 
 
 class ServerProbe:
@@ -91,7 +113,7 @@ class ServerProbe:
     reported counter bounded by the target's timeout)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        self.pids = spec.get("pids", []) if spec.get("boot_id") == boot_id() else []
+        self.pids = pids_here(spec)
         self.timeout = float(spec.get("timeout", 30.0))
         reported = spec.get("reported") or {}
         self.sources: list[CounterSource] = [source_class(data["source"])(data, self.timeout)

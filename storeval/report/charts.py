@@ -7,6 +7,7 @@ nothing to show returns none.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
@@ -351,6 +352,25 @@ def _host_timeline(cell: CellRow, rows: list[tuple], t_zero: int, events: list[d
         data.append({"type": "scatter", "mode": "lines+markers", "name": "CPU busy %", "yaxis": "y2",
                      "line": {"color": CPU_COLOR}, "marker": {"color": CPU_COLOR},
                      "x": [sec(x) for x in xs], "y": [100 * bb / tt if tt else 0 for bb, tt in zip(b, tot)]})
+        iowait = series.get(("cpu", "all", "iowait"))
+        if iowait:  # kept apart from idle: a CPU with nothing to run while the disk works
+            _, w = _rates(iowait)
+            if any(w):
+                data.append({"type": "scatter", "mode": "lines", "name": "CPU iowait %", "yaxis": "y2",
+                             "line": {"color": CPU_COLOR, "dash": "dot"},
+                             "x": [sec(x) for x in xs], "y": [100 * ww / tt if tt else 0 for ww, tt in zip(w, tot)]})
+        # the target's server processes on this host: their CPU as a share of the host's (samples of "server")
+        servers = [pts for (probe, _, metric), pts in series.items() if probe == "server" and metric == "cpu_seconds"]
+        if servers:
+            used = [0.0] * len(xs)
+            for pts in servers:
+                px, py = _rates(pts)
+                at = dict(zip(px, py))
+                used = [u + at.get(x, 0.0) for u, x in zip(used, xs)]
+            data.append({"type": "scatter", "mode": "lines", "name": "server processes CPU %", "yaxis": "y2",
+                         "line": {"color": SERVER_CPU_COLOR},
+                         "x": [sec(x) for x in xs],
+                         "y": [100 * u * TICKS / tt if tt else 0 for u, tt in zip(used, tot)]})
     if not data:
         return None
     shapes, notes = _phase_shapes(cell, sec, _sample_gap(rows))
@@ -534,6 +554,8 @@ SYSTEM_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross")
 CPU_COLOR = "#2ca02c"  # the CPU line of every probe timeline
+SERVER_CPU_COLOR = "#9467bd"  # the target's server processes' share of the CPU
+TICKS = os.sysconf("SC_CLK_TCK")  # jiffies per second, the unit of /proc/stat's CPU counters
 PANEL_HEIGHT = 250
 MAX_PANELS = 12
 MAX_FAIRNESS_ROWS = 32
