@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from .helpers import leftovers, load_json, storeval
+from .test_mpi import mpirun, needs_mpiexec
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 MiB = 1 << 20
 
 # the foreground: two clients writing then reading 48 MiB each at the null target's 48 MiB/s (1 s a phase,
@@ -147,15 +145,12 @@ def test_bad_parts_are_refused_in_one_line_before_anything_runs(tmp_path, parts,
     assert not (tmp_path / "res").exists() or not list((tmp_path / "res").glob("*/results.json"))
 
 
-@pytest.mark.skipif(not MPIEXEC.exists(), reason="mpiexec (pip package mpich) is not installed")
+@needs_mpiexec
 def test_parts_split_their_ranks_under_mpiexec(tmp_path):
     """Under MPI each part synchronises on its own communicator and the background rank ends with the
     foreground's: the same figures as the local engine's."""
     (tmp_path / "s.yaml").write_text(PACED.format(url="null://t", rate=", rate: 48MiB/s"))
-    env = {**os.environ, "COLUMNS": "200"}
-    r = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-m", "storeval", "run", "s.yaml", "--results", "res",
-                        "--no-html", "--quiet", "--json", "out.json"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=900, env=env)
+    r = mpirun(3, "run", "s.yaml", "--results", "res", "--no-html", "--quiet", "--json", "out.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     doc = load_json(tmp_path / "out.json")
     assert "mpi" in str(doc["engine"])

@@ -9,12 +9,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from storeval.analysis.servers import server_side
+from storeval.analysis.sanity import merged_probes
+from storeval.analysis.servers import server_side as judge
 from storeval.core.records import PhaseRecord
 from storeval.probes.counters import read_cpu
 from storeval.probes.server import TICKS, read_server_processes
 
 from .helpers import load_json, storeval
+
+
+def server_side(fig: SimpleNamespace, records: list[PhaseRecord], where: dict) -> None:
+    """As sanity.check calls it: the hosts' probe deltas merged once, the number of hosts."""
+    judge(fig, merged_probes(records), where, len({r.host for r in records}))
 
 
 def _fig(seconds: float = 2.0) -> SimpleNamespace:

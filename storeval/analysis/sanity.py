@@ -60,16 +60,22 @@ LINK_TOLERANCE = 0.05  # an aggregate this much above the emulated links' rate i
 STALL_LATENCIES = 10  # ... or for this many median operations, when operations are that slow
 
 
-def phase_probes(records: list[PhaseRecord], where: dict[str, Any]) -> dict[str, Any] | None:
-    """The probe deltas of a phase, summed over hosts, for the device or interface ``where`` names, and what the
-    target's server says it moved (``server_*``, with ``server_source``) when its counters were taken."""
+def merged_probes(records: list[PhaseRecord]) -> dict[str, Any] | None:
+    """The probe deltas of a phase's host leaders, summed over hosts; None when no client took any."""
     merged: dict[str, Any] = {}
     found = False
     for r in records:
         if "probes" in r.extra:
             merge(merged, r.extra["probes"])
             found = True
-    if not found:
+    return merged if found else None
+
+
+def phase_probes(records: list[PhaseRecord], merged: dict[str, Any] | None,
+                 where: dict[str, Any]) -> dict[str, Any] | None:
+    """The probe deltas of a phase (``merged``), for the device or interface ``where`` names, and what the
+    target's server says it moved (``server_*``, with ``server_source``) when its counters were taken."""
+    if merged is None:
         return None
     device, iface = where.get("device"), where.get("interface")
     disk = merged.get("disk", {}).get(device, {}) if device else {}
@@ -146,7 +152,8 @@ def moved(probes: dict[str, Any] | None, where: dict[str, Any], direction: str) 
 def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: dict[str, float], direction: str | None,
           hosts: int) -> None:
     """Fill ``fig.probes``, the amplifications, ``fig.flags`` and honesty warnings of one phase."""
-    fig.probes = phase_probes(records, where)
+    merged = merged_probes(records)
+    fig.probes = phase_probes(records, merged, where)
     if fig.status != "ok" or not fig.seconds:
         return
     stalls(fig, records, limits)
@@ -183,7 +190,7 @@ def check(fig: Any, records: list[PhaseRecord], where: dict[str, Any], limits: d
         fig.warnings.append({"code": "client-bound", "message": (
             f"storeval's clients were busy on CPU {per_client:.0%} of the phase: the client, not the storage, "
             "may have set this figure")})
-    server_side(fig, records, where)  # the servers' CPU and the device: disk-bound, server-cpu-bound (servers.py)
+    server_side(fig, merged, where, hosts)  # the servers' CPU and the device: disk-bound, server-cpu-bound (servers.py)
     check_host(fig, records, direction)  # busy host, memory, short phase, data that fits in RAM (guards.py)
     check_clock(fig, records)  # MPI clients' clock alignment across hosts (clocks.py)
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.records import PhaseRecord
-from ..probes.counters import merge
 from ..probes.server import TICKS
 
 DISK_BOUND = 0.9  # the target's device busy this share of the phase: the disk set the pace
@@ -31,14 +29,11 @@ SERVER_SHARE = 0.5  # ... and the target's server processes used at least this s
 MIN_SECONDS = 0.2  # jiffies (10 ms) and busy milliseconds are too coarse to judge shorter phases
 
 
-def server_side(fig: Any, records: list[PhaseRecord], where: dict[str, Any]) -> None:
-    """Fill ``fig.probes["servers"]`` and the ``disk-bound`` / ``server-cpu-bound`` warnings of one phase."""
-    if fig.probes is None or not fig.seconds or len({r.host for r in records}) != 1:
+def server_side(fig: Any, merged: dict[str, Any] | None, where: dict[str, Any], hosts: int) -> None:
+    """Fill ``fig.probes["servers"]`` and the ``disk-bound`` / ``server-cpu-bound`` warnings of one phase from its
+    clients' hosts' probe deltas (``merged``, sanity.merged_probes)."""
+    if fig.probes is None or merged is None or not fig.seconds or hosts != 1:
         return
-    merged: dict[str, Any] = {}
-    for r in records:
-        if "probes" in r.extra:
-            merge(merged, r.extra["probes"])
     seconds = fig.seconds
     out: dict[str, Any] = {}
     cpu = merged.get("cpu", {}).get("all", {})

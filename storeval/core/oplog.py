@@ -135,12 +135,16 @@ class OpLog:
             return
         self.ops_pending = i
 
-    def flush(self) -> None:
-        """Fold whatever :meth:`add` left in the buffers (a loop's end: a phase's end does not interrupt it)."""
-        n, self.ops_pending = self.ops_pending, 0
-        self._take(n)
+    def settle(self, n: int, size: int | None = None) -> None:
+        """A loop's last fold: as :meth:`fold`, but a phase's end does not interrupt what is over anyway."""
+        self._take(n, size)
         if STOP.is_set():
             raise ClientStopped("stopped by the engine")
+
+    def flush(self) -> None:
+        """Fold whatever :meth:`add` left in the buffers (a loop's end)."""
+        n, self.ops_pending = self.ops_pending, 0
+        self.settle(n)
 
     def worked(self, t_end: int) -> None:
         """The thread computed (it did not wait for storage) until ``t_end``: a pause counts from then on."""

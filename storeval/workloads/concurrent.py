@@ -394,8 +394,6 @@ def _steps(p: ConcurrentParams, phases: dict[str, list[str]] | None = None) -> l
     out = []
     for k in range(len(phases[front[0]])):
         runs = {n: (phases[n][k] if n in front else phases[n][0]) for n in p.parts}
-        name = STEP_JOIN.join(dict.fromkeys(runs[n] for n in front))
-        while name in dict(out):  # the same foreground phases again in a later step: a name of its own
-            name += "'"
-        out.append((name, runs))
+        # the first foreground part's phases are distinct, so no two steps share a name
+        out.append((STEP_JOIN.join(dict.fromkeys(runs[n] for n in front)), runs))
     return out

@@ -123,10 +123,7 @@ def measure(log: OpLog, size: int, items: Sequence, op: Callable | None = None, 
                 start = items.index(restart) if restart is not None else (at if again else at + 1)
             counted = done
             rest = iter(items[start:])
-    try:
-        fold(i, size)
-    except PhaseEnded:  # the phase was over anyway: everything is folded
-        pass
+    log.settle(i, size)
     return done + i
 
 

@@ -527,12 +527,11 @@ class Metadata(Workload):
         late = [0, 0]  # operations started late; when the paced loop ended
         rec.extra["io_engine"] = "python"
         fs = p.file_size
-        st["mix_done"] = len(paths)  # until measure_mixed says how many ran: a stop mid-way undoes them all
         try:
             st["mix_done"] = measure_mixed(logs, (fs, 0, fs, 0), paths, kinds, (create, ops.stat, read, ops.remove),
                                            expect=(None, None, fs, None), interval_ns=interval, late=late,
                                            fail=lambda path, exc: _fail("file-mix", str(path), exc, rec))
-        except Exception:
+        except BaseException:
             st["mix_done"] = min(len(paths), sum(log.ops for log in logs) + 1)  # the one that failed may have acted
             raise
         mix: dict = {}
