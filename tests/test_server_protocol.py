@@ -232,3 +232,36 @@ def test_the_probe_reads_each_source_a_target_names_and_records_why_one_failed(t
         "Connection refused",
         f"minio metrics failed: {url}: Connection refused"]
     assert server_spec({"url": "file:///x"}) == {}
+
+
+def test_an_xcache_snapshot_waits_while_the_cache_holds_a_file_open_and_the_records_stand_still(tmp_path):
+    """XrdPfc writes a file's access record only when it lets the file go, seconds after its client closed it on
+    a busy host: a reading waits while a cache process (here: this one) holds a file under the cache open."""
+    import os
+    import threading
+    import time
+
+    from storeval.drivers.xcachestats import XcacheRecords
+
+    root = tmp_path / "cache"
+    (root / "store").mkdir(parents=True)
+    spec = XcacheRecords.spec({"cache_dir": str(root), "server_pids": [os.getpid()], "origin_pids": []})
+    assert spec == {"where": [str(root)], "origin_pids": [], "cache_pids": [os.getpid()]}
+    source = XcacheRecords(spec, timeout=30.0)
+    assert not source.pending()
+    held = open(root / "store" / "file.root", "wb")  # noqa: SIM115 - held open across the reading on purpose
+    assert source.pending()
+    released = []
+    threading.Timer(1.0, lambda: (held.close(), released.append(time.monotonic()))).start()
+    source.fetch = lambda: {"cache": {"hit_bytes": 0.0, "miss_bytes": 0.0, "bypass_bytes": 0.0}}
+    probe = ServerProbe({"timeout": 30})
+    snap: dict = {}
+    probe._settled(source.probe, source.name, source.fetch, snap, 0.2, source.pending)
+    assert released and time.monotonic() > released[0] and snap == {"server_xcache": source.fetch()}
+    assert not source.pending()
+    # a record that never comes: the reading fails, saying so, after its timeout
+    with open(root / "store" / "other", "wb"):
+        probe = ServerProbe({"timeout": 0.3})
+        probe._settled(source.probe, source.name, source.fetch, snap := {}, 0.0, source.pending)
+    (why,) = snap["server_error"]
+    assert why.startswith("xcache records failed: a record still pending after "), why

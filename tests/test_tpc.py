@@ -126,7 +126,7 @@ def test_a_source_killed_mid_phase_fails_some_copies_and_the_rest_are_verified(t
     assert ph["failed"] >= 1 and ph["copies"] + ph["failed"] == files and ph["ops"] == ph["copies"], ph
     assert ph["bytes"] == ph["copies"] * 4 * MiB and ph["errors"] == {}
     check = ph["written_check"]
-    assert check["bytes_intact"] == ph["bytes"] and check["files_verified"] == ph["copies"], check
+    assert check["bytes_intact"] == ph["bytes"] and check["files_verified"] == ph["copies"], str(check)
     codes = {w["code"] for w in ph["warnings"]} | {f["code"] for f in ph["flags"]}
     assert "copies-failed" in codes and not codes & {"data-lost", "fault-missed", "stalled"}, codes
 

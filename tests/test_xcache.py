@@ -50,7 +50,7 @@ def test_a_cold_read_is_fetched_from_the_origin_and_a_warm_one_is_served_by_the_
     cold, warm = phases["read"]["probes"], phases["reread"]["probes"]
     assert cold["cache_miss_bytes"] > 0 and abs(cold["origin_read_bytes"] - asked) <= 0.02 * asked, cold
     assert cold["cache_hit_bytes"] + cold["cache_miss_bytes"] == asked  # each byte read is a hit or a miss
-    assert warm["cache_hit_bytes"] == asked and warm["cache_miss_bytes"] == 0, warm
+    assert warm["cache_hit_bytes"] == asked and warm["cache_miss_bytes"] == 0, str(warm)
     assert warm["origin_read_bytes"] < 64 << 10, warm  # the origin moved nothing more (its own log writes aside)
     assert phases["write"]["probes"]["cache_hit_bytes"] == phases["write"]["probes"]["cache_miss_bytes"] == 0
     line = next(ln for ln in r.out.splitlines() if ln.startswith("cache:"))

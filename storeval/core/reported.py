@@ -45,6 +45,11 @@ class CounterSource(ABC):
         """Seconds the counters must stand still before a reading counts (a server that serves them from a cache)."""
         return 0.0
 
+    def pending(self) -> bool:
+        """True while the source itself knows its counters are not final yet (a record written only when the
+        server lets a file go): a reading waits for it to end, as for ``still``."""
+        return False
+
     @abstractmethod
     def fetch(self) -> Counters:
         """The counters now; OSError or ValueError (one line: what failed) when they cannot be read."""

@@ -4,8 +4,9 @@
 XrdPfc keeps, beside every cached file, a ``.cinfo`` with one access record per open of the file: the bytes it
 served from its disk (``B_hit``), the bytes a client waited for from the origin (``B_miss``) and the bytes passed
 through uncached (``B_bypass``). ``xrdpfc_print -j`` (xrootd-server) prints each file's records as one JSON line.
-A record is written when the cache lets the file go, a moment after its last client closed it, so a snapshot
-waits until the sums have stood still for a second. XrdPfc keeps only a file's latest records: those seen once
+A record is written when the cache lets the file go, a moment after its last client closed it (on a busy host,
+seconds after), so a snapshot waits until the cache's processes (``server_pids``) hold no file under the cache
+open and the sums have stood still for a second. XrdPfc keeps only a file's latest records: those seen once
 are remembered here (by file and record number), so a sum never goes down when old ones are dropped.
 
 XrdPfc counts a request's bytes as hits when their block was already on its way (another request asked for
@@ -59,17 +60,34 @@ class XcacheRecords(CounterSource):
     @classmethod
     def spec(cls, options: dict[str, Any]) -> dict[str, Any] | None:
         value = options.get(cls.option)
-        return {"where": [str(value)], "origin_pids": [int(p) for p in options.get("origin_pids") or []]} \
-            if value else None
+        return {"where": [str(value)], "origin_pids": [int(p) for p in options.get("origin_pids") or []],
+                "cache_pids": [int(p) for p in options.get("server_pids") or []]} if value else None
 
     def __init__(self, spec: dict[str, Any], timeout: float) -> None:
         super().__init__(spec, timeout)
         self.seen: dict[tuple[str, int], dict[str, float]] = {}
         self.origin_pids: list[int] = list(spec.get("origin_pids") or [])
+        self.cache_pids: list[int] = list(spec.get("cache_pids") or [])
 
     @property
     def still(self) -> float:
         return 1.0
+
+    def pending(self) -> bool:
+        """A file under the cache still open in one of its processes: its access record is not written yet."""
+        roots = tuple(os.path.realpath(r).rstrip("/") + "/" for r in self.where)
+        for pid in self.cache_pids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:  # gone, or not ours to read: nothing known to wait for
+                continue
+            for fd in fds:
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(roots):
+                        return True
+                except OSError:  # closed meanwhile
+                    continue
+        return False
 
     def fetch(self) -> Counters:
         tool = shutil.which("xrdpfc_print")

@@ -119,10 +119,12 @@ class ServerProbe:
         self.sources: list[CounterSource] = [source_class(data["source"])(data, self.timeout)
                                              for data in reported.values()]
 
-    def _settled(self, probe: str, name: str, fetch: Any, snap: Snapshot, still: float = 0.0) -> None:
+    def _settled(self, probe: str, name: str, fetch: Any, snap: Snapshot, still: float = 0.0,
+                 pending: Any = None) -> None:
         """Read a reported counter until it has stood still for ``still`` seconds (and over two reads at
-        least), for at most the timeout beyond that; a failure goes into ``server_error`` with what failed,
-        never out of here. Counters still moving at the deadline fail too: they say nothing of the phase."""
+        least) and the source has nothing ``pending``, for at most the timeout beyond that; a failure goes into
+        ``server_error`` with what failed, never out of here. Counters still moving at the deadline fail too:
+        they say nothing of the phase."""
         start = time.monotonic()
         deadline = start + still + self.timeout
         interval = max(SETTLE_INTERVAL, still / 8)
@@ -131,12 +133,14 @@ class ServerProbe:
             while True:
                 time.sleep(interval)
                 now, t = fetch(), time.monotonic()
-                if now != last:
+                waiting = pending is not None and pending()
+                if now != last or waiting:
                     last, since = now, t
                 elif t - since >= still:
                     break
                 if t > deadline:
-                    raise OSError(f"still moving after {t - start:.1f} s")
+                    raise OSError(f"{'a record still pending' if waiting else 'still moving'} after "
+                                  f"{t - start:.1f} s")
             snap[probe] = last
         except (OSError, ValueError, KeyError, TypeError) as e:
             why = str(e) if isinstance(e, (OSError, ValueError)) and str(e) else one_line(e)
@@ -147,7 +151,7 @@ class ServerProbe:
         if self.pids:
             snap["server"] = read_server_processes(self.pids)
         for source in self.sources:
-            self._settled(source.probe, source.name, source.fetch, snap, source.still)
+            self._settled(source.probe, source.name, source.fetch, snap, source.still, source.pending)
         return snap
 
 

@@ -92,17 +92,33 @@ def _route_devices(urls: list[str]) -> list[str]:
     return devices
 
 
+def _checksum_again_once(driver: Driver, path: str) -> str:
+    """The destination's adler32 of ``path``; a server that did not answer once (a busy host, a connection it
+    dropped) is asked once more before the file counts as unreadable, so one slow answer does not make every
+    file after it unreadable too (``Driver.check_server``)."""
+    try:
+        return driver.checksum(path, "adler32")
+    except (OSError, StorevalError):
+        if driver.down is None:
+            raise
+        driver.retry_server()
+        return driver.checksum(path, "adler32")
+
+
 class FirstByte:
     """Watches the destination of the running copy for its first bytes: one stat every ``every`` seconds from a
-    thread of its own (the client's thread is waiting for the server's answer meanwhile)."""
+    thread of its own (the client's thread is waiting for the server's answer meanwhile). A stat that fails
+    says nothing of the copy: it never leaves the driver marked down (``Driver.check_server``) for the copies
+    and the verification that follow."""
 
-    def __init__(self, stat: Any, every: float) -> None:
-        self.stat, self.every = stat, every
+    def __init__(self, driver: Driver, every: float) -> None:
+        self.driver, self.every = driver, every
         self.cv = threading.Condition()
         self.path: str | None = None
         self.t0 = 0
         self.seen: int | None = None
         self.closed = False
+        self.busy = False  # a stat in flight
         self.thread = threading.Thread(target=self._run, name="tpc-first-byte", daemon=True)
         self.thread.start()
 
@@ -112,9 +128,12 @@ class FirstByte:
             self.cv.notify()
 
     def stop(self) -> int | None:
-        """Stop watching; ns from the copy's start to the stat that first saw bytes (None: none did)."""
+        """Stop watching; ns from the copy's start to the stat that first saw bytes (None: none did). Waits for
+        a stat in flight, so the driver is never used by the watcher once the copy is over."""
         with self.cv:
             self.path = None
+            while self.busy:
+                self.cv.wait()
             return self.seen
 
     def close(self) -> None:
@@ -130,13 +149,17 @@ class FirstByte:
                     self.cv.wait()
                 if self.closed:
                     return
-                path = self.path
+                path, self.busy = self.path, True
+            down = self.driver.down
             try:
-                size = self.stat(path).size
+                size = self.driver.stat(path).size
             except Exception:  # noqa: BLE001 - not there yet, or the server is busy: the next stat tells
                 size = 0
+                self.driver.down = down
             now = time.perf_counter_ns()
             with self.cv:
+                self.busy = False
+                self.cv.notify_all()
                 if size > 0 and self.path == path and self.seen is None:
                     self.seen = now - self.t0
                     continue
@@ -253,7 +276,7 @@ class Tpc(Workload):
             sums.append(f"{adler:08x}")
         c.state["sums"] = sums
         c.state["devices"] = _route_devices([src.tpc_url(""), c.driver.tpc_url("")])
-        c.state["watch"] = FirstByte(c.driver.stat, p.poll) if p.poll > 0 else None
+        c.state["watch"] = FirstByte(c.driver, p.poll) if p.poll > 0 else None
 
     def run_phase(self, c: ClientContext, phase: str, rec: PhaseRecorder) -> None:
         p = self.p
@@ -323,7 +346,7 @@ class Tpc(Workload):
             written = c.state["sums"][i]
             out["bytes_checked"] += p.file_size
             try:
-                got = c.driver.checksum(d_path, "adler32")
+                got = _checksum_again_once(c.driver, d_path)
             except (OSError, StorevalError) as e:
                 out["bytes_unreadable"] += p.file_size
                 first = first or f"{d_path}: {one_line(e)}"
