@@ -32,14 +32,19 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .core.faultplan import UNDO, Fault, check_overlaps, format_duration, handles_overlap
+from .core.faultplan import UNDO, Fault, check_overlaps, format_duration, handles_overlap, heal_count
 from .core.process import run_bounded
 from .errors import InputError, StorevalError, one_line
 from .redact import redact_text
-from .units import format_share
+from .units import format_share, format_size
 
 DEFAULT_TESTBED = "storeval-testbed"  # as `storeval testbed up` names it
 OUTPUT_CHARS = 300  # of an exec command's output kept in its event
+HEAL_POLL_S = 1.0  # between two readings of what the system still has to heal
+MAX_HEAL_SAMPLES = 3600  # readings kept for the timeline (an hour at one a second)
+HEAL_BASELINE_WAIT_S = 30.0  # a fault due at once waits this long at most for its system's first reading
+HEAL_BYTES_WAIT_S = 60.0  # beyond bytes_still_s: how long the servers' counters may go on moving after the heal
+UNDO_WAIT_S = 300.0  # how long a heal watch waits for an undo under way to say when the part was back
 
 
 def testbed_dir(study_testbed: str | None) -> str:
@@ -109,6 +114,13 @@ class _Planned:
         self.undo_due_ns: int | None = None
         self.done = False  # nothing more to do (acted and undone, or failed, or missed)
         self.acting = False  # the thread is acting on it now (outside the lock)
+        self.early_ns = 0  # its undo was brought forward to the end of the cell's phases by this much
+        self.back_ns: int | None = None  # when its undo's action returned (the part serves again)
+        # what says how the system heals after it, and what it said when the fault's phase began (its baseline:
+        # a system may hold entries to heal of its own already); read in a thread of their own at the phase start
+        self.heal_source: Callable[[], dict[str, Any] | None] | None = None
+        self.heal_before: dict[str, Any] | None = None
+        self.heal_ready = threading.Event()
         self.event: dict[str, Any] | None = None
 
 
@@ -126,7 +138,7 @@ class FaultRunner:
         self.log = log
         self.events: list[dict[str, Any]] = []
         self.on_pending = on_pending  # told the undos in force (the run's watchdog runs them if we die)
-        self.redundancy = redundancy  # the target's own word on its redundancy (Driver.redundancy)
+        self.redundancy = redundancy  # the target's own word on its redundancy (Driver.redundancy), if no server's
         self.watchers: list[threading.Thread] = []
         self.closed_at: float | None = None  # monotonic time the cell's phases were over
         self.pending: dict[int, dict[str, Any]] = {}
@@ -143,6 +155,9 @@ class FaultRunner:
             for p in self.planned:
                 if p.fault.phase == phase and p.phase_t0 is None:
                     p.phase_t0, p.iteration = t_ns, iteration
+                    if p.fault.action in ("kill", "stop"):
+                        threading.Thread(target=self._heal_baseline, args=(p,), name="storeval-heal-baseline",
+                                         daemon=True).start()
                     if p.fault.at_s is not None:
                         p.due_ns = t_ns + int(p.fault.at_s * 1e9)
                     elif self.deadline:
@@ -173,6 +188,34 @@ class FaultRunner:
                         self._missed(p, t_ns)
             self.lock.notify_all()
 
+    def phases_over(self) -> None:
+        """The cell's last phase has ended: what the plan brings back comes back now (an undo due later is
+        brought forward), so that the system can heal while its clients keep the data (Job.hold), and
+        ``heal_timeout`` counts from here."""
+        now = time.perf_counter_ns()
+        with self.lock:
+            if self.closed_at is None:
+                self.closed_at = time.monotonic()
+            for p in self.planned:
+                if p.fired_ns is not None and p.undo_due_ns is not None and not p.done and p.undo_due_ns > now:
+                    p.early_ns, p.undo_due_ns = p.undo_due_ns - now, now
+            self.lock.notify_all()
+
+    def holding(self) -> bool:
+        """While an undo is due or under way, or a heal watch goes on (each ends by ``heal_timeout`` after the
+        phases): the clients keep the cell's data."""
+        with self.lock:
+            if any(p.acting or (p.fired_ns is not None and p.undo_due_ns is not None and not p.done)
+                   for p in self.planned):
+                return True
+        return any(w.is_alive() for w in self.watchers)
+
+    @staticmethod
+    def holds(faults: tuple[Fault, ...] | list[Fault]) -> bool:
+        """Whether a cell with these faults keeps its data after its phases (Job.hold): a kill or stop whose
+        system is waited for to heal."""
+        return any(f.action in ("kill", "stop") and f.heal_timeout_s > 0 for f in faults)
+
     # -- the cell's end ------------------------------------------------------------------------------------
     def finish(self) -> list[dict[str, Any]]:
         """Undo what is still in force, say which faults never happened, stop the thread; the events."""
@@ -182,11 +225,10 @@ class FaultRunner:
         self.thread.join()
         for worker in self.workers:  # the actions under way end (an exec command within its timeout)
             worker.join()
-        self.closed_at = time.monotonic()
-        for watcher in self.watchers:  # re-replication is measured before anything is brought back
-            watcher.join()
+        if self.closed_at is None:
+            self.closed_at = time.monotonic()
         now = time.perf_counter_ns()
-        for p in self.planned:
+        for p in self.planned:  # what the plan brings back comes back now, so that the system can heal
             if p.done:
                 continue
             p.done = True
@@ -194,6 +236,8 @@ class FaultRunner:
                 self._missed(p, now)
             elif p.undo_due_ns is not None:
                 self._undo(p, early_ns=p.undo_due_ns - now)
+        for watcher in self.watchers:  # a kill nothing undoes (a lost node) heals around it, as it would
+            watcher.join()
         return self.events
 
     # -- the thread ----------------------------------------------------------------------------------------
@@ -254,7 +298,7 @@ class FaultRunner:
     def _do(self, p: _Planned, is_undo: bool) -> None:
         try:
             if is_undo:
-                self._undo(p)
+                self._undo(p, early_ns=p.early_ns)
             else:
                 self._fire(p)
         except Exception as e:  # noqa: BLE001 - a fault that cannot act is recorded, the cell goes on
@@ -297,9 +341,8 @@ class FaultRunner:
         p.event = self._event(p, "fault", f"{f.label}: {said}",
                               {"start_ns": t_ns, "wall_start": _wall(wall), "done": said, "end_ns": None,
                                "wall_end": None, **({"left_running": left} if left else {})})
-        if self.redundancy is not None and f.action in ("kill", "stop"):
-            watcher = threading.Thread(target=self._watch_redundancy, args=(p,), name="storeval-redundancy",
-                                       daemon=True)
+        if f.action in ("kill", "stop"):
+            watcher = threading.Thread(target=self._watch_healing, args=(p,), name="storeval-healing", daemon=True)
             self.watchers.append(watcher)
             watcher.start()
         undo = UNDO.get(f.action) or ("undo" if f.action == "exec" and f.undo else None)
@@ -317,6 +360,7 @@ class FaultRunner:
         p.done = True
         try:
             said, left = self._acted(f, action)
+            p.back_ns = time.perf_counter_ns()
             self._pending(p, False)
         except Exception as e:  # noqa: BLE001 - said in the event: the server may still be down
             said, error, left = "", one_line(e), []
@@ -337,42 +381,148 @@ class FaultRunner:
                                            f"{'stopped' if f.action == 'stop' else 'down'})",
                         {"error": error, "stage": "undo"})
 
-    def _watch_redundancy(self, p: _Planned) -> None:
-        """Once a second after the fault: what the target says of its redundancy (HDFS: blocks short of
-        replicas), until it is whole again having been short — re-replication, seed 003 — or until
-        ``wait_recovery`` after the cell's phases. The figures go into the fault's event."""
+    def _heal_baseline(self, p: _Planned) -> None:
+        """At the fault's phase start: what will say how the system heals, and what it says before the fault (its
+        first reading)."""
+        try:
+            p.heal_source, p.heal_before = self._heal_source(p.fault)
+        except Exception:  # noqa: BLE001 - no source: nothing is watched
+            p.heal_source, p.heal_before = None, None
+        finally:
+            p.heal_ready.set()
+
+    def _heal_source(self, f: Fault) -> tuple[Callable[[], dict[str, Any] | None] | None, dict[str, Any] | None]:
+        """What says how the system repairs itself after ``f``, and its first reading: the testbed server the
+        fault struck (``Server.healing``: GlusterFS's heal info, HDFS's namenode, Ceph's placement groups), else
+        the target's own word on its redundancy (``Driver.redundancy``); (None, None) when neither keeps
+        redundancy to repair."""
+        if f.server:
+            from .testbed.faults import healing
+
+            server = f.server
+            try:
+                first = healing(self.testbed, server)
+            except StorevalError:
+                first = None  # no testbed server behind the handle: the target's own word, if it has one
+            if first is not None:
+                return (lambda: healing(self.testbed, server)), first
+        if self.redundancy is None:
+            return None, None
+        redundancy = self.redundancy
+
+        def from_target() -> dict[str, Any] | None:
+            state = redundancy()
+            if state is None:
+                return None
+            return {"pending": sum(int(state.get(k, 0)) for k in ("under", "missing", "pending")), "down": [],
+                    "unit": "blocks", "bytes": None, "parts": dict(state),
+                    "source": "the target's own report (Driver.redundancy)"}
+        first = from_target()
+        return (from_target, first) if first is not None else (None, None)
+
+    def _watch_healing(self, p: _Planned) -> None:
+        """Once a second from the fault on: what the system says of its own repair (:meth:`_heal_source`), until
+        it is whole again having been short — no more pending than when the fault's phase began (a system may
+        hold entries of its own: a file a client left open, an older heal), nothing down — or until
+        ``heal_timeout`` after the cell's phases. Times are from the fault's moment; the heal itself is timed from
+        when the struck part was back or, when nothing brings it back (HDFS re-replicates around a dead datanode),
+        from when the system first said it was short. The part is back at the first reading that says nothing is
+        down, or when the undo's action returned, whichever came first. The bytes the servers moved meanwhile come
+        from the same readings (what they count: ``source``). The figures go into the fault's event."""
         f, t0 = p.fault, p.fired_ns or time.perf_counter_ns()
-        seen: dict[str, Any] = {"detected_after_s": None, "re_replicated_after_s": None, "max_under": 0,
-                                "max_missing": 0, "under_at_end": None}
+        p.heal_ready.wait(HEAL_BASELINE_WAIT_S)  # read at the phase's start: there before a fault due a moment later
+        source = p.heal_source
+        if source is None:
+            return
+        before = int((p.heal_before or {}).get("pending") or 0)
+        seen: dict[str, Any] = {"source": None, "unit": None, "pending_before": None if p.heal_before is None else before,
+                                "detected_after_s": None, "back_after_s": None,
+                                "healed_after_s": None, "heal_s": None, "max_pending": 0, "pending_at_end": None,
+                                "down_at_end": None, "bytes_moved": None, "samples": [], "errors": 0,
+                                "last_error": None}
+        start_bytes: dict[str, float] | None = None
+        state: dict[str, Any] | None = None
+        was_down, serving_again = False, None
         while True:
-            state = self.redundancy() if self.redundancy is not None else None
+            try:
+                state = source()
+            except Exception as e:  # noqa: BLE001 - a reading that failed is counted, the watch goes on
+                seen["errors"] += 1
+                seen["last_error"] = one_line(e)
+                state = None
             now = time.perf_counter_ns()
+            t = (now - t0) / 1e9
             if state is not None:
-                short = state.get("under", 0) + state.get("missing", 0)
-                seen["max_under"] = max(seen["max_under"], state.get("under", 0))
-                seen["max_missing"] = max(seen["max_missing"], state.get("missing", 0))
-                seen["under_at_end"] = short
+                pending, down = int(state.get("pending") or 0), list(state.get("down") or [])
+                seen.update(source=state.get("source"), unit=state.get("unit"), pending_at_end=pending,
+                            down_at_end=down, parts=state.get("parts"))
+                seen["max_pending"] = max(seen["max_pending"], pending)
+                if len(seen["samples"]) < MAX_HEAL_SAMPLES:
+                    seen["samples"].append([round(t, 3), pending, len(down)])
+                short = pending > before or bool(down)
                 if short and seen["detected_after_s"] is None:
-                    seen["detected_after_s"] = (now - t0) / 1e9
+                    seen["detected_after_s"] = t
+                if down:
+                    was_down = True
+                elif was_down and serving_again is None:
+                    serving_again = t  # the system's own word that the struck part serves again
+                if start_bytes is None and state.get("bytes") is not None:
+                    start_bytes = dict(state["bytes"])  # the first reading: the moment of the fault
                 if not short and seen["detected_after_s"] is not None:
-                    seen["re_replicated_after_s"] = (now - t0) / 1e9
+                    seen["healed_after_s"] = t
+                    if start_bytes is not None:
+                        seen["bytes_by_part"] = self._bytes_settled(source, state, start_bytes)
+                        seen["bytes_moved"] = sum(seen["bytes_by_part"].values()) if seen["bytes_by_part"] else None
                     break
-            if self.closed_at is not None and time.monotonic() - self.closed_at >= f.wait_recovery_s:
+            if self.closed_at is not None and time.monotonic() - self.closed_at >= f.heal_timeout_s:
                 break
-            time.sleep(1.0)
+            time.sleep(HEAL_POLL_S)
         if p.event is None:
             return
-        p.event["detail"]["redundancy"] = seen
-        if seen["re_replicated_after_s"] is not None:
-            said = (f"the target reported {seen['max_under'] + seen['max_missing']:,} blocks short of replicas "
-                    f"{seen['detected_after_s']:.1f} s after the fault, whole again after "
-                    f"{seen['re_replicated_after_s']:.1f} s")
-        elif seen["detected_after_s"] is not None:
-            said = (f"the target reported blocks short of replicas {seen['detected_after_s']:.1f} s after the fault, "
-                    f"{seen['under_at_end']:,} still short when storeval stopped watching")
-        else:
-            said = "the target reported no block short of replicas while storeval watched"
-        p.event["message"] += f"; {said}"
+        back = self._back_ns(p)
+        returns = [s for s in (serving_again, None if back is None else max(0.0, (back - t0) / 1e9)) if s is not None]
+        seen["back_after_s"] = min(returns) if returns else None
+        healed, detected = seen["healed_after_s"], seen["detected_after_s"]
+        if healed is not None:  # from the part's return; a heal done before it came back, from the first word
+            came_back = seen["back_after_s"] is not None and seen["back_after_s"] <= healed
+            seen["heal_s"] = max(0.0, healed - (seen["back_after_s"] if came_back else detected))
+        seen["heal_timeout_s"] = f.heal_timeout_s
+        p.event["detail"]["healing"] = seen
+        p.event["message"] += f"; {heal_said(seen)}"
+
+    def _back_ns(self, p: _Planned) -> int | None:
+        """When the fault's undo brought the part back (its action returned: the testbed said it serves again),
+        waiting for an undo under way (at most the time a start may take); None when nothing brought it back."""
+        deadline = time.monotonic() + UNDO_WAIT_S
+        while time.monotonic() < deadline:
+            with self.lock:
+                under_way = p.undo_due_ns is not None or (p.acting and p.fired_ns is not None)
+            if p.back_ns is not None or not under_way:
+                return p.back_ns
+            time.sleep(0.05)
+        return None
+
+    @staticmethod
+    def _bytes_settled(source: Callable[[], dict[str, Any] | None], state: dict[str, Any],
+                       start: dict[str, float]) -> dict[str, float]:
+        """What each server wrote from ``start`` (per part) to the end of the heal: a system that serves its
+        counters from a cache (``bytes_still_s``: HDFS's JMX, refreshed once per metrics period) is read again
+        until they stood still that long (at most a minute). A part whose counter began again (a process
+        started anew) counts from zero."""
+        still = float(state.get("bytes_still_s") or 0.0)
+        end, since = dict(state.get("bytes") or {}), time.monotonic()
+        deadline = since + still + HEAL_BYTES_WAIT_S
+        while still > 0 and time.monotonic() < deadline:
+            time.sleep(min(HEAL_POLL_S, still / 4))
+            try:
+                now = dict((source() or {}).get("bytes") or {})
+            except Exception:  # noqa: BLE001 - the last reading stands
+                break
+            if now != end:
+                end, since = now, time.monotonic()
+            elif time.monotonic() - since >= still:
+                break
+        return {k: v - start.get(k, 0.0) if v >= start.get(k, 0.0) else v for k, v in end.items()}
 
     def _pending(self, p: _Planned, in_force: bool) -> None:
         """Keep the watchdog's list of undos in force up to date (a command line each: it runs them)."""
@@ -424,6 +574,27 @@ class FaultRunner:
         if self.log is not None:
             self.log(event["message"])
         return event
+
+
+def heal_said(h: dict[str, Any]) -> str:
+    """What a fault's heal watch saw, in a few words (its event's message)."""
+    unit = h.get("unit") or "items"
+    if h.get("healed_after_s") is not None:
+        back = (f", {h['heal_s']:.1f} s after it was back" if h.get("back_after_s") is not None
+                else f", {h['heal_s']:.1f} s after the system first said so")
+        moved = f"; it moved {format_size(h['bytes_moved'])} to heal" if h.get("bytes_moved") is not None else ""
+        was = f" ({h['pending_before']:,} before the fault)" if h.get("pending_before") else ""
+        return (f"the system said {heal_count(h['max_pending'], unit)} to heal{was} {h['detected_after_s']:.1f} s "
+                f"after the fault, healed {h['healed_after_s']:.1f} s after it{back}{moved}")
+    if h.get("detected_after_s") is not None:
+        down = h.get("down_at_end") or []
+        return (f"the system said {unit} to heal {h['detected_after_s']:.1f} s after the fault; "
+                f"{h.get('pending_at_end') or 0:,} still pending" + (f" and {', '.join(down)} down" if down else "")
+                + f" when storeval stopped watching (heal_timeout {format_duration(h.get('heal_timeout_s') or 0)} "
+                "after the cell's phases)")
+    if h.get("source") is None and h.get("errors"):
+        return f"what the system has to heal could not be read ({h.get('last_error')})"
+    return "the system said nothing was short of redundancy while storeval watched"
 
 
 def _exec(command: str, timeout: float) -> tuple[str, list[str]]:

@@ -275,7 +275,7 @@ class Runner:
                                faulted=tuple(sorted({f.phase for f in cell.faults})),
                                peers={param: {"target": pc.target.name, "url": pc.target.url,
                                               "options": pc.target.options} for param, (pc, _) in peers.items()},
-                               parts=wl.client_parts(), **placed)
+                               parts=wl.client_parts(), hold=FaultRunner.holds(cell.faults), **placed)
                 network_events = self._network_event(cell)
                 self.guard.cell(cell, cell_dir)
                 if cell.faults:

@@ -69,8 +69,10 @@ def refusal(tmp_path, faults: str, **kw) -> str:
     ("[{at: 1s, action: stop, server: minio, restart_after: 5s}]",
      "workloads.bw.faults[0].restart_after: only a kill is restarted after a while (use for: with stop)"),
     ("[{at: 1s, action: exec, run: 'true', when: now}]",
-     "workloads.bw.faults[0].when: unknown key (known: action, at, expect, for, phase, restart_after, run, server, "
-     "target, timeout, undo, wait_recovery, workload)"),
+     "workloads.bw.faults[0].when: unknown key (known: action, at, expect, for, heal_timeout, phase, restart_after, "
+     "run, server, target, timeout, undo, wait_recovery, workload)"),
+    ("[{at: 1s, action: kill, server: minio, heal_timeout: 1m, wait_recovery: 1m}]",
+     "workloads.bw.faults[0]: give heal_timeout or wait_recovery (its old name), not both"),
     ("[{at: 1s, action: exec, run: 'true', expect: survive}]",
      "workloads.bw.faults[0].expect: 'survive' is not an outcome (one of ok, failed)"),
     ("[{at: 1s, action: exec, run: 'true', target: other}]",
@@ -282,10 +284,10 @@ def test_the_targets_redundancy_is_watched_after_a_kill_until_it_is_whole_again(
     from storeval.core.faultplan import Fault
     from storeval.faults import FaultRunner
 
-    said = iter([{"under": 0, "missing": 0}, {"under": 5, "missing": 0}, {"under": 2, "missing": 1},
-                 {"under": 0, "missing": 0}])
+    said = iter([{"under": 0, "missing": 0}, {"under": 0, "missing": 0}, {"under": 5, "missing": 0},
+                 {"under": 2, "missing": 1}, {"under": 0, "missing": 0}])
     runner = FaultRunner([Fault(where="faults[0]", action="kill", phase="write", at_s=0.0, server="x",
-                                wait_recovery_s=30.0)], lambda phase: (0, 0), None,
+                                heal_timeout_s=30.0)], lambda phase: (0, 0), None,
                          redundancy=lambda: next(said, {"under": 0, "missing": 0}))
     runner._act = lambda fault, action: "killed x"  # the testbed is not needed to follow the target's word
     runner.phase_started("write", 0, clock.perf_counter_ns())
@@ -293,6 +295,8 @@ def test_the_targets_redundancy_is_watched_after_a_kill_until_it_is_whole_again(
     while not runner.watchers and clock.monotonic() < deadline:
         clock.sleep(0.01)
     (event,) = runner.finish()
-    r = event["detail"]["redundancy"]
-    assert r["max_under"] == 5 and r["max_missing"] == 1 and 0.9 < r["detected_after_s"] < r["re_replicated_after_s"]
-    assert "blocks short of replicas" in event["message"] and "whole again after" in event["message"]
+    h = event["detail"]["healing"]
+    assert (h["unit"], h["max_pending"], h["back_after_s"], h["bytes_moved"]) == ("blocks", 5, None, None)
+    assert 0.9 < h["detected_after_s"] < h["healed_after_s"] and h["heal_s"] == h["healed_after_s"] - h["detected_after_s"]
+    assert [s[1] for s in h["samples"]] == [0, 5, 3, 0]  # under + missing, once a second
+    assert "5 blocks to heal" in event["message"] and "after the system first said so" in event["message"]

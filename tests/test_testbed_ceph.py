@@ -247,6 +247,44 @@ def test_a_killed_osd_keeps_data_readable_and_comes_back(cluster):
         (mnt / name).unlink()
 
 
+def test_an_osd_killed_during_writes_heals_by_the_placement_groups_own_word(cluster):
+    """Issue 35: osd.0 killed for 3 s while two clients write to CephFS. storeval reads the monitor's placement
+    groups once a second, keeps the files until every one is active+clean again, and counts the bytes the PGs
+    themselves say they recovered."""
+    base, bed = cluster["base"], cluster["bed"]
+
+    def clean() -> bool:  # the OSD the test before killed is back: its placement groups first recover
+        st = _ceph(bed, "pg", "stat")
+        return [s["name"] for s in st.get("pg_summary", st)["num_pg_by_state"]] == ["active+clean"]
+
+    _poll(clean, "every placement group active+clean before the fault", timeout=300)
+    study = base / "heal.yaml"
+    study.write_text(yaml.safe_dump({
+        "targets_from": {"file": "storeval-testbed.yaml", "only": ["cephfs"]}, "testbed": str(bed), "clients": [2],
+        "workloads": {"bw": {"bandwidth": {"file_size": "64MiB", "transfer_size": "1MiB", "phases": ["write"],
+                                           "rate": "8MiB/s"},
+                             "faults": [{"at": "10%", "phase": "write", "action": "kill", "server": "ceph.osd1",
+                                         "for": "3s", "heal_timeout": "5m"}]}}}))
+    out = base / "heal.json"
+    r = storeval("run", str(study), "--json", str(out), "--no-html", cwd=base, timeout=900)
+    assert r.rc == 0, r.err
+    (cell,) = load_json(out)["cells"]
+    (ph,) = cell["phases"]
+    assert cell["status"] == "ok" and ph["written_check"]["bytes_intact"] == ph["bytes"] == 2 * 64 * MiB
+    (f,) = ph["timeline"]["faults"]
+    h = f["healing"]
+    assert h["unit"] == "placement groups" and h["source"].startswith("ceph pg dump")
+    assert h["pending_before"] == 0 and h["max_pending"] >= 1 and h["pending_at_end"] == 0 and h["down_at_end"] == []
+    assert any(s[2] == 1 for s in h["samples"])  # the monitor said osd.0 was down
+    assert h["back_after_s"] >= 3.0 and h["healed_after_s"] >= h["back_after_s"]
+    assert h["heal_s"] == pytest.approx(h["healed_after_s"] - h["back_after_s"])
+    assert h["parts"]["pgs_by_state"] == {"active+clean": sum(h["parts"]["pgs_by_state"].values())}
+    # what the PGs recovered: at most what was written while osd.0 was away, three copies of it at most
+    assert 0 < h["bytes_moved"] <= 3 * 2 * 64 * MiB and all(k.startswith("pg ") for k in h["bytes_by_part"])
+    assert _osds_up(bed) == {0: 1, 1: 1, 2: 1}
+    assert clean() and "placement groups to heal" in f["message"] and "Healing — what each system repaired" in r.out
+
+
 def test_down_stops_unmounts_and_removes_everything(cluster):
     base, bed = cluster["base"], cluster["bed"]
     procs = _procs(bed)

@@ -225,6 +225,88 @@ def test_killed_brick_reads_go_on_and_start_brings_it_back(replicated):
         (mnt / "storeval" / name).unlink()
 
 
+# ------------------------------------------------------------------------------------------- healing
+def _heal_study(cwd: Path, d: Path, at: str) -> Path:
+    """Two clients write 128 MiB each at 16 MiB/s (8 s); brick2 is killed for 1 s early on; storeval waits up to
+    5 min after the phase for the volume to heal, keeping the files meanwhile."""
+    study = cwd / f"heal-{at}.yaml"
+    study.write_text(yaml.safe_dump({
+        "testbed": str(d), "targets": {"glusterfs": {"url": f"file://{d}/glusterfs/mnt/storeval"}}, "clients": [2],
+        "workloads": {"bw": {"bandwidth": {"file_size": "128MiB", "transfer_size": "1MiB", "phases": ["write"],
+                                           "rate": "16MiB/s"},
+                             "faults": [{"at": at, "phase": "write", "action": "kill", "server": "glusterfs.brick2",
+                                         "for": "1s", "heal_timeout": "5m"}]}}}))
+    return study
+
+
+def _check_heal(doc: dict, d: Path) -> dict:
+    """What every heal run must show, whichever engine ran it; the fault's figures."""
+    from storeval.testbed.faults import healing
+
+    (cell,) = doc["cells"]
+    (ph,) = cell["phases"]
+    assert cell["status"] == "ok" and ph["status"] == "ok", cell.get("error")
+    assert ph["written_check"]["bytes_intact"] == ph["bytes"] == 2 * 128 * MiB
+    (f,) = ph["timeline"]["faults"]
+    h = f["healing"]
+    assert h["unit"] == "entries" and h["source"].startswith("gluster volume heal info summary (glfsheal)")
+    before = h["pending_before"]
+    assert before is not None and h["samples"][0][2] == 1  # the first reading: brick2 down
+    assert h["detected_after_s"] == pytest.approx(h["samples"][0][0], abs=1e-3) and h["max_pending"] > before
+    assert h["back_after_s"] >= 1.0 and h["healed_after_s"] >= h["back_after_s"]  # for: 1s, then `start`
+    assert h["heal_s"] == pytest.approx(h["healed_after_s"] - h["back_after_s"])
+    assert h["pending_at_end"] <= before and h["down_at_end"] == [] and h["samples"][-1][1:] == [h["pending_at_end"], 0]
+    assert list(h["bytes_by_part"]) and all(k.startswith("self-heal daemon pid ") for k in h["bytes_by_part"])
+    assert h["bytes_moved"] == sum(h["bytes_by_part"].values()) >= 0
+    # the volume says so itself now: every brick connected, nothing more to heal than before the fault
+    now = healing(d, "glusterfs.brick2")
+    assert now["down"] == [] and now["pending"] <= before and all(b["connected"] for b in now["parts"].values())
+    # the clients' rate while it healed, from the part's return, beside the healthy one
+    assert f["baseline_MiBps"] == pytest.approx(32.0, rel=0.1)
+    inside = min(f["start_s"] + h["healed_after_s"], ph["timeline"]["seconds"]) - (f["start_s"] + h["back_after_s"])
+    assert f["healing_in_phase_s"] == pytest.approx(max(0.0, inside))
+    assert (f["healing_MiBps"] is not None) == (f["healing_in_phase_s"] >= 0.05), str(f)
+    return f
+
+
+def test_a_brick_killed_during_writes_heals_and_the_rate_while_healing_stands_beside_the_healthy_one(replicated):
+    """Seed 002 fig. 12: brick2 of a replica-3 volume killed for 1 s while two clients write. storeval reads the
+    volume's own heal info once a second (glfsheal, as `gluster volume heal VOL info summary`), keeps the files
+    until it says it is whole again, and puts the time to heal and the clients' rate while healing in one table
+    with the healthy rate."""
+    cwd, d, _ = replicated
+    out = cwd / "heal.json"
+    r = storeval("run", str(_heal_study(cwd, d, "10%")), "--json", str(out), "--results", str(cwd / "res"), cwd=cwd,
+                 timeout=900)
+    assert r.rc == 0, r.err
+    f = _check_heal(load_json(out), d)
+    h = f["healing"]
+    table = r.out[r.out.index("Healing — what each system repaired after its fault"):]
+    assert "glusterfs.brick2" in table and f"{h['max_pending']:,} entries" in table
+    assert f"healed {h['healed_after_s']:.1f} s after it, {h['heal_s']:.1f} s after it was back" in f["message"]
+    page = next((cwd / "res").glob("report-*.html")).read_text()
+    assert 'id="heal-table"' in page and "moved to heal" in page
+    assert os.listdir(d / "glusterfs" / "mnt" / "storeval") == []  # the files went once it had healed
+
+
+@pytest.mark.skipif(not (Path(sys.executable).parent / "mpiexec").exists(), reason="mpiexec (pip package mpich) "
+                    "is not installed")
+def test_under_mpiexec_the_ranks_keep_the_files_until_the_volume_healed(replicated):
+    """The same under ``mpiexec -n 2``: rank 0's own client waits for the coordinator's release, the other rank at
+    a barrier after it (MpiComm.hold)."""
+    from .test_mpi import mpirun
+
+    cwd, d, _ = replicated
+    out = cwd / "heal-mpi.json"
+    r = mpirun(2, "run", str(_heal_study(cwd, d, "1s")), "--json", str(out), "--results", str(cwd / "res-mpi"),
+               cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    doc = load_json(out)
+    assert doc["engine"] == "mpi"
+    _check_heal(doc, d)
+    assert os.listdir(d / "glusterfs" / "mnt" / "storeval") == []
+
+
 # ------------------------------------------------------------------------------------------- other volumes
 def test_distribute_spreads_whole_files_over_both_bricks_beside_another_volume(tmp_path, replicated):
     _, other, _ = replicated  # a second testbed's glusterd runs meanwhile: each keeps to its own

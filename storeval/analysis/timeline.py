@@ -14,7 +14,10 @@ The figures of a fault, from that timeline (1-second resolution — say so besid
 * ``first_error_s``: from the fault's start to the second in which the first operation failed (degraded mode);
 * ``recovered_after_s``: seconds from the fault's undo (or its moment, when nothing undoes it) until the start
   of the first whole second at ≥ 90 % of the baseline; ``recovered: false`` when no whole second after it
-  reached that, ``null`` when there was no whole second after it (or no baseline) to judge by.
+  reached that, ``null`` when there was no whole second after it (or no baseline) to judge by;
+* ``healing_MiBps``: while the system healed itself (storeval/faults.py reads its own word: GlusterFS's heal
+  info, HDFS's namenode, Ceph's placement groups), from the struck part's return until the system said it was
+  whole, over the part of that inside the phase (``healing_in_phase_s``).
 
 A fault the study asked for and did not get makes the phase a failed experiment: :func:`fault_flags` flags it
 ``fault-missed`` (its moment did not come within the phase, another fault held its server, or its action
@@ -111,8 +114,8 @@ def fault_figures(event: dict[str, Any], nbytes: list[int], seconds: float,
     # the coordinator's phase start is client 0's, taken just before the timed region: within a few ms of t0
     start, end = d.get("t_start_s"), d.get("t_end_s")
     out.update(start_s=start, end_s=end)
-    if d.get("redundancy"):
-        out["redundancy"] = d["redundancy"]
+    if d.get("healing"):
+        out["healing"] = d["healing"]
     if d.get("left_running"):  # what an exec command left in its process group, killed as it ended
         out["left_running"] = d["left_running"]
     if event["kind"] != "fault" or start is None:
@@ -142,4 +145,18 @@ def fault_figures(event: dict[str, Any], nbytes: list[int], seconds: float,
                 break
         else:
             out["recovered"] = False
+    out.update(healing_figures(d.get("healing"), nbytes, start, seconds))
     return out
+
+
+def healing_figures(h: dict[str, Any] | None, nbytes: list[int], start: float, seconds: float) -> dict[str, Any]:
+    """The clients' rate while the system healed itself: from the struck part's return (or the system's first
+    word that it was short) until it said it was whole, the part of that inside the phase; empty when the
+    system said nothing of healing."""
+    if not h or h.get("detected_after_s") is None:
+        return {}
+    lo = start + (h["back_after_s"] if h.get("back_after_s") is not None else h["detected_after_s"])
+    hi = start + h["healed_after_s"] if h.get("healed_after_s") is not None else seconds
+    inside = max(0.0, min(hi, seconds) - lo)
+    return {"healing_MiBps": _rate(nbytes, lo, hi, seconds) if inside > 0 else None, "healing_in_phase_s": inside,
+            "healed_in_phase": h.get("healed_after_s") is not None and hi <= seconds}

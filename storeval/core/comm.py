@@ -42,3 +42,9 @@ class Comm(Protocol):
     def ibarrier(self) -> Arrival:
         """Arrive at a barrier without waiting for it; every client arrives once per use, in the same order."""
         ...
+
+    def hold(self) -> None:
+        """Wait until the coordinator releases the cell's clients (``Job.hold``: after the last phase, while a
+        fault plan waits for the system to heal, the cell's data must still be there); a stop or an abort
+        ends the wait. Every client calls it once, after its last phase."""
+        ...

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from ..errors import InputError
-from ..units import UnitError, format_share, parse_duration
+from ..units import UnitError, format_share, parse_duration, plural
 from ..validation import FieldError, mapping_only, pydantic_error, show
 
 ACTIONS = ("stop", "cont", "kill", "start", "restart", "exec")
@@ -44,7 +44,7 @@ class Fault:
     workload: str | None = None  # only in cells of this workload
     timeout_s: float = DEFAULT_EXEC_TIMEOUT  # exec: how long a command may take
     expect: str | None = None  # what the struck phase should do: ok or failed (shown beside what it did)
-    wait_recovery_s: float = 0.0  # after the cell's phases: how long to wait for the target's redundancy
+    heal_timeout_s: float = 0.0  # after the cell's phases: how long to wait for the system to heal itself
 
     @property
     def when(self) -> str:
@@ -66,6 +66,13 @@ class Fault:
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Fault:
         return cls(**d)
+
+
+def heal_count(n: int, unit: str | None) -> str:
+    """``1 entry``, ``9 entries``, ``1 placement group``: a count in what a system heals (Server.healing's unit)."""
+    unit = unit or "items"
+    one = {"entries": "entry"}.get(unit, unit[:-1] if unit.endswith("s") else unit)
+    return plural(int(n), one, unit)
 
 
 def format_duration(seconds: float) -> str:
@@ -139,7 +146,8 @@ class FaultEntry(BaseModel):
     workload: Any = None
     timeout: Annotated[float | None, _duration("60s")] = None
     expect: Annotated[str | None, _one_of(EXPECT, "an outcome")] = None
-    wait_recovery: Annotated[float | None, _duration("5m")] = None
+    heal_timeout: Annotated[float | None, _duration("5m")] = None
+    wait_recovery: Annotated[float | None, _duration("5m")] = None  # heal_timeout's old name
 
     _mapping = mapping_only("is not a fault (write {at: 10s, phase: read, action: stop, server: NAME, for: 10s})")
 
@@ -178,6 +186,8 @@ class FaultEntry(BaseModel):
                                  "\"...\")", "for")
             if action in ("cont", "start", "restart"):
                 raise FieldError(f"a {action} is not undone (for: goes with stop, kill or exec)", "for")
+        if self.heal_timeout is not None and self.wait_recovery is not None:
+            raise ValueError("give heal_timeout or wait_recovery (its old name), not both")
         if self.timeout is not None:
             if action != "exec":
                 raise FieldError("only an exec fault's command has a time limit", "timeout")
@@ -221,7 +231,8 @@ class FaultEntry(BaseModel):
                      for_s=self.for_ if self.for_ is not None else self.restart_after,
                      run=self.run if exec_ else None, undo=self.undo if exec_ else None, target=self.target,
                      workload=workload, timeout_s=self.timeout if self.timeout is not None else DEFAULT_EXEC_TIMEOUT,
-                     expect=self.expect, wait_recovery_s=self.wait_recovery or 0.0)
+                     expect=self.expect,
+                     heal_timeout_s=(self.heal_timeout if self.heal_timeout is not None else self.wait_recovery) or 0.0)
 
 
 def parse_plan(raw: Any, where: str, phases: dict[str, tuple[str, ...]], bounds: dict[str, dict[str, float]],

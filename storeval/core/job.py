@@ -33,3 +33,4 @@ class Job:
     links: dict[str, Any] = field(default_factory=dict)  # the emulated links the probe side process samples
     peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter -> {target, url, options} it names
     parts: tuple[int, ...] = ()  # the client counts of a workload's parts, in rank order (Workload.client_parts)
+    hold: bool = False  # after the last phase the clients wait for the coordinator before cleaning up (Comm.hold)

@@ -47,6 +47,14 @@ class PhaseWatcher(Protocol):
 
     def phase_ended(self, phase: str, iteration: int, t_ns: int) -> None: ...
 
+    def phases_over(self) -> None:
+        """Every phase of the cell has ended (its clients may be held before their clean-up: Job.hold)."""
+        ...
+
+    def holding(self) -> bool:
+        """Whether the cell's clients must still keep its data (a fault plan waiting for the system to heal)."""
+        ...
+
 
 class Engine(Protocol):
     """Runs one cell's clients (local processes, MPI ranks) and reports what they did."""

@@ -142,8 +142,9 @@ SECTIONS: dict[str, Section] = {
         "workload": Key("a workload's name", "— (every workload)", "only in cells of this workload"),
         "timeout": Key("duration", "60s", "exec: how long its command may take"),
         "expect": Key("ok or failed", "—", "what the struck phase should do (shown beside what it did)"),
-        "wait_recovery": Key("duration", "0", "after the cell's phases: how long to wait for the target's "
-                             "redundancy to recover"),
+        "heal_timeout": Key("duration", "0", "after the cell's phases: how long to wait for the system to heal "
+                            "itself (a kill or stop; its heal is timed from the system's own word)"),
+        "wait_recovery": Key("duration", "0", "heal_timeout's old name"),
     }),
     "price": Section("prices.TARGET", "what a system costs, for the report's cost table (cost of the best "
                      "measured aggregate); give per_tb or per_gbps", {

@@ -40,10 +40,12 @@ Send = Callable[[tuple], None]
 def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
              seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None,
              faulted: tuple[str, ...] = (), groups: tuple[dict, ...] = (), netns: tuple[str | None, ...] = (),
-             links: dict | None = None, peers: dict | None = None, parts: tuple[tuple[str, int], ...] = ()) -> Job:
+             links: dict | None = None, peers: dict | None = None, parts: tuple[tuple[str, int], ...] = (),
+             hold: bool = False) -> Job:
     """The job every client of a cell receives, with where the target's server counters are found. ``parts``:
     (name, clients) of each part of a workload made of parts (Workload.client_parts): each client's group is
-    then its part."""
+    then its part. ``hold``: the clients keep the cell's data after its last phase until the coordinator
+    releases them (a fault plan that waits for the system to heal)."""
     from ..drivers import driver_class
 
     server = server_spec(options, driver_class(url).counter_sources)
@@ -53,7 +55,7 @@ def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, 
                server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted), groups=tuple(groups),
                members=(tuple(g["name"] for g in rank_groups(tuple(groups))) if groups
                         else tuple(name for name, n in parts for _ in range(n))), netns=tuple(netns),
-               links=dict(links or {}), peers=dict(peers or {}), parts=tuple(n for _, n in parts))
+               links=dict(links or {}), peers=dict(peers or {}), parts=tuple(n for _, n in parts), hold=hold)
 
 
 # How a read phase started, as workloads say it (ClientContext.clear_cache and the workloads' own states) → the
@@ -190,6 +192,9 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
             checked = wl.check_after(ctx, phase)
             if checked is not None:
                 send(("checked", rank, phase, iteration, checked))
+        if job.hold:  # the data stay while the system heals (the coordinator's fault plan watches it)
+            phase, iteration = "hold", 0
+            comm.hold()
         phase, iteration = "cleanup", 0
         cleaned = True
         try:

@@ -38,6 +38,9 @@ from .forkserver import client_context, start_fork_server
 from .watch import ENGINE_STOP, GRACE_SECONDS, Watch
 
 
+HOLD_POLL = 0.05  # seconds between two looks of a held client at the coordinator's release (Comm.hold)
+
+
 class LocalComm:
     """Comm over a multiprocessing barrier and a shared array: the first ``total`` values for the all-reduce,
     the next ``total`` each client's arrivals at :meth:`ibarrier`. ``parts``: (count, barrier) of each part of
@@ -104,6 +107,24 @@ class LocalComm:
                         self._parts, members, self._total)
         sub.host_leader = self.host_leader
         return sub
+
+    def hold(self) -> None:
+        """Wait, counted as waiting (the hang watch excuses it), until the coordinator sets the shared array's
+        last value (:func:`release`)."""
+        p, slot = self._progress, 2 * self._total
+        if p is not None:
+            p[self._base + P_WAIT] = 1
+        try:
+            while not self._shared[slot]:
+                if STOP.is_set():
+                    raise ClientStopped("stopped while held for the coordinator")
+                time.sleep(HOLD_POLL)
+                if p is not None:
+                    p[self._base + P_BEAT] = time.monotonic_ns()
+        finally:
+            if p is not None:
+                p[self._base + P_WAIT] = 0
+                p[self._base + P_BEAT] = time.monotonic_ns()
 
     def ibarrier(self) -> _Arrival:
         self._arrived += 1
@@ -232,7 +253,8 @@ class LocalEngine:
         ctx = self.ctx
         start_fork_server()  # before the first semaphore: that would start the resource tracker unshielded
         barrier = ctx.Barrier(nclients)
-        shared = ctx.RawArray("q", 2 * nclients)  # the all-reduce's values, then each client's ibarrier arrivals
+        # the all-reduce's values, then each client's ibarrier arrivals, then the coordinator's release (Comm.hold)
+        shared = ctx.RawArray("q", 2 * nclients + 1)
         progress = ctx.RawArray("q", PROGRESS_SLOTS * nclients)
         parts = tuple((n, ctx.Barrier(n)) for n in job.parts)  # a barrier of each part's own (Comm.split)
         out = ctx.Queue()
@@ -240,7 +262,8 @@ class LocalEngine:
                              name=f"storeval-client-{r}", daemon=True) for r in range(nclients)]
         relays = {f"the relay of emulated host {host}'s link": (r["pid"], r["created"])
                   for host, spec in job.links.items() if (r := spec.get("relay"))}
-        watch = Watch(procs, [tuple(st) for st in job.steps], nclients, progress, timeout, watcher, relays)
+        watch = Watch(procs, [tuple(st) for st in job.steps], nclients, progress, timeout, watcher, relays,
+                      release=_releaser(shared, 2 * nclients) if job.hold else None)
         sampler: Sampler | None = None
         try:
             try:
@@ -271,6 +294,12 @@ class LocalEngine:
 
     def processes(self) -> list[dict[str, Any]]:
         return []
+
+
+def _releaser(shared: Any, slot: int) -> Any:
+    def release() -> None:
+        shared[slot] = 1
+    return release
 
 
 def _describe(procs: list) -> list[dict[str, Any]]:

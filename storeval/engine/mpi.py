@@ -52,6 +52,8 @@ from ..core.process import host_facts, process_view, set_process_name
 from ..core.stop import STOP, ClientStopped
 
 TAG_ABORT, TAG_DONE, TAG_RESULT, TAG_CLOCK, TAG_BEAT, TAG_REGROUP = 101, 102, 103, 104, 105, 106
+TAG_RELEASE = 107  # rank 0 to a cell's first participant, when rank 0 is none: the held clients may clean up
+RELEASED = threading.Event()  # rank 0's own client, held after a cell's last phase (Job.hold), waits for it
 POLL = 0.001
 # seconds between two looks at a pending barrier at most, once a wait has grown long, when this kernel runs more
 # ranks than this process may use CPUs (emulated nodes, an oversubscribed node): a look every POLL by hundreds of
@@ -201,6 +203,35 @@ class MpiComm:
 
     def ibarrier(self) -> _MpiArrival:
         return _MpiArrival(self, self.sub.Ibarrier())
+
+    def hold(self) -> None:
+        """The cell's first participant waits for rank 0's release (rank 0's own client: :data:`RELEASED`; any
+        other: a TAG_RELEASE message of this cell), counted as waiting; then every participant meets it at a
+        barrier."""
+        if self.rank == 0:
+            p = self.progress
+            if p is not None:
+                p[self.base + P_WAIT] = 1
+            try:
+                pause = POLL
+                while not self._released():
+                    if self.aborted.is_set() or STOP.is_set():
+                        raise ClientStopped("stopped while held for the coordinator")
+                    time.sleep(pause)
+                    pause = min(pause * 1.25, max(self.longest_poll, 0.05))
+            finally:
+                if p is not None:
+                    p[self.base + P_WAIT] = 0
+                    p[self.base + P_BEAT] = time.monotonic_ns()
+        self.barrier()
+
+    def _released(self) -> bool:
+        if self.world.Get_rank() == 0:
+            return RELEASED.is_set()
+        while self.world.Iprobe(source=0, tag=TAG_RELEASE):
+            if self.world.recv(source=0, tag=TAG_RELEASE) == self.cell:  # an older cell's is stale
+                return True
+        return False
 
     def abort(self) -> None:
         """Tell every other participant to stop (they notice in their next barrier or fold)."""
@@ -508,6 +539,9 @@ class MpiEngine:
         here = self.procs[0][2]
         local = {r: self.procs[r][0] if self.procs[r][2] == here else None for r in ranks}
         watch = _MpiWatch(steps, ranks, self.hosts, timeout, job.seed, local, watcher)
+        RELEASED.clear()
+        if job.hold:
+            watch.release = _releaser(ranks[0], job.seed)
         result: dict[str, Any] = {}
 
         def client0() -> None:
@@ -757,6 +791,17 @@ def _settle(longest: float = POLL) -> None:
     drain()
 
 
+def _releaser(first: int, cell: int) -> Callable[[], None]:
+    """Rank 0's release of a cell's held clients (MpiComm.hold): its own client's event, or a message to the
+    cell's first participant when rank 0 takes no part."""
+    def release() -> None:
+        if first == 0:
+            RELEASED.set()
+        else:
+            world().send(cell, dest=first, tag=TAG_RELEASE)
+    return release
+
+
 class _MpiWatch(Watch):
     """The local engine's bookkeeping of records and failures, fed by MPI messages instead of a queue."""
 
@@ -815,6 +860,7 @@ class _MpiWatch(Watch):
             got = self._receive()
             if sampler is not None:
                 sampler.drain()
+            self.release_when_done()
             sig = interrupts.take()
             if sig is not None and stopping_since is None:
                 self.fail("interrupted", self.step_of(min(self.done_steps.values())), interrupts.reason(sig))

@@ -96,9 +96,12 @@ class Watch:
     """The coordinator's view of one running cell."""
 
     def __init__(self, procs: list, steps: list[tuple[str, int]], n: int, progress: Any, timeout: float,
-                 watcher: PhaseWatcher | None = None, required: dict[str, tuple[int, float]] | None = None) -> None:
+                 watcher: PhaseWatcher | None = None, required: dict[str, tuple[int, float]] | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         self.procs, self.steps, self.n, self.progress, self.timeout = procs, steps, n, progress, timeout
         self.watcher = watcher
+        self.release = release  # lets the clients held after the last phase (Job.hold) go on to clean up
+        self.all_ended = False
         self.required = required or {}  # what -> (pid, start time): processes the cell's path needs
         self.started: set[tuple[str, int]] = set()  # steps the watcher was told had started
         self.iterated = any(it for _, it in steps)
@@ -177,6 +180,19 @@ class Watch:
     def step_ended(self, step: tuple[str, int], t_ns: int) -> None:
         if self.watcher is not None and step in self.started:
             self.watcher.phase_ended(step[0], step[1], t_ns)
+        if self.steps and step == self.steps[-1] and not self.all_ended:
+            self.all_ended = True
+            if self.watcher is not None:
+                self.watcher.phases_over()
+
+    def release_when_done(self) -> None:
+        """Release the held clients (Job.hold) once every phase has ended and the watcher holds them no more
+        (the system healed, or its heal_timeout passed), or at once when the cell failed."""
+        if self.release is None:
+            return
+        if self.status != "ok" or (self.all_ended and (self.watcher is None or not self.watcher.holding())):
+            self.release()
+            self.release = None
 
     def stopped_from_outside(self, rank: int, signame: str) -> None:
         """A client got a stop signal that storeval did not send (a batch scheduler stopping the job): the
@@ -212,6 +228,7 @@ class Watch:
                 pass
             if sampler is not None:
                 sampler.drain()
+            self.release_when_done()
             step = self.current_step()
             if step is not None and (on_progress is not None or step in self.started):
                 slots = range(0, PROGRESS_SLOTS * self.n, PROGRESS_SLOTS)

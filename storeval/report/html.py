@@ -23,8 +23,8 @@ from ..analysis.table import summary_table
 from ..store import RunData
 from . import assets, charts
 from ..workloads import WORKLOADS
-from .terminal import (cell_results, describe_settings, fault_rows, network_tables, phase_tables, scaling_rows,
-                       table_caption, table_columns, table_rows, where_of)
+from .terminal import (HEAL_CAPTION, HEAL_COLUMNS, cell_results, describe_settings, fault_rows, heal_rows,
+                       network_tables, phase_tables, scaling_rows, table_caption, table_columns, table_rows, where_of)
 
 
 @lru_cache(maxsize=1)
@@ -223,7 +223,7 @@ def render_report(run: RunData, cells: list[CellFigures], summary: list[ConfigSu
         saturation_rule=scaling[0]["rule"] if scaling else "", fairness_charts=ids["fairness"],
         fairness_rule=FAIRNESS_RULE, workload_sections=workload_sections,
         latency_charts=ids["latency"], timeline_charts=ids["timeline"], fault_charts=ids["faults"],
-        fault_rows=fault_table,
+        fault_rows=fault_table, heal_rows=heal_rows(cells), heal_columns=list(HEAL_COLUMNS), heal_caption=HEAL_CAPTION,
         probe_interval=run.study.get("probe_interval", 1.0), events=events,
         messages=_messages(summary) + _bundle_messages(),
         environment=json.dumps(run.environment, indent=2, default=str),

@@ -20,6 +20,7 @@ from ..analysis.links import SATURATED
 from ..analysis.scaling import factors_text, held_label
 from ..stats import Summary
 from ..analysis.table import rep_notes
+from ..core.faultplan import heal_count
 from ..units import convert_rate, format_duration_ns, format_size, is_byte_rate, plural, sig
 from ..workloads import WORKLOADS, workload_class
 from ..workloads.base import Report, summary_text
@@ -693,6 +694,44 @@ def fault_rows(cells: list[Any]) -> list[list[str]]:
 
 FAULT_COLUMNS = ("cell", "where", "phase", "fault", "struck–undone", "before", "during", "after", "stall s",
                  "recovered s", "phase", "written")
+HEAL_COLUMNS = ("cell", "where", "fault", "said short after s", "back after s", "healed after s", "heal s",
+                "most pending", "moved to heal", "healthy MiB/s", "while healing MiB/s", "source")
+HEAL_CAPTION = (
+    "What each system said of its own repair after a kill or stop, read from the system once a second (its source "
+    "column: GlusterFS's heal info, HDFS's namenode, Ceph's placement groups): seconds from the fault until it said "
+    "it was short, until the struck part was back, until it was whole again — no more pending than when the phase "
+    "began, nothing down; heal: from the part's return (or, with nothing brought back, from its first word) to "
+    "whole; most pending: the largest count it said; moved to heal: what its servers moved from the fault until "
+    "whole as the source column counts it (GlusterFS: the self-heal daemon's sends; HDFS: the datanodes' "
+    "BytesWritten, the clients' writes meanwhile included; Ceph: its placement groups' bytes recovered). Healthy: "
+    "the clients' MiB/s before the fault; while healing: from the part's return until whole, within the phase "
+    "(1 s resolution; \"first N s\" when the heal outlasted the phase).")
+
+
+def heal_rows(cells: list[Any]) -> list[list[str]]:
+    """One row per fault whose system said it had something to heal (storeval/faults.py's heal watch)."""
+    rows = []
+    for cf in cells:
+        for ph in cf.phases:
+            for f in (ph.timeline or {}).get("faults") or []:
+                h = f.get("healing")
+                if not h or (h.get("detected_after_s") is None and not h.get("errors")):
+                    continue
+                what = f"{f.get('action')} {f.get('server') or ''}".strip() + f" @ {f.get('planned')} {ph.phase}"
+                healed = _fmt(h.get("healed_after_s"))
+                if h.get("healed_after_s") is None:
+                    healed = (f"not within {h.get('heal_timeout_s') or 0:g} s after the phases "
+                              f"({h.get('pending_at_end') or 0:,} pending)")
+                moved = "–" if h.get("bytes_moved") is None else format_size(h["bytes_moved"])
+                while_ = _fmt(f.get("healing_MiBps"))
+                if f.get("healing_MiBps") is not None and not f.get("healed_in_phase"):
+                    while_ += f" (first {f.get('healing_in_phase_s') or 0:.1f} s)"
+                unit = h.get("unit") or ""
+                rows.append([str(cf.cell.cell_id), f"{cf.cell.target} · {cf.cell.workload}", what,
+                             _fmt(h.get("detected_after_s")), _fmt(h.get("back_after_s")), healed, _fmt(h.get("heal_s")),
+                             heal_count(h.get("max_pending", 0), unit), moved, _fmt(f.get("baseline_MiBps")),
+                             while_, str(h.get("source") or h.get("last_error") or "–")])
+    return rows
 
 
 def print_faults(cells: list[Any], console: Console) -> None:
@@ -705,6 +744,10 @@ def print_faults(cells: list[Any], console: Console) -> None:
         "the fault from the clients' per-second timeline (1 s resolution); stall: longest run of seconds without a "
         "completed operation; recovered: seconds after the undo until a whole second at ≥ 90 % of before; written: "
         "what was read back after the phase against its stamps."), left=("where", "phase", "fault", "written"))
+    healing = heal_rows(cells)
+    if healing:
+        print_fitted(console, "Healing — what each system repaired after its fault", list(HEAL_COLUMNS), healing,
+                     HEAL_CAPTION, left=("where", "fault", "source"))
 
 
 def cell_results(cells: list[Any]) -> list[dict[str, Any]]:

@@ -795,6 +795,16 @@ class Server(ABC):
             self.state.info["mounts"].remove(mnt)
             self._journal()
 
+    def healing(self) -> dict[str, Any] | None:
+        """What the system says now of its own repair after a fault, read from the system itself: ``pending``
+        (what it still has to heal, counted in ``unit``: entries, blocks, placement groups), ``down`` (its parts
+        that do not serve now, so that it cannot be whole), ``bytes`` (counters of the bytes its servers wrote,
+        per server process or node, or None), ``bytes_still_s`` (how long they must stand still to be final,
+        for counters served from a cache), ``source`` (how it was read) and, optionally, ``parts`` (the same per
+        part). None: the system keeps no redundancy that a fault could leave short (one copy of everything).
+        TestbedError (one line) when it cannot be read."""
+        return None
+
     def fault_names(self, exited: list[int]) -> list[str]:
         """The fault handles (:mod:`.faults`) that start the exited processes ``exited`` (indices of
         ``state.procs``) again on their ports with their data; empty where no such start exists."""

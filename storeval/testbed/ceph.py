@@ -463,6 +463,30 @@ class CephServer(Server):
                              "credentials_file": str(self.credentials_file), **self.server_counters()},
                 "cephfs": cephfs}
 
+    # -- healing -------------------------------------------------------------------------------------------------------
+    def healing(self) -> dict[str, Any] | None:
+        """What the monitor says (``ceph pg dump pgs``, ``ceph osd dump``): the placement groups not
+        active+clean (degraded, undersized, recovering, backfilling …) and the OSDs down; ``bytes``: each PG's
+        own count of the bytes recovered (``stat_sum.num_bytes_recovered``). None with one OSD (one copy)."""
+        if self.osd_count < 2:
+            return None
+        dump = self.ceph_json("pg", "dump", "pgs", timeout=30)
+        stats = dump.get("pg_stats") if isinstance(dump, dict) else dump
+        if not isinstance(stats, list):
+            raise TestbedError("ceph: `ceph pg dump pgs` did not answer (is the monitor up?)")
+        states: dict[str, int] = {}
+        recovered: dict[str, float] = {}
+        for pg in stats:
+            if not isinstance(pg, dict):
+                continue
+            state = str(pg.get("state", "unknown"))
+            states[state] = states.get(state, 0) + 1
+            recovered[f"pg {pg.get('pgid')}"] = float((pg.get("stat_sum") or {}).get("num_bytes_recovered", 0))
+        down = sorted(f"osd.{i}" for i, o in self._osd_map().items() if not o.get("up"))
+        return {"pending": sum(n for st, n in states.items() if st != "active+clean"), "down": down,
+                "unit": "placement groups", "bytes": recovered, "parts": {"pgs_by_state": states},
+                "source": "ceph pg dump (states, num_bytes_recovered); ceph osd dump"}
+
     # -- faults: one OSD at a time ---------------------------------------------------------------------------------
     def _slot(self, name: str) -> int | None:
         for i, p in enumerate(self.state.procs):

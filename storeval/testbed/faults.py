@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -126,6 +127,17 @@ def fault_handles(directory: str | Path) -> dict[str, FaultHandle]:
     bed = Testbed(directory)
     servers = _load(bed)
     return {name: t.handle for name, t in _targets(servers, bed.loaded_network).items()}
+
+
+def healing(directory: str | Path, name: str) -> dict[str, Any] | None:
+    """What the server that the handle ``name`` belongs to says of its own repair now (``Server.healing``),
+    from the testbed's state as it is now (a part started again has new processes); None for an emulated host,
+    an unknown handle, or a server that keeps no redundancy."""
+    bed = Testbed(directory)
+    target = _targets(_load(bed), bed.loaded_network).get(name)
+    if target is None or target.server is None:
+        return None
+    return target.server.healing()
 
 
 @contextlib.contextmanager
@@ -317,4 +329,4 @@ def _host(net: Network, host: str, action: str) -> str:
             + (f" (pids {', '.join(map(str, sent))})" if sent else ""))
 
 
-__all__ = ["ACTIONS", "FaultHandle", "fault_handles", "act"]
+__all__ = ["ACTIONS", "FaultHandle", "fault_handles", "act", "healing"]

@@ -64,12 +64,39 @@ GLUSTERD_STATE, BRICK = "glusterd-state", "glusterfs-brick"  # ledger rules, see
 # first: a directory is removed only when empty)
 SYSTEM_PATHS = ("/var/lib/glusterd/geo-replication/gsyncd_template.conf", "/var/lib/glusterd/geo-replication",
                 "/var/lib/glusterd/ss_brick", "/var/run/gluster/snaps", "/var/lib/glusterd", "/var/run/gluster",
-                "/var/log/glusterfs")
+                f"/var/log/glusterfs/glfsheal-{VOLUME}.log", "/var/log/glusterfs")
 SOCKET_DIRS = ("/var/run/gluster", "/run/gluster")
 START_TIMEOUT = 120.0  # glusterd answering, bricks online, the mount: generous, the machine may be busy
 CLI_TIMEOUT = 180.0
+HEAL_INFO_TIMEOUT = 60.0  # one `heal info summary`: it connects to every brick
+GLFSHEAL = ("/usr/lib/x86_64-linux-gnu/glusterfs/glfsheal", "/usr/libexec/glusterfs/glfsheal", "/usr/sbin/glfsheal")
 
 
+
+
+def parse_heal_summary(text: str) -> dict[str, dict[str, Any]]:
+    """``heal info summary --xml``: brick name -> {entries (all its heal index holds), heal_pending, split_brain,
+    healing, connected}; TestbedError (one line, glfsheal's own words) when it says it failed."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError:
+        raise TestbedError(f"glusterfs: heal info gave no XML: {' '.join(text.split())[:200] or 'nothing'}") from None
+    if (root.findtext("opRet") or "0").strip() not in ("0", ""):
+        raise TestbedError(f"glusterfs: heal info failed: {root.findtext('opErrstr') or 'no reason given'}")
+
+    def number(node: ET.Element, tag: str) -> int:
+        text = (node.findtext(tag) or "").strip()
+        return int(text) if text.isdigit() else 0
+
+    out: dict[str, dict[str, Any]] = {}
+    for brick in root.iter("brick"):
+        name = (brick.findtext("name") or "").strip()
+        out[name] = {"entries": number(brick, "totalNumberOfEntries"),
+                     "heal_pending": number(brick, "numberOfEntriesInHealPending"),
+                     "split_brain": number(brick, "numberOfEntriesInSplitBrain"),
+                     "healing": number(brick, "numberOfEntriesPossiblyHealing"),
+                     "connected": (brick.findtext("status") or "").strip() == "Connected"}
+    return out
 
 
 def brick_host() -> str:
@@ -477,6 +504,45 @@ class GlusterServer(Server):
             self.state.procs[shd_slot] = self._adopt(shd["pid"], "self-heal daemon", self.log_dir / "glustershd.log")
         self._journal()
 
+    # -- healing ------------------------------------------------------------------------------------------
+    def healing(self) -> dict[str, Any] | None:
+        """``gluster volume heal VOL info summary`` as glusterd's CLI gets it (``glfsheal``, run in the volume's
+        network namespace against this glusterd's socket; the CLI cannot pass it the socket): per brick the
+        entries its self-heal index still holds, and whether the brick is connected. ``bytes``: what the self-heal
+        daemon sent (``/proc/PID/io`` ``wchar``: its writes to the bricks it heals, over their sockets; a heal a
+        client does in its own I/O path is not in it). None for a distribute volume
+        (nothing to heal)."""
+        if self.state.info.get("type") not in ("replicate", "disperse"):
+            return None
+        tool = next((t for t in GLFSHEAL if os.access(t, os.X_OK)), None)
+        if tool is None:
+            raise TestbedError(f"glusterfs: glfsheal not found (looked in {', '.join(GLFSHEAL)}); apt-get install "
+                               "--reinstall glusterfs-server")
+        glusterd = self.state.procs[0] if self.state.procs else None
+        if glusterd is None or glusterd.condition() != "up":
+            raise TestbedError("glusterfs: glusterd is not running, so nothing says what the volume has to heal")
+        cmd = ["nsenter", f"--net=/proc/{glusterd.pid}/ns/net", tool, self.state.info.get("volume", VOLUME),
+               "info-summary", "--xml", "--nolog", "glusterd-sock", str(self.sock_file)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HEAL_INFO_TIMEOUT,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise TestbedError(f"glusterfs: heal info did not answer within {HEAL_INFO_TIMEOUT:g} s") from None
+        bricks = parse_heal_summary(proc.stdout)
+        written: dict[str, float] = {}
+        slot = self.state.info.get("shd_proc")
+        shd = self.state.procs[slot] if slot is not None else None
+        if shd is not None and shd.alive():
+            try:
+                with open(f"/proc/{shd.pid}/io", encoding="ascii") as f:
+                    written[f"self-heal daemon pid {shd.pid}"] = float(dict(line.split(":", 1) for line in f)["wchar"])
+            except (OSError, KeyError, ValueError):
+                pass
+        return {"pending": sum(b["entries"] for b in bricks.values()),
+                "down": sorted(name for name, b in bricks.items() if not b["connected"]),
+                "unit": "entries", "bytes": written, "parts": bricks,
+                "source": "gluster volume heal info summary (glfsheal); the self-heal daemon's sends"}
+
     # -- status -------------------------------------------------------------------------------------------
     def status(self) -> str:
         """The processes as they are, then what glusterd says of each brick, and whether the volume is mounted."""
@@ -574,7 +640,7 @@ class GlusterServer(Server):
                 st = os.lstat(path)
                 if stat.S_ISDIR(st.st_mode):
                     os.rmdir(path)
-                elif stat.S_ISREG(st.st_mode) and path.endswith("gsyncd_template.conf"):
+                elif stat.S_ISREG(st.st_mode) and path.endswith(("gsyncd_template.conf", ".log")):
                     os.unlink(path)
             except FileNotFoundError:
                 pass
