@@ -141,6 +141,7 @@ class FaultRunner:
         self.redundancy = redundancy  # the target's own word on its redundancy (Driver.redundancy), if no server's
         self.watchers: list[threading.Thread] = []
         self.closed_at: float | None = None  # monotonic time the cell's phases were over
+        self.heal_stop = threading.Event()  # the cell failed or was stopped: no heal is waited for
         self.pending: dict[int, dict[str, Any]] = {}
         self.lock = threading.Condition()
         self.closing = False
@@ -217,8 +218,11 @@ class FaultRunner:
         return any(f.action in ("kill", "stop") and f.heal_timeout_s > 0 for f in faults)
 
     # -- the cell's end ------------------------------------------------------------------------------------
-    def finish(self) -> list[dict[str, Any]]:
-        """Undo what is still in force, say which faults never happened, stop the thread; the events."""
+    def finish(self, heal: bool = True) -> list[dict[str, Any]]:
+        """Undo what is still in force, say which faults never happened, stop the thread; the events. ``heal``
+        False (the cell failed or was stopped): the heal watches end now with what they saw."""
+        if not heal:
+            self.heal_stop.set()
         with self.lock:
             self.closing = True
             self.lock.notify_all()
@@ -476,7 +480,9 @@ class FaultRunner:
                     break
             if self.closed_at is not None and time.monotonic() - self.closed_at >= f.heal_timeout_s:
                 break
-            time.sleep(HEAL_POLL_S)
+            if self.heal_stop.wait(HEAL_POLL_S):
+                seen["stopped"] = "the cell did not end ok: storeval stopped watching"
+                break
         if p.event is None:
             return
         back = self._back_ns(p)
@@ -590,11 +596,13 @@ def heal_said(h: dict[str, Any]) -> str:
         down = h.get("down_at_end") or []
         return (f"the system said {unit} to heal {h['detected_after_s']:.1f} s after the fault; "
                 f"{h.get('pending_at_end') or 0:,} still pending" + (f" and {', '.join(down)} down" if down else "")
-                + f" when storeval stopped watching (heal_timeout {format_duration(h.get('heal_timeout_s') or 0)} "
-                "after the cell's phases)")
+                + " when storeval stopped watching ("
+                + (h["stopped"] if h.get("stopped") else f"heal_timeout {format_duration(h.get('heal_timeout_s') or 0)} "
+                   "after the cell's phases") + ")")
     if h.get("source") is None and h.get("errors"):
         return f"what the system has to heal could not be read ({h.get('last_error')})"
-    return "the system said nothing was short of redundancy while storeval watched"
+    return ("the system said nothing was short of redundancy while storeval watched (until "
+            f"{format_duration(h.get('heal_timeout_s') or 0)} after the cell's phases: heal_timeout)")
 
 
 def _exec(command: str, timeout: float) -> tuple[str, list[str]]:

@@ -251,6 +251,7 @@ class Runner:
         fault_events: list[dict[str, Any]] = []
         network_events: list[dict[str, Any]] = []
         feed = None
+        outcome: CellOutcome | None = None
         try:
             with interrupts.interruptible():
                 cell = self._configure(cell)
@@ -300,7 +301,8 @@ class Runner:
             if feed is not None:
                 feed.close()
             if faults is not None:  # before the clean-up: a stopped or killed server is back first
-                fault_events = faults.finish()
+                # a cell that failed or was stopped waits for no heal
+                fault_events = faults.finish(heal=outcome is not None and outcome.status == "ok")
             if driver is not None:
                 self._clean_cell(wl, driver, cell, cell_dir)
             for peer_cell, peer in peers.values():

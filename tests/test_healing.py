@@ -106,6 +106,19 @@ def test_a_system_that_does_not_heal_within_heal_timeout_says_so_and_lets_the_cl
     assert "3 still pending when storeval stopped watching (heal_timeout 1s after the cell's phases)" in event["message"]
 
 
+def test_a_cell_that_failed_waits_for_no_heal():
+    fault = Fault(where="faults[0]", action="kill", phase="write", at_s=0.0, server="x", heal_timeout_s=600.0)
+    runner = _runner(fault, [{"under": 0, "missing": 0}, {"under": 4, "missing": 0}])
+    runner.phase_started("write", 0, time.perf_counter_ns())
+    _wait(lambda: runner.watchers, "the fault acted")
+    _wait(lambda: runner.watchers[0].is_alive() and runner.planned[0].heal_ready.is_set(), "the heal is watched")
+    started = time.monotonic()
+    (event,) = runner.finish(heal=False)  # e.g. a stop signal: the run must not wait 10 minutes for a heal
+    assert time.monotonic() - started < 60 and not runner.holding()
+    assert event["detail"]["healing"]["stopped"] == "the cell did not end ok: storeval stopped watching"
+    assert "4 still pending when storeval stopped watching (the cell did not end ok" in event["message"]
+
+
 # ------------------------------------------------------------------------------------------------ HDFS, for real
 pytestmark_hdfs = pytest.mark.skipif(not (shutil.which("java") and shutil.which("mvn")),
                                      reason="the HDFS testbed needs java and mvn")
