@@ -439,11 +439,11 @@ class FaultRunner:
         if source is None:
             return
         before = int((p.heal_before or {}).get("pending") or 0)
-        seen: dict[str, Any] = {"source": None, "unit": None, "pending_before": None if p.heal_before is None else before,
-                                "detected_after_s": None, "back_after_s": None,
-                                "healed_after_s": None, "heal_s": None, "max_pending": 0, "pending_at_end": None,
-                                "down_at_end": None, "bytes_moved": None, "samples": [], "errors": 0,
-                                "last_error": None}
+        seen: dict[str, Any] = {"source": None, "unit": None,
+                                "pending_before": None if p.heal_before is None else before,
+                                "detected_after_s": None, "back_after_s": None, "healed_after_s": None, "heal_s": None,
+                                "max_pending": 0, "pending_at_end": None, "down_at_end": None, "bytes_moved": None,
+                                "samples": [], "errors": 0, "last_error": None}
         start_bytes: dict[str, float] | None = None
         state: dict[str, Any] | None = None
         was_down, serving_again = False, None
