@@ -88,9 +88,17 @@ def test_the_kernel_counters_are_read_as_said():
     cpu = read_cpu()["all"]
     assert {"busy", "total", "user", "system", "iowait", "steal"} <= set(cpu)
     assert cpu["busy"] + cpu["iowait"] <= cpu["total"] and cpu["user"] + cpu["system"] <= cpu["busy"] + 1
+    import psutil
+
     (me,) = read_server_processes([os.getpid()]).values()
     assert me["cpu_seconds"] == pytest.approx(me["user_seconds"] + me["system_seconds"])
     assert me["syscr"] > 0 and me["rchar"] > 0
+    held = bytearray(64 << 20)  # 64 MiB touched: the resident set grows by it
+    held[::4096] = b"x" * len(held[::4096])
+    (after,) = read_server_processes([os.getpid()]).values()
+    assert after["rss_bytes"] - me["rss_bytes"] >= 60 << 20
+    assert after["rss_bytes"] == pytest.approx(psutil.Process().memory_info().rss, rel=0.05)
+    del held
 
 
 def test_a_run_carries_the_servers_side_of_each_phase_in_its_json(tmp_path):

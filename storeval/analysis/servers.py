@@ -50,7 +50,9 @@ def server_side(fig: Any, merged: dict[str, Any] | None, where: dict[str, Any], 
                                    "read_calls_per_s": p.get("syscr", 0.0) / seconds,
                                    "write_calls_per_s": p.get("syscw", 0.0) / seconds,
                                    "disk_read_bytes": p.get("read_bytes", 0.0),
-                                   "disk_write_bytes": p.get("write_bytes", 0.0)} for name, p in procs.items()}
+                                   "disk_write_bytes": p.get("write_bytes", 0.0),
+                                   **({"memory_growth_bytes": p["rss_bytes"]} if "rss_bytes" in p else {})}
+                              for name, p in procs.items()}
     device = where.get("device")
     busy_ms = merged.get("disk", {}).get(device, {}).get("busy_ms") if device else None
     if busy_ms is not None:

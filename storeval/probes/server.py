@@ -32,6 +32,7 @@ from .counters import Snapshot, delta
 from ..core.reported import SETTLE_INTERVAL, CounterSource, source_class
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def boot_id() -> str:
@@ -78,8 +79,9 @@ def read_server_processes(pids: list[int]) -> dict[str, dict[str, float]]:
     """Per server process (``name:pid``): CPU seconds (/proc/PID/stat, with those of its children once reaped: a
     server that does work through helpers — XRootD's TPC runs ``xrdcp --server`` per copy — is busy in them), in
     user mode and in the kernel apart, the seconds it waited for block I/O when the kernel counts them
-    (:func:`delay_accounting`), and /proc/PID/io: bytes through syscalls (``rchar``/``wchar``) and from/to
-    storage (``read_bytes``/``write_bytes``), read and write calls (``syscr``/``syscw``)."""
+    (:func:`delay_accounting`), /proc/PID/io: bytes through syscalls (``rchar``/``wchar``) and from/to
+    storage (``read_bytes``/``write_bytes``), read and write calls (``syscr``/``syscw``), and its resident memory
+    (``rss_bytes``, /proc/PID/statm: a gauge — a phase's delta is what it grew by, the samples its level)."""
     out: dict[str, dict[str, float]] = {}
     blkio = delay_accounting()
     for pid in pids:
@@ -88,13 +90,16 @@ def read_server_processes(pids: list[int]) -> dict[str, dict[str, float]]:
                 stat = f.read()
             with open(f"/proc/{pid}/io", encoding="ascii") as f:
                 io = dict(line.split(":", 1) for line in f)
+            with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+                resident = int(f.read().split()[1]) * PAGE
             name = stat[stat.index("(") + 1:stat.rindex(")")]
             fields = stat[stat.rindex(")") + 2:].split()  # fields[k] is stat field k + 3
             user, system = (int(fields[11]) + int(fields[13])) / TICKS, (int(fields[12]) + int(fields[14])) / TICKS
             row = {"cpu_seconds": user + system, "user_seconds": user, "system_seconds": system,
                    "rchar": float(io["rchar"]), "wchar": float(io["wchar"]),
                    "read_bytes": float(io["read_bytes"]), "write_bytes": float(io["write_bytes"]),
-                   "syscr": float(io.get("syscr", 0)), "syscw": float(io.get("syscw", 0))}
+                   "syscr": float(io.get("syscr", 0)), "syscw": float(io.get("syscw", 0)),
+                   "rss_bytes": float(resident)}
             if blkio and len(fields) > 39:
                 row["iowait_seconds"] = int(fields[39]) / TICKS  # delayacct_blkio_ticks
             out[f"{name}:{pid}"] = row
