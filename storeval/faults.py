@@ -32,7 +32,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .core.faultplan import UNDO, Fault, check_overlaps, format_duration, handles_overlap, heal_count
+from .core.faultplan import HEALED, UNDO, Fault, check_overlaps, format_duration, handles_overlap, heal_count
 from .core.process import run_bounded
 from .errors import InputError, StorevalError, one_line
 from .redact import redact_text
@@ -156,7 +156,7 @@ class FaultRunner:
             for p in self.planned:
                 if p.fault.phase == phase and p.phase_t0 is None:
                     p.phase_t0, p.iteration = t_ns, iteration
-                    if p.fault.action in ("kill", "stop"):
+                    if p.fault.action in HEALED:
                         threading.Thread(target=self._heal_baseline, args=(p,), name="storeval-heal-baseline",
                                          daemon=True).start()
                     if p.fault.at_s is not None:
@@ -214,8 +214,8 @@ class FaultRunner:
     @staticmethod
     def holds(faults: tuple[Fault, ...] | list[Fault]) -> bool:
         """Whether a cell with these faults keeps its data after its phases (Job.hold): a kill or stop whose
-        system is waited for to heal."""
-        return any(f.action in ("kill", "stop") and f.heal_timeout_s > 0 for f in faults)
+        system is waited for to heal (a restart too: it heals what it missed)."""
+        return any(f.action in HEALED and f.heal_timeout_s > 0 for f in faults)
 
     # -- the cell's end ------------------------------------------------------------------------------------
     def finish(self, heal: bool = True) -> list[dict[str, Any]]:
@@ -345,7 +345,9 @@ class FaultRunner:
         p.event = self._event(p, "fault", f"{f.label}: {said}",
                               {"start_ns": t_ns, "wall_start": _wall(wall), "done": said, "end_ns": None,
                                "wall_end": None, **({"left_running": left} if left else {})})
-        if f.action in ("kill", "stop"):
+        if f.action == "restart":
+            p.back_ns = time.perf_counter_ns()  # killed and started again: back when the action returned
+        if f.action in HEALED:
             watcher = threading.Thread(target=self._watch_healing, args=(p,), name="storeval-healing", daemon=True)
             self.watchers.append(watcher)
             watcher.start()

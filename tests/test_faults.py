@@ -73,6 +73,11 @@ def refusal(tmp_path, faults: str, **kw) -> str:
      "run, server, target, timeout, undo, wait_recovery, workload)"),
     ("[{at: 1s, action: kill, server: minio, heal_timeout: 1m, wait_recovery: 1m}]",
      "workloads.bw.faults[0]: give heal_timeout or wait_recovery (its old name), not both"),
+    ("[{at: 1s, action: exec, run: 'true', heal_timeout: 1m}]",
+     "workloads.bw.faults[0].heal_timeout: only a kill, stop or restart leaves the system something to heal (this "
+     "one is exec)"),
+    ("[{at: 1s, action: kill, server: minio, heal_timeout: -1s}]",
+     "workloads.bw.faults[0].heal_timeout: '-1s' is not a duration (e.g. 30s, 100ms, 5m) (e.g. 5m)"),
     ("[{at: 1s, action: exec, run: 'true', expect: survive}]",
      "workloads.bw.faults[0].expect: 'survive' is not an outcome (one of ok, failed)"),
     ("[{at: 1s, action: exec, run: 'true', target: other}]",

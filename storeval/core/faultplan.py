@@ -23,6 +23,7 @@ from ..validation import FieldError, mapping_only, pydantic_error, show
 
 ACTIONS = ("stop", "cont", "kill", "start", "restart", "exec")
 UNDO = {"stop": "cont", "kill": "start"}  # what ``for`` undoes a server action with
+HEALED = ("kill", "stop", "restart")  # actions after which the system's own repair is watched (heal_timeout)
 EXPECT = ("ok", "failed")  # what the phase should do under the fault (seed 003's matrix states it)
 DEFAULT_EXEC_TIMEOUT = 60.0
 
@@ -188,6 +189,10 @@ class FaultEntry(BaseModel):
                 raise FieldError(f"a {action} is not undone (for: goes with stop, kill or exec)", "for")
         if self.heal_timeout is not None and self.wait_recovery is not None:
             raise ValueError("give heal_timeout or wait_recovery (its old name), not both")
+        for key in ("heal_timeout", "wait_recovery"):
+            if getattr(self, key) is not None and action not in HEALED:
+                raise FieldError(f"only a {', '.join(HEALED[:-1])} or {HEALED[-1]} leaves the system something to heal "
+                                 f"(this one is {action})", key)
         if self.timeout is not None:
             if action != "exec":
                 raise FieldError("only an exec fault's command has a time limit", "timeout")

@@ -143,7 +143,8 @@ SECTIONS: dict[str, Section] = {
         "timeout": Key("duration", "60s", "exec: how long its command may take"),
         "expect": Key("ok or failed", "—", "what the struck phase should do (shown beside what it did)"),
         "heal_timeout": Key("duration", "0", "after the cell's phases: how long to wait for the system to heal "
-                            "itself (a kill or stop; its heal is timed from the system's own word)"),
+                            "itself, the cell's data kept meanwhile (a kill, stop or restart; timed by the "
+                            "system's own word)"),
         "wait_recovery": Key("duration", "0", "heal_timeout's old name"),
     }),
     "price": Section("prices.TARGET", "what a system costs, for the report's cost table (cost of the best "
