@@ -110,7 +110,7 @@ class LocalComm:
 
     def hold(self) -> None:
         """Wait, counted as waiting (the hang watch excuses it), until the coordinator sets the shared array's
-        last value (:func:`release`)."""
+        last value (the watch loop's release, :func:`_releaser`)."""
         p, slot = self._progress, 2 * self._total
         if p is not None:
             p[self._base + P_WAIT] = 1
