@@ -24,6 +24,7 @@ import yaml
 from storeval.testbed.base import mounted
 
 from .helpers import REPO, exposed, load_json, storeval
+from .test_mpi import mpirun, needs_mpiexec
 
 MiB = 1 << 20
 SYSTEM_TREES = ("/var/lib/glusterd", "/var/log/glusterfs", "/var/run/gluster")
@@ -289,13 +290,10 @@ def test_a_brick_killed_during_writes_heals_and_the_rate_while_healing_stands_be
     assert os.listdir(d / "glusterfs" / "mnt" / "storeval") == []  # the files went once it had healed
 
 
-@pytest.mark.skipif(not (Path(sys.executable).parent / "mpiexec").exists(), reason="mpiexec (pip package mpich) "
-                    "is not installed")
+@needs_mpiexec
 def test_under_mpiexec_the_ranks_keep_the_files_until_the_volume_healed(replicated):
     """The same under ``mpiexec -n 2``: rank 0's own client waits for the coordinator's release, the other rank at
     a barrier after it (MpiComm.hold)."""
-    from .test_mpi import mpirun
-
     cwd, d, _ = replicated
     out = cwd / "heal-mpi.json"
     r = mpirun(2, "run", str(_heal_study(cwd, d, "1s")), "--json", str(out), "--results", str(cwd / "res-mpi"),

@@ -50,6 +50,7 @@ from typing import Any
 
 import psutil
 
+from ..probes.server import read_server_processes
 from .base import (RESPAWN_WAIT, FaultNode, Proc, Server, TestbedError, TestbedOptionError, apt_install, mounted,
                    wait_until)
 
@@ -529,15 +530,10 @@ class GlusterServer(Server):
         except subprocess.TimeoutExpired:
             raise TestbedError(f"glusterfs: heal info did not answer within {HEAL_INFO_TIMEOUT:g} s") from None
         bricks = parse_heal_summary(proc.stdout)
-        written: dict[str, float] = {}
         slot = self.state.info.get("shd_proc")
         shd = self.state.procs[slot] if slot is not None else None
-        if shd is not None and shd.alive():
-            try:
-                with open(f"/proc/{shd.pid}/io", encoding="ascii") as f:
-                    written[f"self-heal daemon pid {shd.pid}"] = float(dict(line.split(":", 1) for line in f)["wchar"])
-            except (OSError, KeyError, ValueError):
-                pass
+        io = read_server_processes([shd.pid]) if shd is not None and shd.alive() else {}
+        written = {f"self-heal daemon pid {shd.pid}": row["wchar"] for row in io.values()} if shd is not None else {}
         return {"pending": sum(b["entries"] for b in bricks.values()),
                 "down": sorted(name for name, b in bricks.items() if not b["connected"]),
                 "unit": "entries", "bytes": written, "parts": bricks,
