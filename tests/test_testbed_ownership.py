@@ -449,3 +449,63 @@ def test_ledger_removes_only_recorded_and_claimed_entries(tmp_path):
     os.unlink(root / "a" / "b" / "user.txt")
     os.unlink(root / "a" / "g")
     assert ledger.remove() == [] and not root.exists() and not ledger
+
+
+class _Killed(BaseException):
+    """A start killed (SIGKILL) right before it could save again."""
+
+
+def _start(ledger: Ledger, top: Path, var_tmp: Path) -> None:
+    """What a server's start makes, in the order a testbed makes it: its root, a home elsewhere, directories
+    handed to the server, files written."""
+    root = ledger.anchor(top / "server")
+    ledger.mkdir(root / "data" / "export", rule="r")
+    ledger.write(root / "server.cfg", "configured")
+    home = ledger.new_anchor(var_tmp, "storeval-x-")
+    home.chmod(0o755)
+    ledger.mkdir(home / "tls")
+    ledger.write(home / "tls" / "host.key", "key", mode=0o600)
+    os.close(ledger.open(home / "log", append=True))
+
+
+def test_a_start_killed_between_any_two_saves_leaves_nothing_a_removal_cannot_prove(tmp_path):
+    """The state is saved at every change; a kill lands between two saves, after the file system changes of the
+    first but before the second records them. For every such moment, the last saved state removes everything."""
+    saves = 0
+    while True:
+        saves += 1
+        case = tmp_path / f"kill-{saves}"
+        (case / "var-tmp").mkdir(parents=True)
+        saved: list[dict] = []
+        ledger = Ledger()
+
+        def save(ledger=ledger, saved=saved, at=saves):
+            if len(saved) == at:
+                raise _Killed
+            saved.append(json.loads(json.dumps(ledger.to_json())))
+
+        ledger.on_change = save
+        try:
+            _start(ledger, case, case / "var-tmp")
+            finished = True
+        except _Killed:
+            finished = False
+        again = Ledger.from_json(saved[-1])
+        assert again.remove() == [], f"killed before save {saves + 1}"
+        assert tree(case) == {"var-tmp"}, f"killed before save {saves + 1}: {tree(case)}"
+        if finished:
+            break
+    assert saves > 10  # each creation is an intent saved, then the thing recorded
+
+
+def test_an_intent_proves_only_what_was_born_after_it(tmp_path):
+    """A thing found at an intent's path that is older than the intent is someone else's: left, named."""
+    top = tmp_path / "top"
+    ledger = Ledger()
+    root = ledger.anchor(top)
+    (root / "old.txt").write_bytes(b"a user's, from before")
+    time.sleep(0.1)  # older than the intent by more than the clock slack
+    state = ledger.to_json()
+    state["entries"].append({"anchor": 0, "path": "old.txt", "dir": False, "pending": time.time_ns()})
+    left = Ledger.from_json(state).remove()
+    assert [x.path for x in left] == [str(root / "old.txt")] and (root / "old.txt").read_bytes() == b"a user's, from before"

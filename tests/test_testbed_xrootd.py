@@ -734,4 +734,4 @@ def test_down_after_a_killed_up_removes_everything(tmp_path: Path, moment: str):
     assert down.rc == 0, down.err
     assert not any(alive(p["pid"], p["create_time"]) for p in st["procs"]) and _ours(home) == []
     assert ns["name"] not in netns_names() and not link_exists(ns["host_if"])
-    assert not home.exists() and not bed.exists()
+    assert not home.exists() and not bed.exists(), (down.err, sorted(str(p) for p in home.rglob("*")))

@@ -312,7 +312,7 @@ class Testbed:
         if self.ledger is None:
             self.ledger = Ledger()
             self.ledger.on_change = self._journal
-            self.ledger.anchor(self.dir, rule=STATE_RULE)
+            self.ledger.anchor(self.dir, rule=STATE_RULE, intent_first=False)  # the state file lives inside
         self.ledger.on_change = self._journal
 
     def _up(self, servers: dict[str, Server], kinds: list[str], options: dict[str, dict[str, Any]], log) -> dict[str, Server]:

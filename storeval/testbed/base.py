@@ -625,8 +625,7 @@ class Server(ABC):
         in the ledger and in the state's ``info[key]``; the same one from then on."""
         if key not in self.state.info:
             base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path(tempfile.gettempdir())
-            home = Path(tempfile.mkdtemp(prefix=f"storeval-{self.kind}-", dir=base))
-            self.ledger.adopt_new(home)  # made exclusively just now: recorded at once
+            home = self.ledger.new_anchor(base, f"storeval-{self.kind}-")  # an intent first, then made
             home.chmod(0o755)
             self.state.info[key] = str(home)
         return Path(self.state.info[key])

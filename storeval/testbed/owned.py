@@ -9,6 +9,9 @@ The testbed may only delete what it made. A :class:`Ledger`, kept in the state f
   and recorded with its device, inode and birth time the moment it exists (``on_change`` saves the state
   right then). The birth time (``statx``) tells a user's file from storeval's when the file system gave the
   user's new file the inode number storeval's just freed;
+* an **intent** comes first: before anything is created, its path and the time are recorded (``pending``) and
+  saved, so a start killed between creating a thing and recording it still proves it: the thing at that path
+  born after the intent is the one storeval made (an exclusive create fails on anything there before);
 * a directory handed to a server carries a **rule**: the server's ``claims(rule, parts, stat)`` says which
   of the things inside it the server itself writes (MinIO's ``xl.meta`` files, HDFS's storage directories …).
 
@@ -24,6 +27,7 @@ import errno
 import os
 import secrets
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +49,8 @@ class NotOwned(InputError):
 
 
 FOREIGN = "not created by storeval or its server"
+#: how far a file system's (coarse) timestamps may lag the clock an intent reads its time from
+CLOCK_SLACK_NS = 50_000_000
 REPLACED = "replaced since storeval created it"
 
 
@@ -81,6 +87,18 @@ def _same(rec: dict[str, Any], ident: dict[str, int]) -> bool:
     return rec.get("dev") == ident["dev"] and rec.get("ino") == ident["ino"] and rec.get("born") == ident.get("born")
 
 
+def _proven(rec: dict[str, Any], ident: dict[str, int]) -> bool:
+    """:func:`_same`, or, for an intent never completed, a thing born after the intent was recorded."""
+    if "pending" in rec:
+        return ident.get("born") is not None and ident["born"] >= rec["pending"]
+    return _same(rec, ident)
+
+
+def _identified(d: dict[str, Any]) -> bool:
+    """A recorded anchor or entry names its thing: by device and inode, or as an intent (its time)."""
+    return all(isinstance(d.get(k), int) for k in ("dev", "ino")) or isinstance(d.get("pending"), int)
+
+
 @dataclass
 class Ledger:
     """Anchors and entries of one owner (a server, or the testbed directory itself); see the module docstring."""
@@ -100,15 +118,32 @@ class Ledger:
         if not isinstance(d, dict) or not isinstance(d.get("token"), str) or len(d["token"]) < 16:
             return cls(token=secrets.token_hex(16))  # nothing recorded: nothing provable
         anchors = [a for a in d.get("anchors", []) if isinstance(a, dict) and isinstance(a.get("path"), str)
-                   and os.path.isabs(a["path"]) and all(isinstance(a.get(k), int) for k in ("dev", "ino"))]
+                   and os.path.isabs(a["path"]) and _identified(a)]
         entries = [e for e in d.get("entries", []) if isinstance(e, dict) and isinstance(e.get("path"), str)
-                   and isinstance(e.get("anchor"), int) and 0 <= e["anchor"] < len(anchors)
-                   and all(isinstance(e.get(k), int) for k in ("dev", "ino"))]
+                   and isinstance(e.get("anchor"), int) and 0 <= e["anchor"] < len(anchors) and _identified(e)]
         return cls(token=d["token"], anchors=anchors, entries=entries)
 
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
+
+    def _intend(self, into: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]:
+        """Record (and save) that ``rec`` is about to be created: see *intent* in the module docstring."""
+        rec["pending"] = time.time_ns() - CLOCK_SLACK_NS
+        into.append(rec)
+        self._changed()
+        return rec
+
+    def _made(self, rec: dict[str, Any], ident: dict[str, int]) -> None:
+        """The intent ``rec`` was carried out: it now names its thing by identity."""
+        rec.pop("pending", None)
+        rec.update(ident)
+        self._changed()
+
+    def _abandon(self, into: list[dict[str, Any]], rec: dict[str, Any]) -> None:
+        """The intent ``rec`` was not carried out (something was there already, or the create failed)."""
+        into.remove(rec)
+        self._changed()
 
     def __bool__(self) -> bool:
         """True while anything recorded may still exist."""
@@ -144,18 +179,26 @@ class Ledger:
         return rec is not None and _same(rec, _ident(st, _born(AT_FDCWD, str(path))))
 
     # -- creating ---------------------------------------------------------------------------------------
-    def anchor(self, path: Path, rule: str | None = None) -> Path:
+    def anchor(self, path: Path, rule: str | None = None, *, intent_first: bool = True) -> Path:
         """Make ``path`` a top directory of this ledger: create it (its parent must exist), or take it if it
-        exists and is empty (it then outlives the removal). Anything else there is refused with one line."""
+        exists and is empty (it then outlives the removal). Anything else there is refused with one line.
+        ``intent_first=False`` where the ledger is saved inside ``path`` itself (nothing can be saved before)."""
         p = Path(os.path.normpath(os.path.abspath(path)))
         if any(a["path"] == str(p) for a in self.anchors) and self.owns(p):
             return p
         created = True
+        intent = None
+        if intent_first and not os.path.lexists(p):
+            intent = self._intend(self.anchors, {"path": str(p), "created": True, **({"rule": rule} if rule else {})})
         try:
             os.mkdir(p, 0o755)
         except FileNotFoundError:
+            if intent:
+                self._abandon(self.anchors, intent)
             raise NotOwned(f"{p}: its parent directory {p.parent} does not exist (create it first)") from None
         except FileExistsError:
+            if intent:
+                self._abandon(self.anchors, intent)
             created = False
             if os.path.islink(p) or not p.is_dir():
                 raise NotOwned(f"{p} exists and is not a directory storeval created (choose another path)") from None
@@ -165,22 +208,43 @@ class Ledger:
                                f"{' …' if len(foreign) > 3 else ''}); choose a new or empty directory") from None
             (p / MARKER).unlink(missing_ok=True)  # an earlier testbed's marker, alone: that testbed is gone
         except OSError as e:
+            if intent:
+                self._abandon(self.anchors, intent)
             raise NotOwned(f"{p}: cannot create it ({e.strerror})") from None
-        return self._record_anchor(p, created, rule)
+        return self._record_anchor(p, intent or {"path": str(p), "created": created, **({"rule": rule} if rule else {})})
 
-    def adopt_new(self, path: Path) -> Path:
-        """Record a directory just created exclusively by the caller (``tempfile.mkdtemp``) as an anchor."""
-        return self._record_anchor(Path(os.path.normpath(os.path.abspath(path))), True, None)
+    def new_anchor(self, parent: Path, prefix: str) -> Path:
+        """A new directory ``prefix<random>`` in ``parent`` (mode 0700 until the caller opens it), recorded as an
+        intent before it is made exclusively: a start killed at any point leaves nothing unproven."""
+        for _ in range(100):
+            p = Path(os.path.normpath(os.path.abspath(parent))) / f"{prefix}{secrets.token_hex(4)}"
+            intent = self._intend(self.anchors, {"path": str(p), "created": True})
+            try:
+                os.mkdir(p, 0o700)
+            except FileExistsError:
+                self._abandon(self.anchors, intent)
+                continue
+            except OSError as e:
+                self._abandon(self.anchors, intent)
+                raise NotOwned(f"{p}: cannot create it ({e.strerror})") from None
+            return self._record_anchor(p, intent)
+        raise NotOwned(f"{parent}: no unused name {prefix}… after 100 tries (remove old ones)")
 
-    def _record_anchor(self, p: Path, created: bool, rule: str | None) -> Path:
+    def _record_anchor(self, p: Path, rec: dict[str, Any]) -> Path:
         """Write the marker first, then record anchor and marker in one change: an interrupted start leaves a
-        directory holding nothing but a marker, which counts as empty the next time."""
+        directory holding nothing but a marker, which counts as empty the next time (and, made after an intent,
+        is removed by it)."""
         fd = os.open(p / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "w") as f:
             f.write(f"{MARKER_HEAD}{self.token}\n")
             marker = _id_fd(f.fileno())
-        self.anchors.append({"path": str(p), **_id_path(p), "created": created, **({"rule": rule} if rule else {})})
-        self.entries.append({"anchor": len(self.anchors) - 1, "path": MARKER, "dir": False, **marker})
+        at = next((k for k, a in enumerate(self.anchors) if a is rec), None)
+        if at is None:
+            self.anchors.append(rec)
+            at = len(self.anchors) - 1
+        rec.pop("pending", None)
+        rec.update(_id_path(p))
+        self.entries.append({"anchor": at, "path": MARKER, "dir": False, **marker})
         self._changed()
         return p
 
@@ -211,22 +275,25 @@ class Ledger:
             full = base / sub
             rec = self._entry(i, sub)
             want_rule = rule if k == len(parts) else None
-            try:
-                os.mkdir(full, 0o755)
-            except FileExistsError:
+            if os.path.lexists(full):
                 if rec is None or not self.owns(full) or not rec["dir"]:
-                    raise NotOwned(f"{full} exists and storeval did not create it (move it away and try again)") from None
+                    raise NotOwned(f"{full} exists and storeval did not create it (move it away and try again)")
                 if want_rule and rec.get("rule") != want_rule:
                     rec["rule"] = want_rule
                     self._changed()
                 continue
-            except OSError as e:
-                raise NotOwned(f"{full}: cannot create it ({e.strerror})") from None
             if rec is not None:
-                self.entries.remove(rec)
-            self.entries.append({"anchor": i, "path": sub, "dir": True, **_id_path(full),
-                                 **({"rule": want_rule} if want_rule else {})})
-            self._changed()
+                self.entries.remove(rec)  # recorded once, gone since: this one is new
+            intent = self._intend(self.entries, {"anchor": i, "path": sub, "dir": True,
+                                                 **({"rule": want_rule} if want_rule else {})})
+            try:
+                os.mkdir(full, 0o755)
+            except OSError as e:
+                self._abandon(self.entries, intent)
+                if e.errno == errno.EEXIST:
+                    raise NotOwned(f"{full} exists and storeval did not create it (move it away and try again)") from None
+                raise NotOwned(f"{full}: cannot create it ({e.strerror})") from None
+            self._made(intent, _id_path(full))
         return Path(path)
 
     def open(self, path: Path, append: bool = False, mode: int = 0o644) -> int:
@@ -237,18 +304,21 @@ class Ledger:
             raise NotOwned(f"{path}: is a directory")
         rec = self._entry(i, rel)
         flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+        if os.path.lexists(path):
+            if rec is None or rec["dir"] or not self.owns(path):
+                raise NotOwned(f"{path} exists and storeval did not create it (move it away and try again)")
+            return os.open(path, flags)
+        if rec is not None:
+            self.entries.remove(rec)  # recorded once, gone since: this one is new
+        intent = self._intend(self.entries, {"anchor": i, "path": rel, "dir": False})
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
-        except FileExistsError:
-            if rec is None or rec["dir"] or not self.owns(path):
-                raise NotOwned(f"{path} exists and storeval did not create it (move it away and try again)") from None
-            return os.open(path, flags)
         except OSError as e:
+            self._abandon(self.entries, intent)
+            if e.errno == errno.EEXIST:
+                raise NotOwned(f"{path} exists and storeval did not create it (move it away and try again)") from None
             raise NotOwned(f"{path}: cannot create it ({e.strerror})") from None
-        if rec is not None:
-            self.entries.remove(rec)
-        self.entries.append({"anchor": i, "path": rel, "dir": False, **_id_fd(fd)})
-        self._changed()
+        self._made(intent, _id_fd(fd))
         return fd
 
     def write(self, path: Path, text: str, mode: int = 0o644) -> None:
@@ -277,10 +347,11 @@ class Ledger:
                                  if e.errno in (errno.ELOOP, errno.ENOTDIR) else e.strerror or str(e)))
                 continue  # not ours any more: forget it, never follow it
             try:
-                if not _same(anchor, _id_fd(fd)):
+                if not _proven(anchor, _id_fd(fd)):
                     left.append(Left(where, REPLACED))
                     continue
-                if not self._marker_ok(fd):
+                pending = "pending" in anchor  # made, or about to be, when a start was killed
+                if not self._marker_ok(fd) and not (pending and set(os.listdir(fd)) <= {MARKER}):
                     left.append(Left(where, "its storeval marker is missing or belongs to another testbed"))
                     continue
                 recorded = {e["path"]: (k, e) for k, e in enumerate(self.entries) if e["anchor"] == i}
@@ -296,8 +367,11 @@ class Ledger:
                     continue
                 if dry_run:
                     continue
-                if marker:
-                    os.unlink(MARKER, dir_fd=fd)
+                if marker or pending:
+                    try:
+                        os.unlink(MARKER, dir_fd=fd)
+                    except FileNotFoundError:
+                        pass  # a start killed before it wrote (or recorded) the marker
                 if anchor["created"]:
                     self._rmdir_anchor(anchor, left)
             finally:
@@ -328,7 +402,7 @@ class Ledger:
             left.append(Left(anchor["path"], e.strerror or str(e)))
             return
         try:
-            if _same(anchor, _ident(os.stat(name, dir_fd=pfd, follow_symlinks=False), _born(pfd, name))):
+            if _proven(anchor, _ident(os.stat(name, dir_fd=pfd, follow_symlinks=False), _born(pfd, name))):
                 os.rmdir(name, dir_fd=pfd)
         except OSError as e:
             if e.errno != errno.ENOENT:
@@ -349,7 +423,7 @@ def _judge(recorded: dict[str, tuple[int, dict]], claims: Claims, top: tuple[str
         ctx = ctx_of.get(rel.rpartition("/")[0], top)
         rec = recorded.get(rel)
         replaced = rec is not None and (bool(rec[1]["dir"]) != is_dir
-                                        or not _same(rec[1], _ident(st, _born(dir_fd, name))))
+                                        or not _proven(rec[1], _ident(st, _born(dir_fd, name))))
         if rec is not None and not replaced:
             if is_dir:
                 ctx_of[rel] = (rec[1]["rule"], rel) if rec[1].get("rule") else ctx
