@@ -250,6 +250,7 @@ class Runner:
         faults: FaultRunner | None = None
         fault_events: list[dict[str, Any]] = []
         network_events: list[dict[str, Any]] = []
+        state_events: list[dict[str, Any]] = []
         feed = None
         outcome: CellOutcome | None = None
         try:
@@ -285,6 +286,7 @@ class Runner:
                                          self.systems.testbed_dir if on_system else self.study.testbed,
                                          log=self.ui.log, deadline=getattr(wl.p, "deadline", None),
                                          on_pending=self.guard.undos, redundancy=driver.redundancy)
+                state_events = self.systems.before_cell(driver, join(self.scratch, f"heal-fill-{cell.index:04d}"))
                 feed = self._live_feed(cell, job)
                 outcome = self.engine.run_cell(
                     job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),
@@ -303,6 +305,7 @@ class Runner:
             if faults is not None:  # before the clean-up: a stopped or killed server is back first
                 # a cell that failed or was stopped waits for no heal
                 fault_events = faults.finish(heal=outcome is not None and outcome.status == "ok")
+            state_events += self.systems.after_cell()  # what the system said while the cell ran; the fill removed
             if driver is not None:
                 self._clean_cell(wl, driver, cell, cell_dir)
             for peer_cell, peer in peers.values():
@@ -319,8 +322,9 @@ class Runner:
                 phases.append((phase, iteration, outcome.status, outcome.error))
             else:
                 phases.append((phase, iteration, "not-run", None))
-        events = network_events + outcome.events + ([{"kind": "cell-failed", "message": outcome.error}]
-                                   if outcome.status == "failed" and not outcome.events else []) + fault_events
+        events = network_events + state_events + outcome.events + (
+            [{"kind": "cell-failed", "message": outcome.error}] if outcome.status == "failed" and not outcome.events
+            else []) + fault_events
         events += self._write_traces(cell, outcome.records, planned)
         self.store.write_cell(self.run_id, cell, status=outcome.status, error=outcome.error, started=started,
                               phases=phases, records=outcome.records, events=events, samples=outcome.samples)

@@ -31,7 +31,7 @@ from .core.cell import TargetSpec
 from .core.faultplan import Fault, parse_plan
 from .core.network import LINK_KEYS, Group, NetworkSpec, group_combinations
 from .core.shell import fields
-from .core.system import check_command, combinations
+from .core.system import STATE_SETTINGS, check_command, check_state_setting, combinations, system_options
 from .drivers import NeedsExtra, driver_class, normalize_url
 from .errors import InputError, one_line
 from .fields import Duration, Rate
@@ -615,7 +615,8 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
     if use not in schemes:
         raise InputError(f"{where}.use: {_show(use)} is not a target of the {kind} testbed "
                          f"(one of {', '.join(schemes) or 'none'})")
-    own = (*cls.options_help, "host")  # the system's own settings (host: every kind's check says if it can run on one)
+    # the system's own settings (host: every kind's check says if it can run on one), and the state storeval sets
+    own = (*cls.options_help, "host", *STATE_SETTINGS)
     driver = driver_class(f"{schemes[use]}://")
     known = [*TARGET_KEYS, *own, *driver.Options.model_fields]
     target = _entry(entry, where)
@@ -626,13 +627,20 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
                 settings[key] = _setting(target.rest[key])
             except ValueError as e:
                 raise InputError(f"{where}.{key}: {_show(target.rest[key])} {e}") from None
+    for key in STATE_SETTINGS:
+        for value in (settings[key] if isinstance(settings.get(key), list) else [settings[key]]) if key in settings else []:
+            try:
+                check_state_setting(key, value)
+            except ValueError as e:
+                raise InputError(f"{where}.{key}: {_show(value)} {e}") from None
     configured: dict[str, dict[str, Any]] = {}
     for combo in combinations(settings):
         try:
-            options = cls.check_options(combo)
+            options = cls.check_options(system_options(combo))
         except TestbedError as e:
             raise InputError(f"{where}: {one_line(e)}") from None
-        same = configured.setdefault(json.dumps(options, sort_keys=True, default=str), combo)
+        state = {k: combo[k] for k in STATE_SETTINGS if k in combo}
+        same = configured.setdefault(json.dumps([options, state], sort_keys=True, default=str), combo)
         if same is not combo:
             raise InputError(f"{where}: settings {_show(same)} and {_show(combo)} configure the same {kind} system "
                              "(give each value once)")

@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from .core.cell import Cell, TargetSpec
 from .core.network import describe_link
-from .core.system import command_argv, fill, identity, label
+from .core.system import command_argv, fill, identity, label, system_options
+from .degraded import Degraded
 from . import interrupts
 from .errors import StorevalError, one_line
 from .redact import redact_text
@@ -46,6 +47,7 @@ class _Active:
     started: bool = False  # storeval started the testbed system (so it stops it)
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
     setup_done: int = 0  # setup commands that succeeded: their teardown runs even if a later one failed
+    state: Degraded | None = None  # the state its settings put the system in (degraded: N, healing)
 
 
 class Systems:
@@ -88,6 +90,10 @@ class Systems:
         block being measured, then the testbed systems this run started."""
         items: list[dict[str, Any]] = []
         active = self.active
+        if active is not None and active.state is not None and not active.started:
+            items += [{"argv": [sys.executable, "-m", "storeval", "testbed", "fault", handle, "start", "--dir",
+                                str(self._testbed().dir)], "what": f"started {handle} again", "timeout": 600}
+                      for handle in active.state.down]
         if active is not None and active.values:
             for command in active.system.get("teardown", []):
                 text = fill(command, active.values)
@@ -155,6 +161,23 @@ class Systems:
             except StorevalError as e:
                 raise StorevalError(f"{what} {target.name}: {one_line(e)}") from None
         return active.resolved[target.name]
+
+    # -- the state of each cell's system (degraded: N, healing) ------------------------------------------------
+    def before_cell(self, driver: Any, where: str) -> list[dict[str, Any]]:
+        """Right before a cell's clients start: its system put in the state its settings ask for (healing made
+        anew), through the cell's own ``driver``, writing under ``where``; StorevalError (one line) if it cannot."""
+        state = self.active.state if self.active is not None else None
+        if state is None:
+            return []
+        try:
+            return state.before_cell(driver, where)
+        finally:
+            self._pending()  # the parts down now: a death starts them again
+
+    def after_cell(self) -> list[dict[str, Any]]:
+        """After a cell: what its system said while it ran (never raises)."""
+        state = self.active.state if self.active is not None else None
+        return state.after_cell() if state is not None else []
 
     # -- the emulated network ----------------------------------------------------------------------------------
     def _network(self, cell: Cell) -> None:
@@ -235,6 +258,10 @@ class Systems:
                 self._testbed_up(active)
                 active.resolved[target.name] = self._resolve(active, target)
                 url = active.resolved[target.name].url
+                active.state = Degraded.of(system, self.testbed_dir, self.log)
+                if active.state is not None:
+                    self.events += active.state.enter()
+                    self._pending()  # a death from here on starts the parts it killed again
             else:
                 url = target.url
             active.values = {**system["settings"], "url": url, "path": _path(url), "target": target.name}
@@ -260,7 +287,7 @@ class Systems:
         system = active.system
         kind = system["testbed"]
         bed = self._testbed()
-        options = server_class(kind).check_options(dict(system["settings"]))
+        options = server_class(kind).check_options(system_options(system["settings"]))
         try:
             running = bed.load().get(kind)
             if running is not None and running.alive() and running.state.info.get("options") == options:
@@ -338,6 +365,8 @@ class Systems:
         if active is None:
             return
         system = active.system
+        if active.state is not None:
+            self.events += active.state.leave(stopping=active.started)
         ran_setup = active.setup_done or (active.values and not active.error)
         if ran_setup:
             for command in system.get("teardown", []):

@@ -1,170 +1,123 @@
-"""Degraded mode (issue 15): ``on_error`` fail, retry (until ``retry_for``) or continue, in the kernel's
-Python loop and its native loop, with every error counted by kind and second."""
+"""Issue 35.2: a testbed system's state as a swept setting — healthy, N parts down, healing — side by side.
+
+The real runs bring up GlusterFS replica-3 volumes (a FUSE mount: root) through a study's testbed target; the
+checks of the settings themselves need no server."""
 
 from __future__ import annotations
 
 import os
-import time
+from pathlib import Path
 
 import pytest
+import yaml
 
-from storeval.core.oplog import OpLog, PhaseRecorder
-from storeval.workloads import kernel
-from storeval.workloads.bandwidth import BandwidthParams
-from storeval.workloads.toolkit import IOFailure, run_ops
-from storeval.workloads.degraded import Degraded, PhaseErrors
+from storeval.analysis.scaling import _healing_x
+from storeval.core.system import check_state_setting, system_options
 
-SIZE = 10
+from .helpers import load_json, storeval
 
-
-def recorder() -> PhaseRecorder:
-    rec = PhaseRecorder(0, "read")
-    rec.begin()
-    return rec
+MiB = 1 << 20
 
 
-class Flaky:
-    """A transfer that fails ``times`` times at each offset of ``bad`` (an EIO, as a disk would give), then works."""
 
-    def __init__(self, bad: set[int], times: int = 10**9, exc: BaseException | None = None) -> None:
-        self.left = {off: times for off in bad}
-        self.exc = exc or OSError(5, "Input/output error")
-        self.calls = 0
-
-    def __call__(self, bufs, off: int) -> int:
-        self.calls += 1
-        if self.left.get(off, 0) > 0:
-            self.left[off] -= 1
-            raise self.exc
-        return SIZE
+def _study(tmp_path: Path, targets: dict, name: str = "study.yaml", **more) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({
+        "targets": targets, "clients": [2],
+        "workloads": {"rw": {"bandwidth": {"file_size": "32MiB", "transfer_size": "1MiB",
+                                           "phases": ["write", "read"]}}}, **more}))
+    return path
 
 
-def test_continue_skips_the_failed_operations_and_counts_them():
-    rec, log = recorder(), OpLog(0, 4)
-    errors = PhaseErrors(rec)
-    io = Flaky({30, 70})
-    done = run_ops(io, [bytearray(SIZE)], range(0, 100, SIZE), log, SIZE,
-                   recover=Degraded("continue", 120, errors))
-    assert done == 8 and log.ops == 8 and log.bytes == 80 and io.calls == 10
-    assert rec.errors == {"EIO": 2}
-    assert rec.extra["degraded"] == {"retried": 0, "lost": 2}
-    assert sum(rec.extra["error_timeline"]["EIO"]) == 2
-    assert rec.extra["error_samples"]["EIO"] == "Input/output error"
+@pytest.mark.parametrize("entry, line", [
+    ({"degraded": -1}, "gluster.degraded: -1 must be a number of parts down (0 for healthy) or healing"),
+    ({"degraded": ["sick"]}, "gluster.degraded: 'sick' must be a number of parts down (0 for healthy) or healing"),
+    ({"degraded": True}, "gluster.degraded: true must be a number of parts down (0 for healthy) or healing"),
+    ({"degraded": "healing", "heal_fill": 0}, "gluster.heal_fill: 0 must be a size above 0, such as 256MiB"),
+    ({"degraded": "healing", "heal_fill": "lots"}, "gluster.heal_fill: 'lots' must be a size such as 256MiB"),
+])
+def test_a_bad_state_is_refused_in_one_line_before_anything_starts(tmp_path, entry, line):
+    study = _study(tmp_path, {"gluster": {"testbed": "glusterfs", "type": "replicate", "servers": 3, **entry}})
+    r = storeval("run", str(study), "--results", str(tmp_path / "res"), cwd=tmp_path)
+    assert r.rc == 2 and len(r.err_lines) == 1 and line in r.err_lines[0], r.err
+    assert not (tmp_path / "res").exists()
 
 
-def test_retry_tries_the_same_operation_again_until_it_works():
-    rec, log = recorder(), OpLog(0, 4)
-    io = Flaky({40}, times=3, exc=ConnectionRefusedError(111, "Connection refused"))
-    done = run_ops(io, [bytearray(SIZE)], range(0, 100, SIZE), log, SIZE,
-                   recover=Degraded("retry", 120, PhaseErrors(rec)))
-    assert done == 10 and log.ops == 10 and io.calls == 13
-    assert rec.errors == {"ECONNREFUSED": 3} and rec.extra["degraded"] == {"retried": 3, "lost": 0}
+def test_the_state_settings_never_reach_the_system_and_healing_sits_after_the_most_parts_down():
+    assert system_options({"servers": 3, "degraded": 1, "heal_fill": "64MiB"}) == {"servers": 3}
+    assert check_state_setting("heal_fill", "64MiB") == 64 * MiB and check_state_setting("degraded", "healing") == "healing"
+
+    class _Cell:
+        def __init__(self, degraded):
+            self.cell = type("C", (), {"factors": {"degraded": degraded}})()
+
+    assert _healing_x([_Cell(0), _Cell(2), _Cell("healing")]) == 3 and _healing_x([_Cell("healing")]) == 1
 
 
-def test_retry_gives_up_when_the_window_has_passed():
-    rec, log = recorder(), OpLog(0, 4)
-    io = Flaky({20})
-    t0 = time.monotonic()
-    with pytest.raises(IOFailure, match="at offset 20") as e:
-        run_ops(io, [bytearray(SIZE)], range(0, 100, SIZE), log, SIZE,
-                recover=Degraded("retry", 0.3, PhaseErrors(rec)))
-    assert time.monotonic() - t0 >= 0.3  # it tried for the whole window
-    assert e.value.kind == "EIO" and log.ops == 2
-    assert rec.extra["degraded"]["retried"] >= 2 and rec.errors["EIO"] == rec.extra["degraded"]["retried"] + 1
+def _events(doc: dict, cell: int, kind: str) -> list[dict]:
+    return [e for e in doc["events"] if e.get("cell") == cell and e["kind"] == kind]
 
 
-def test_a_reopened_handle_is_the_operation_that_goes_on():
-    rec, log = recorder(), OpLog(0, 4)
-    broken = Flaky(set(range(0, 100, SIZE)))  # a handle that broke: every call fails
-    fresh = Flaky(set())
-    reopened = []
+@pytest.mark.skipif(os.geteuid() != 0, reason="GlusterFS needs root (a FUSE mount, a network namespace)")
+def test_healthy_one_brick_down_and_healing_side_by_side_on_one_volume(tmp_path):
+    fill = 96 * MiB
+    study = _study(tmp_path, {"gluster": {"testbed": "glusterfs", "type": "replicate", "servers": 3,
+                                          "degraded": [0, 1, "healing"], "heal_fill": "96MiB"}})
+    before = set(Path("/tmp").glob("storeval-systems-*"))
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study), "--json", str(out), "--results", str(tmp_path / "res"), cwd=tmp_path, timeout=1200)
+    assert r.rc == 0, r.err
+    doc = load_json(out)
+    cells = {c["factors"]["degraded"]: c for c in doc["cells"]}
+    assert set(cells) == {0, 1, "healing"} and all(c["status"] == "ok" for c in cells.values()), r.err
+    for c in cells.values():
+        assert [p["status"] for p in c["phases"]] == ["ok", "ok"]
+        assert [p["bytes"] for p in c["phases"]] == [2 * 32 * MiB] * 2
 
-    def reopen():
-        reopened.append(True)
-        return (lambda off: fresh(None, off)), None
-
-    done = kernel.measure(log, SIZE, range(0, 100, SIZE), lambda off: broken(None, off), expect=SIZE,
-                          fail=IOFailure, recover=Degraded("retry", 120, PhaseErrors(rec), reopen=reopen))
-    assert done == 10 and broken.calls == 1 and fresh.calls == 10 and reopened == [True]
-
-
-@pytest.mark.skipif(kernel._native is None, reason="storeval was built without its native module")
-@pytest.mark.parametrize("policy", ["continue", "fail"])
-def test_the_native_loop_obeys_the_policy(tmp_path, policy):
-    """Writes to a file opened read-only fail with EBADF at every offset, in the native psync loop too."""
-    f = tmp_path / "x"
-    f.write_bytes(bytes(64 * 1024))
-    fd = os.open(f, os.O_RDONLY)
-    try:
-        buf = bytearray(4096)
-        job = kernel.DataJob("psync", fd, True, [buf], 4096, range(0, 64 * 1024, 4096))
-        rec, log = recorder(), OpLog(0, 4)
-        recover = Degraded(policy, 120, PhaseErrors(rec))
-        if policy == "fail":
-            with pytest.raises(IOFailure, match="at offset 0"):
-                run_ops(None, [buf], range(0, 64 * 1024, 4096), log, 4096, native=job, recover=recover)
-        else:
-            done = run_ops(None, [buf], range(0, 64 * 1024, 4096), log, 4096, native=job, recover=recover)
-            assert done == 0 and log.ops == 0 and rec.extra["degraded"] == {"retried": 0, "lost": 16}
-        assert rec.errors == ({"EBADF": 16} if policy == "continue" else {"EBADF": 1})
-    finally:
-        os.close(fd)
-
-
-def test_io_uring_is_not_chosen_in_degraded_mode():
-    class Fd:
-        kind, fd = "fd", 0
-
-    assert kernel.choose_engine("auto", Fd(), 32, degraded=True)[0] == "threads"
-    engine, note = kernel.choose_engine("io_uring", Fd(), 32, degraded=True)
-    assert engine == "threads" and note == "engine io_uring does not run under on_error retry or continue; ran threads"
-
-
-def test_the_parameters_are_checked():
-    assert BandwidthParams(on_error="retry", retry_for="10s").retry_for == 10.0
-    with pytest.raises(ValueError, match="on_error"):
-        BandwidthParams(on_error="ignore")
-    with pytest.raises(ValueError, match="retry_for"):
-        BandwidthParams(retry_for=0)
+    # healthy: nothing set, nothing read
+    assert _events(doc, cells[0]["cell"], "system-state") == []
+    # one brick down through the cell: the volume itself says brick3 is not connected, at the start and the end
+    (down,) = [e for e in doc["events"] if e["kind"] == "degraded" and e["detail"]["degraded"] == 1]
+    assert down["detail"]["down"] == ["glusterfs.brick3"] and len(down["detail"]["system_says"]["down"]) == 1
+    assert down["detail"]["system_says"]["down"][0].endswith("/bricks/brick3")
+    (state,) = _events(doc, cells[1]["cell"], "system-state")
+    assert state["detail"]["down"] == ["glusterfs.brick3"] and len(state["detail"]["down_at_end"]) == 1
+    assert state["detail"]["samples"] and all(s[2] == 1 for s in state["detail"]["samples"])
+    # healing: brick3 killed, the fill written without it, brick3 back; the cell begins once the volume says so
+    (made,) = _events(doc, cells["healing"]["cell"], "degraded")
+    assert made["detail"]["part"] == "glusterfs.brick3" and made["detail"]["fill_bytes"] == fill
+    (state,) = _events(doc, cells["healing"]["cell"], "system-state")
+    h = state["detail"]
+    assert h["unit"] == "entries" and h["pending_at_start"] > 0 and h["down"] == []
+    assert len(h["samples"]) >= 2 and h["samples"][-1][0] >= h["cell_s"] and h["bytes_moved"] >= 0
+    if h["pending_at_end"] < h["pending_at_start"]:
+        assert h["bytes_moved"] > 0  # the self-heal daemon's own sends while the cell ran
+    assert 0 < h["healing_share"] <= 1 and h["healing_s"] == pytest.approx(h["healing_share"] * h["cell_s"], abs=0.01)
+    warned = [e for e in doc["events"] if e["kind"] == "warning" and "degraded=healing" in e["message"]]
+    assert bool(warned) == (h["whole_after_s"] is not None)
+    # one table: the aggregate in each state, per phase
+    table = r.out[r.out.index("Healthy, degraded and healing"):]
+    assert "degraded=0" in table and "degraded=1" in table and "degraded=healing" in table
+    for phase in ("write", "read"):
+        agg = {k: next(p for p in c["phases"] if p["phase"] == phase)["bandwidth_MiBps"] for k, c in cells.items()}
+        line = next(x for x in r.out.splitlines() if x.startswith(f"states gluster · rw (clients=2) · {phase}:"))
+        assert all(f"{k}→" in line for k in ("0", "1", "healing")), line
+        assert all(v > 0 for v in agg.values())
+    # every system it started is down, its directory gone, the fill with the scratch
+    assert set(Path("/tmp").glob("storeval-systems-*")) == before
 
 
-# -- reading back what a faulted write acknowledged (Workload.check_after) -------------------------------
-def _written(tmp_path, **params):
-    """A 1 MiB write in 64 KiB blocks on a real file, as a cell whose write a fault struck would run it."""
-    from tests.test_kernel import _client, _phase
-    from storeval.workloads.bandwidth import Bandwidth
-
-    d = tmp_path / "t"
-    d.mkdir()
-    wl = Bandwidth(BandwidthParams(file_size=1 << 20, transfer_size=64 << 10, phases=["write"], **params))
-    c = _client(f"file://{d}")
-    c.faulted = frozenset({"write"})
-    wl.prepare(c)
-    _phase(wl, c, "write")
-    (f,) = list(d.iterdir())
-    return wl, c, f
-
-
-def test_what_came_back_intact_is_counted(tmp_path):
-    wl, c, _ = _written(tmp_path)
-    assert wl.check_after(c, "write") == {"bytes_checked": 1 << 20, "bytes_intact": 1 << 20, "bytes_lost": 0,
-                                          "bytes_corrupted": 0, "bytes_unreadable": 0, "bytes_not_acknowledged": 0}
-
-
-def test_a_corrupted_and_a_truncated_file_are_found(tmp_path):
-    wl, c, f = _written(tmp_path)
-    with open(f, "r+b") as fh:  # a sector of the second block overwritten, then the last 64 KiB gone
-        fh.seek((64 << 10) + 512)
-        fh.write(b"\0" * 512)
-        fh.truncate((1 << 20) - (64 << 10))
-    out = wl.check_after(c, "write")
-    assert out["bytes_checked"] == 1 << 20 and out["bytes_corrupted"] == 64 << 10 and out["bytes_lost"] == 64 << 10
-    assert out["bytes_intact"] == (1 << 20) - (128 << 10)
-    byte = int(out["first_problem"].removeprefix("byte ").removesuffix(" differs from what was written"))
-    assert (64 << 10) + 512 <= byte < (64 << 10) + 1024  # inside the zeroed sector (where its data was not 0)
-
-
-def test_nothing_is_checked_when_no_fault_struck_the_phase(tmp_path):
-    wl, c, _ = _written(tmp_path)
-    c.faulted = frozenset()
-    assert wl.check_after(c, "write") is None
+@pytest.mark.skipif(os.geteuid() != 0, reason="GlusterFS needs root (a FUSE mount, a network namespace)")
+def test_a_state_the_system_cannot_reach_fails_its_cells_in_one_line(tmp_path):
+    study = _study(tmp_path, {"all-down": {"testbed": "glusterfs", "type": "replicate", "servers": 3, "degraded": 3},
+                              "one-copy": {"testbed": "glusterfs", "type": "distribute", "servers": 2,
+                                           "degraded": "healing"}})
+    out = tmp_path / "out.json"
+    r = storeval("run", str(study), "--json", str(out), "--results", str(tmp_path / "res"), cwd=tmp_path, timeout=1200)
+    doc = load_json(out)
+    errors = {c["target"]: c["error"] for c in doc["cells"]}
+    assert all(c["status"] == "failed" for c in doc["cells"]), errors
+    assert "degraded: 3 needs more than 3 parts of the glusterfs testbed (it has 3: glusterfs.brick1, glusterfs.brick2, " \
+           "glusterfs.brick3); lower degraded or raise its servers" in errors["all-down"]
+    assert "degraded: healing: the glusterfs testbed reports no repair to follow" in errors["one-copy"]
+    assert r.rc != 0

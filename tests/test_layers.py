@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"analysis"},
     {"engine"},
     {"spec", "preflight", "testbed"},
-    {"plan", "report", "faults", "systems"},
+    {"plan", "report", "faults", "systems", "degraded"},
     {"runner"},
     {"app"},  # the use cases: run, report, compare, import, export, clean, testbed (typed requests)
     {"cli", "__main__"},  # parses arguments into the use cases' requests and prints what comes back

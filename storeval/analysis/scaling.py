@@ -27,6 +27,7 @@ from typing import Any
 
 from .figures import CellFigures
 from .links import link_text
+from ..core.system import DEGRADED, HEALING
 from ..stats import summarize
 from ..workloads import WORKLOADS, workload_class
 from ..workloads.base import param_text
@@ -84,6 +85,12 @@ def numeric(along: str, value: Any) -> float | None:
         return None
 
 
+def _healing_x(cells: list[CellFigures]) -> int:
+    """Where ``degraded=healing`` sits on the states' axis: after the most parts down (0 healthy, 1, 2 …)."""
+    counts = [v for cf in cells for v in [cf.cell.factors.get(DEGRADED)] if isinstance(v, int) and not isinstance(v, bool)]
+    return max(counts, default=0) + 1
+
+
 def first_reaching(series: list[tuple[int, float]], fraction: float) -> int | None:
     """Smallest x whose y reaches ``fraction`` of the largest y."""
     if not series:
@@ -102,9 +109,10 @@ def scaling(cells: list[CellFigures], along: str = "clients", group: str | None 
     groups: dict[tuple, dict[Any, list[tuple]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[tuple, dict[str, Any]] = {}
     labels: dict[Any, Any] = {}
+    healing_x = _healing_x(cells) if along == DEGRADED else None
     for cf in cells:
         raw = cf.cell.clients if along == "clients" else cf.cell.factors.get(along)
-        x = numeric(along, raw)
+        x = healing_x if healing_x is not None and raw == HEALING else numeric(along, raw)
         if x is None:
             continue
         labels[x] = link_text(along, raw) if along in LINK_FACTORS else raw
@@ -142,7 +150,10 @@ def scaling(cells: list[CellFigures], along: str = "clients", group: str | None 
                            **{k: s.mean for k, s in lines.items() if s is not None}})
         points = [(s["x"], s["aggregate"]) for s in series if s["aggregate"] is not None]
         label = held_label(meta[key])
+        if along == DEGRADED:  # states side by side: no saturation along them
+            points = []
         out.append({**meta[key], "figure": figure, "unit": declared.unit, "label": label,
+                    **({"states": True} if along == DEGRADED else {}),
                     "legend": meta[key]["target"] + (f" ({label})" if label else ""), "series": series,
                     "saturation_clients": first_reaching(points, SATURATION),
                     "workers_to_peak": first_reaching(points, PEAK),

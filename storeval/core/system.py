@@ -15,6 +15,10 @@ Two ways bring a setting about, and both are described here as plain data on :cl
 
 The settings become factors of every cell (so the report draws figures against them), and what was done — the
 commands, their exit status, how long bringing a system up took — is recorded with the run.
+
+Two settings of a testbed system are storeval's own, not the system's (:data:`STATE_SETTINGS`): ``degraded`` —
+``0`` healthy, ``N`` with N of its parts down, ``healing`` while it repairs (``storeval/degraded.py`` brings each
+about) — and ``heal_fill``, how many bytes the repair of a ``healing`` cell has to make whole.
 """
 
 from __future__ import annotations
@@ -25,6 +29,40 @@ from typing import Any
 from .shell import check_shell_line, env_name, env_of, fields, shell_line, shown
 
 SYSTEM_KEYS = ("testbed", "use", "settings", "setup", "teardown")
+DEGRADED, HEAL_FILL, HEALING = "degraded", "heal_fill", "healing"
+STATE_SETTINGS = (DEGRADED, HEAL_FILL)  # a testbed system's state, set by storeval, never passed to the system
+STATE_HELP = {
+    DEGRADED: "the system's state in its cells: 0 healthy, N with its last N parts (bricks, OSDs, datanodes, nodes) "
+              "killed, healing while it repairs what a part missed",
+    HEAL_FILL: "bytes written while a part is down before each healing cell, for the system to repair "
+               "(default 256MiB)",
+}
+DEFAULT_HEAL_FILL = 256 * 1024 * 1024
+
+
+def check_state_setting(name: str, value: Any) -> Any:
+    """A value of ``degraded`` (a count ≥ 0, or ``healing``) or ``heal_fill`` (a size > 0, in bytes);
+    ValueError saying what it must be."""
+    from ..units import parse_size
+
+    if name == DEGRADED:
+        if value == HEALING:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError("must be a number of parts down (0 for healthy) or healing")
+        return value
+    try:
+        size = parse_size(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be a size such as 256MiB") from None
+    if size <= 0:
+        raise ValueError("must be a size above 0, such as 256MiB")
+    return size
+
+
+def system_options(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings the system itself is started with (its state settings left out)."""
+    return {k: v for k, v in settings.items() if k not in STATE_SETTINGS}
 
 
 def combinations(settings: dict[str, Any]) -> list[dict[str, Any]]:

@@ -47,6 +47,7 @@ def scaling_charts(scaling: list[dict[str, Any]]) -> list[tuple[str, dict]]:
         unit = workload_class(series[0]["kind"]).report.scaling.unit
         along = series[0].get("along", "clients")
         scale, x_title, xaxis = _x_of(along)
+        xaxis = {**xaxis, **_state_ticks(series, along)}
         data = []
         for s in series:
             pts = [p for p in s["series"] if p["aggregate"] is not None]
@@ -93,6 +94,8 @@ def _x_of(along: str) -> tuple[float, str, dict[str, Any]]:
         return 100.0, "loss (%)", {"title": {"text": "loss (%)"}, "rangemode": "tozero"}
     if along.startswith("clients."):  # a group's count may be 0 (the other groups alone): linear from zero
         return 1.0, along, {"title": {"text": along}, "rangemode": "tozero", "dtick": 1}
+    if along == "degraded":  # states, not a quantity: each its own tick, named (healing after the most parts down)
+        return 1.0, "state (parts down, or healing)", {"title": {"text": "state (parts down, or healing)"}, "dtick": 1}
     return 1.0, f"{along} (log scale)", {"title": {"text": f"{along} (log scale)"}, "type": "log", "dtick": 0.30103}
 
 
@@ -599,6 +602,14 @@ def _multiples(title: str, panels: list[dict[str, Any]], columns: int = 3, **mor
     return {"data": data, "layout": layout}
 
 
+def _state_ticks(series: list[dict[str, Any]], along: str) -> dict[str, Any]:
+    """The states' axis (``degraded``) names its ticks: 0, 1 … parts down, then healing."""
+    if along != "degraded":
+        return {}
+    named = dict(sorted({p["x"]: str(p.get(along, p["x"])) for s in series for p in s["series"]}.items()))
+    return {"tickvals": list(named), "ticktext": list(named.values())}
+
+
 def _axis(text: str, log: bool = False, **more: Any) -> dict[str, Any]:
     """An axis from zero, or a log axis that says so in its title."""
     if log:
@@ -646,7 +657,8 @@ def overview_scaling(scaling: list[dict[str, Any]], colors: dict[str, str]) -> l
                 ticks = sorted(set(xs))
                 panel = panels.setdefault((s["phase"], key), {
                     "title": f"{s['phase']}: {label}", "data": [],
-                    "x": _axis(x_title, log=bool(log_x), **({"tickvals": ticks} if len(ticks) <= 12 else {})),
+                    "x": _axis(x_title, log=bool(log_x), **(({"tickvals": ticks} if len(ticks) <= 12 else {})
+                                                            | _state_ticks(series, along))),
                     "y": _axis(label)})
                 trace = {"type": "scatter", "mode": "lines+markers", "name": name, "legendgroup": name,
                          "x": [p["x"] * scale for p in pts], "y": [p[key] for p in pts], "line": style,

@@ -371,8 +371,13 @@ def print_scaling(scaling: list[dict[str, Any]], console: Console) -> None:
             by_setting[s["along"]].append(s)
     for along, rows in by_setting.items():
         columns, text_rows = scaling_rows(rows, along)
-        print_fitted(console, f"Aggregate vs {along}", columns, text_rows, "mean over repetitions; each row holds "
-                     "every other factor fixed (clients, parameters)",
+        states = along == "degraded"
+        print_fitted(console, "Healthy, degraded and healing — the aggregate in each state of the system" if states
+                     else f"Aggregate vs {along}", columns, text_rows, "mean over repetitions; each row holds "
+                     "every other factor fixed (clients, parameters)" + (
+                         "; degraded=N: its last N parts killed through the cell; healing: the system repairing "
+                         "what a part missed (each cell's event says how much of it the repair lasted)"
+                         if states else ""),
                      left=("target", "workload", "phase", "held fixed", "figure", "unit"))
     for s in scaling:
         console.print(safe(scaling_line(s)), highlight=False)
@@ -386,6 +391,8 @@ def scaling_line(s: dict[str, Any]) -> str:
     along = s.get("along", "clients")
     points = ", ".join(f"{p.get(along, p['x'])}→{sig(p['aggregate'])}" for p in s["series"])
     shown = held_fixed(s)
+    if s.get("states"):
+        return f"states {s['target']} · {s['workload']}{f' ({shown})' if shown else ''} · {s['phase']}: {points} {unit}"
     extra = ""
     if declared.peak and along == "clients" and s.get("workers_to_peak") is not None:
         extra = f"; workers to peak {s['workers_to_peak']}"

@@ -489,6 +489,10 @@ class Server(ABC):
     options_help: ClassVar[dict[str, str]] = {}
     # the targets it writes, name -> URL scheme (a study's `testbed: KIND` target is checked before it runs)
     target_schemes: ClassVar[dict[str, str]] = {}
+    # when its repair (``healing``) begins after a part is lost: "back" — once the part returns, it is given what
+    # it missed (GlusterFS's self-heal, Ceph's recovery); "lost" — once the system declares the part lost, the
+    # copies it held are made again on the others (HDFS re-replicates around a dead datanode)
+    heals_when: ClassVar[str] = "back"
     # the setting that names the emulated host each target's server runs on (default: ``host``), for a system
     # whose parts run on several hosts (XCache and its origin): a cell's round trip is that host's link's
     target_hosts: ClassVar[dict[str, str]] = {}

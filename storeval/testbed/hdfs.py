@@ -103,6 +103,7 @@ class HdfsServer(Server):
     (NameNode web UI and WebHDFS), ``control`` (the launcher's control protocol).
     """
 
+    heals_when = "lost"  # the namenode re-replicates around a dead datanode; a returning one is not healed
     kind = "hdfs"
     summary = f"HDFS {HADOOP_VERSION} MiniDFSCluster (NameNode + N DataNodes in one JVM)"
     no_respawn = ("the launcher formats a new namespace when it starts, so a killed HDFS cannot come back with its "
