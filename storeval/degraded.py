@@ -4,7 +4,9 @@
 system in each state, so the tables put the healthy, degraded and healing rates side by side:
 
 * ``N`` — once the system is up, its last N parts (the handles of ``Server.fault_nodes``: bricks, OSDs,
-  datanodes, data servers, MinIO nodes) are killed (SIGKILL, their data kept) and stay down through the block.
+  datanodes, data servers, MinIO nodes) are killed (SIGKILL, their data kept) and stay down through the block;
+  a system that heals around a lost part (HDFS) is first waited for until it declares them lost (the reading's
+  ``lost``): until then its NameNode still hands the dead datanodes to writers.
   After it they are started again; a system the run did not start is then waited for until it is whole.
 * ``healing`` — before each cell the system is made to repair: once it is whole (``Server.healing``: no more
   pending than its first reading, nothing down), its last part is killed and ``heal_fill`` bytes are written
@@ -187,6 +189,8 @@ class Degraded:
             for handle in parts[-n:]:
                 said.append(self._act(handle, "kill"))
                 self.down.append(handle)
+            if self.lost:  # until it declares them lost it still hands them to clients (HDFS: a write pipeline)
+                said.append(f"declared lost after {self._await(lambda r: int(r.get('lost') or 0) >= n, 'rid of them')} s")
             reading = self._try_reading()
             return [self._event(f"{self.kind}: {n} of {len(parts)} parts down for the block ({', '.join(self.down)})",
                                 {"parts": parts, "down": list(self.down), "said": said, "system_says": reading})]

@@ -31,12 +31,6 @@ from .shell import check_shell_line, env_name, env_of, fields, shell_line, shown
 SYSTEM_KEYS = ("testbed", "use", "settings", "setup", "teardown")
 DEGRADED, HEAL_FILL, HEALING = "degraded", "heal_fill", "healing"
 STATE_SETTINGS = (DEGRADED, HEAL_FILL)  # a testbed system's state, set by storeval, never passed to the system
-STATE_HELP = {
-    DEGRADED: "the system's state in its cells: 0 healthy, N with its last N parts (bricks, OSDs, datanodes, nodes) "
-              "killed, healing while it repairs what a part missed",
-    HEAL_FILL: "bytes written while a part is down before each healing cell, for the system to repair "
-               "(default 256MiB)",
-}
 DEFAULT_HEAL_FILL = 256 * 1024 * 1024
 
 

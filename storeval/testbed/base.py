@@ -804,7 +804,7 @@ class Server(ABC):
         that do not serve now, so that it cannot be whole), ``bytes`` (counters of the bytes its servers wrote,
         per server process or node, or None), ``bytes_still_s`` (how long they must stand still to be final,
         for counters served from a cache), ``source`` (how it was read) and, optionally, ``parts`` (the same per
-        part). None: the system keeps no redundancy that a fault could leave short (one copy of everything).
+        part) and ``lost`` (how many parts it has declared lost, where it heals around them: HDFS's dead datanodes). None: the system keeps no redundancy that a fault could leave short (one copy of everything).
         TestbedError (one line) when it cannot be read."""
         return None
 

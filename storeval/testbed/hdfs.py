@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -53,6 +54,8 @@ JAVA_DIR = Path(__file__).with_name("java")
 MAIN_CLASS = "org.storeval.testbed.MiniCluster"
 HADOOP_VERSION = "3.4.1"
 JMX_PERIOD = 1.0  # seconds: *.period of java/src/main/resources/hadoop-metrics2.properties
+RECHECK_S = 5  # dfs.namenode.heartbeat.recheck-interval the launcher sets (MiniCluster.java), in seconds
+HEARTBEAT_EXPIRY_S = 2 * RECHECK_S + 10 * 1  # the NameNode's expiry: 2 rechecks + 10 heartbeats of 1 s
 TARGET_DIR = "/storeval"  # the directory the storeval target points at
 START_TIMEOUT = 180.0  # seconds for one launcher start (cluster up, READY printed)
 _BIND_ERRORS = ("Address already in use", "BindException", "Port in use")
@@ -445,9 +448,18 @@ class HdfsServer(Server):
                                                                                   10.0)).items()}
         except (OSError, ValueError):
             written = {}
+        try:
+            info = json.loads(http_get(f"http://{address}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo", 10.0))
+            dead = json.loads((info.get("beans") or [{}])[0].get("DeadNodes") or "{}")
+        except (OSError, ValueError):
+            dead = {}
+        # counted dead once silent past the expiry, a datanode leaves the block placement only at the next
+        # recheck: until then writers may still be handed it
+        lost = sum(1 for d in dead.values() if int(d.get("lastContact", 0)) >= HEARTBEAT_EXPIRY_S + RECHECK_S)
         under, missing = int(bean.get("UnderReplicatedBlocks", 0)), int(bean.get("MissingBlocks", 0))
         copying = int(bean.get("PendingReconstructionBlocks", bean.get("PendingReplicationBlocks", 0)))
-        return {"pending": under + missing + copying, "down": [], "unit": "blocks", "bytes": written,
+        return {"pending": under + missing + copying, "down": [], "lost": lost,
+                "unit": "blocks", "bytes": written,
                 "bytes_still_s": 2 * JMX_PERIOD + 0.1,
                 "parts": {"under_replicated": under, "missing": missing, "being_copied": copying,
                           "dead_datanodes": int(bean.get("NumDeadDataNodes", 0))},

@@ -108,6 +108,9 @@ public final class MiniCluster {
         conf.setInt(DFSConfigKeys.DFS_NAMENODE_HEARTBEAT_RECHECK_INTERVAL_KEY, 5000);
         // below the 20 s expiry (else a warning); reads do not avoid stale nodes unless dfs.namenode.avoid.read.stale.datanode
         conf.setLong(DFSConfigKeys.DFS_NAMENODE_STALE_DATANODE_INTERVAL_KEY, 10_000);
+        // as production clusters are set: a datanode silent past the stale interval gets no new blocks to write, so
+        // a writer is not handed a dead one until the expiry and the recheck after it have removed it (~40 s here)
+        conf.setBoolean(DFSConfigKeys.DFS_NAMENODE_AVOID_STALE_DATANODE_FOR_WRITE_KEY, true);
         conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.getPath());
         if (placed) {
             // MiniDFSCluster writes 127.0.0.1 (and localhost) into every address it configures: Hadoop resolves both
