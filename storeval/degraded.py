@@ -288,7 +288,7 @@ class Degraded:
         return events
 
     # -- helpers ---------------------------------------------------------------------------------------------
-    def _event(self, message: str, detail: dict[str, Any], kind: str = "degraded") -> dict[str, Any]:
+    def _event(self, message: str, detail: dict[str, Any], kind: str = "system-degraded") -> dict[str, Any]:
         return {"kind": kind, "message": message, "detail": {"degraded": self.value, **detail}}
 
     def _try_reading(self) -> dict[str, Any] | None:

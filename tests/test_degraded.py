@@ -77,14 +77,14 @@ def test_healthy_one_brick_down_and_healing_side_by_side_on_one_volume(tmp_path)
     # healthy: nothing set, nothing read
     assert _events(doc, cells[0]["cell"], "system-state") == []
     # one brick down through the cell: the volume itself says brick3 is not connected, at the start and the end
-    (down,) = [e for e in doc["events"] if e["kind"] == "degraded" and e["detail"]["degraded"] == 1]
+    (down,) = [e for e in doc["events"] if e["kind"] == "system-degraded" and e["detail"]["degraded"] == 1]
     assert down["detail"]["down"] == ["glusterfs.brick3"] and len(down["detail"]["system_says"]["down"]) == 1
     assert down["detail"]["system_says"]["down"][0].endswith("/bricks/brick3")
     (state,) = _events(doc, cells[1]["cell"], "system-state")
     assert state["detail"]["down"] == ["glusterfs.brick3"] and len(state["detail"]["down_at_end"]) == 1
     assert state["detail"]["samples"] and all(s[2] == 1 for s in state["detail"]["samples"])
     # healing: brick3 killed, the fill written without it, brick3 back; the cell begins once the volume says so
-    (made,) = _events(doc, cells["healing"]["cell"], "degraded")
+    (made,) = _events(doc, cells["healing"]["cell"], "system-degraded")
     assert made["detail"]["part"] == "glusterfs.brick3" and made["detail"]["fill_bytes"] == fill
     (state,) = _events(doc, cells["healing"]["cell"], "system-state")
     h = state["detail"]

@@ -23,6 +23,7 @@ import storeval
 from .. import app, spec, units
 from ..analysis.timeline import FAILING_FLAGS
 from ..core import faultplan, network
+from ..core.system import STATE_SETTINGS
 from ..core.codes import CODES, ENVIRONMENT, EVENT, EXITS, FLAG, WARNING
 from ..core.studykeys import SECTIONS, Section
 from ..drivers import DRIVERS
@@ -47,7 +48,8 @@ def code_keys() -> dict[str, tuple[str, ...]]:
     return {
         "study": tuple(spec.TOP_KEYS),
         "targets_from": tuple(spec.TARGETS_FROM_KEYS),
-        "target": (*spec.TARGET_KEYS, "like", HOST_OPTION),  # like: spec._like; host: a testbed target's placement
+        # like: spec._like; host: a testbed target's placement; degraded, heal_fill: a testbed system's state
+        "target": (*spec.TARGET_KEYS, "like", HOST_OPTION, *STATE_SETTINGS),
         "limits": tuple(spec.Limits.model_fields),
         "group": tuple(spec.GROUP_KEYS),
         "network": tuple(spec.NETWORK_KEYS),

@@ -154,6 +154,12 @@ CODES: dict[str, Code] = {
                         "nothing"),
     "system-failed": Code((EVENT,), "a configured system could not be brought about: its cells did not run",
                           "read the message; fix the settings or the setup command"),
+    "system-degraded": Code((EVENT,), "a testbed system was put in the state its `degraded` setting asks for: its "
+                            "last N parts killed for the block, or a heal made before a cell (a part killed, "
+                            "heal_fill written, the part back or left down)", "nothing"),
+    "system-state": Code((EVENT,), "what a testbed system in a degraded or healing state said while a cell ran: its "
+                         "readings, the parts down, when it was whole again, the bytes its servers moved",
+                         "a healing cell that outlived the repair is also a warning: raise heal_fill"),
     "system-up": Code((EVENT,), "a configured system was brought about at a cell block's settings", "nothing"),
     "teardown": Code((EVENT,), "a target's teardown command ran: command, exit status, output tail, seconds",
                      "a failed teardown may leave the system configured: undo it by hand"),
