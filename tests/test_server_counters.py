@@ -137,9 +137,11 @@ def test_the_servers_side_names_the_server_process_and_the_timelines_draw_its_cp
     assert used > 0 and calls > 0  # it served 16 MiB each way
     con = duckdb.connect(str(tmp_path / "res" / "storeval.duckdb"), read_only=True)
     sampled = con.execute("SELECT count(*) FROM samples WHERE probe = 'server' AND metric = 'cpu_seconds'").fetchone()
+    rss = con.execute("SELECT min(value) FROM samples WHERE probe = 'server' AND metric = 'rss_bytes'").fetchone()
     con.close()
-    assert sampled[0] >= 2
-    assert "server processes CPU %" in (tmp_path / "page.html").read_text()
+    assert sampled[0] >= 2 and rss[0] > 1 << 20  # its resident memory, a level each second
+    page = (tmp_path / "page.html").read_text()
+    assert "server processes CPU %" in page and "server processes memory MiB" in page and '"yaxis3"' in page
 
 
 def test_foreign_loopback_traffic_does_not_change_what_the_server_moved(tmp_path, xrootd):

@@ -374,6 +374,17 @@ def _host_timeline(cell: CellRow, rows: list[tuple], t_zero: int, events: list[d
                          "line": {"color": SERVER_CPU_COLOR},
                          "x": [sec(x) for x in xs],
                          "y": [100 * u * TICKS / tt if tt else 0 for u, tt in zip(used, tot)]})
+    # the server processes' resident memory (a level, not a rate): a leak or a cache that grows under load
+    memory = [pts for (probe, _, metric), pts in series.items() if probe == "server" and metric == "rss_bytes"]
+    if memory:
+        level: dict[int, float] = defaultdict(float)
+        for pts in memory:
+            for t, v in pts:
+                level[t] += v
+        times = sorted(level)
+        data.append({"type": "scatter", "mode": "lines", "name": "server processes memory MiB", "yaxis": "y3",
+                     "line": {"color": MEMORY_COLOR, "dash": "dash"},
+                     "x": [sec(t) for t in times], "y": [level[t] / MiB for t in times]})
     if not data:
         return None
     shapes, notes = _phase_shapes(cell, sec, _sample_gap(rows))
@@ -395,6 +406,10 @@ def _host_timeline(cell: CellRow, rows: list[tuple], t_zero: int, events: list[d
                      yaxis2={"title": {"text": "CPU busy %"}, "overlaying": "y", "side": "right",
                              "range": [0, 100], "autorange": False, "tickmode": "linear", "dtick": 25},
                      legend={"orientation": "h", "y": -0.32})
+    if memory:  # a third axis, on the left beside the rates'
+        layout["yaxis3"] = {"title": {"text": "server memory MiB"}, "overlaying": "y", "side": "left",
+                            "anchor": "free", "position": 0, "rangemode": "tozero", "showgrid": False}
+        layout["xaxis"] = {**layout.get("xaxis", {}), "domain": [0.08, 1]}
     layout["margin"].update(r=70, t=90, b=90)
     return title, {"data": data, "layout": layout}
 
@@ -558,6 +573,7 @@ DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross")
 CPU_COLOR = "#2ca02c"  # the CPU line of every probe timeline
 SERVER_CPU_COLOR = "#9467bd"  # the target's server processes' share of the CPU
+MEMORY_COLOR = "#8c564b"  # the target's server processes' resident memory
 TICKS = os.sysconf("SC_CLK_TCK")  # jiffies per second, the unit of /proc/stat's CPU counters
 PANEL_HEIGHT = 250
 MAX_PANELS = 12
