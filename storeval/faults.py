@@ -457,14 +457,14 @@ class FaultRunner:
                 seen["last_error"] = one_line(e)
                 state = None
             now = time.perf_counter_ns()
-            t = (now - t0) / 1e9
+            t = round((now - t0) / 1e9, 3)  # one figure for the sample and the times it marks (compared as equal)
             if state is not None:
                 pending, down = int(state.get("pending") or 0), list(state.get("down") or [])
                 seen.update(source=state.get("source"), unit=state.get("unit"), pending_at_end=pending,
                             down_at_end=down, parts=state.get("parts"))
                 seen["max_pending"] = max(seen["max_pending"], pending)
                 if len(seen["samples"]) < MAX_HEAL_SAMPLES:
-                    seen["samples"].append([round(t, 3), pending, len(down)])
+                    seen["samples"].append([t, pending, len(down)])
                 short = pending > before or bool(down)
                 if short and seen["detected_after_s"] is None:
                     seen["detected_after_s"] = t

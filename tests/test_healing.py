@@ -175,8 +175,8 @@ def test_hdfs_re_replicates_around_a_dead_datanode_and_storeval_times_it_by_the_
     assert h["back_after_s"] is None and h["heal_s"] == pytest.approx(h["healed_after_s"] - h["detected_after_s"])
     # the namenode declares a datanode dead after 20 s here (heartbeats every second, recheck every 5 s)
     assert 10 < h["detected_after_s"] < h["healed_after_s"]
-    assert h["samples"][-1][1] == 0 and all(s[1] > 0 for s in h["samples"] if h["detected_after_s"] <= s[0] <
-                                            h["healed_after_s"])
+    assert h["samples"][-1] == [h["healed_after_s"], 0, 0], h  # the reading that said whole is the last
+    assert all(s[1] > 0 for s in h["samples"] if h["detected_after_s"] <= s[0] < h["healed_after_s"]), h
     expected = sum(b["length"] for b in held)
     assert expected <= h["bytes_moved"] <= expected + 4096, (h["bytes_moved"], expected, h["bytes_by_part"])
     assert h["parts"]["dead_datanodes"] == 1
