@@ -286,7 +286,8 @@ class Runner:
                                          self.systems.testbed_dir if on_system else self.study.testbed,
                                          log=self.ui.log, deadline=getattr(wl.p, "deadline", None),
                                          on_pending=self.guard.undos, redundancy=driver.redundancy)
-                state_events = self.systems.before_cell(driver, join(self.scratch, f"heal-fill-{cell.index:04d}"))
+                with interrupts.interruptible():  # a heal made anew may wait minutes for the system's word
+                    state_events = self.systems.before_cell(driver, join(self.scratch, f"heal-fill-{cell.index:04d}"))
                 feed = self._live_feed(cell, job)
                 outcome = self.engine.run_cell(
                     job, cell.clients, cell.phase_timeout, self.guard.progress(bar.update),

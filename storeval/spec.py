@@ -627,8 +627,8 @@ def _testbed_target(name: str, entry: dict[str, Any], where: str) -> TargetSpec:
                 settings[key] = _setting(target.rest[key])
             except ValueError as e:
                 raise InputError(f"{where}.{key}: {_show(target.rest[key])} {e}") from None
-    for key in STATE_SETTINGS:
-        for value in (settings[key] if isinstance(settings.get(key), list) else [settings[key]]) if key in settings else []:
+    for key in (k for k in STATE_SETTINGS if k in settings):
+        for value in settings[key] if isinstance(settings[key], list) else [settings[key]]:
             try:
                 check_state_setting(key, value)
             except ValueError as e:
