@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -228,14 +230,15 @@ LONG = """\
     """
 
 
-def _long_run(tmp_path: Path, before: dict[str, list[str]]) -> tuple[subprocess.Popen, int, str]:
+def _long_run(tmp_path: Path, before: dict[str, list[str]],
+              env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int, str]:
     """A run whose client writes through a 100 Mbit/s link for minutes, once the client on its emulated host is
     writing (progress, not a guess at time): the process, its link's relay and its network's token."""
     study = tmp_path / "long.yaml"
     study.write_text(textwrap.dedent(LONG))
     proc = subprocess.Popen([sys.executable, "-m", "storeval", "run", str(study), "--results", str(tmp_path / "r"),
                              "--json", str(tmp_path / "out.json")], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     while proc.poll() is None:
         now = _ours()
         relays = sorted(set(now["relays"]) - set(before["relays"]))
@@ -248,8 +251,17 @@ def _long_run(tmp_path: Path, before: dict[str, list[str]]) -> tuple[subprocess.
 
 def test_a_killed_run_leaves_no_host_link_relay_or_server(tmp_path):
     before = _ours()
-    systems = {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")}
-    proc, _, token = _long_run(tmp_path, before)
+    own = tempfile.mkdtemp(prefix="svt-", dir="/tmp")  # the run's own TMPDIR: what stays there is this run's
+    try:
+        _killed_run_leaves_nothing(tmp_path, before, own)
+        # (a killed Python leaves its multiprocessing directory, pymp-*: the interpreter's, not storeval's)
+        assert [n for n in os.listdir(own) if n.startswith("storeval-systems-")] == []
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def _killed_run_leaves_nothing(tmp_path: Path, before: dict[str, list[str]], own: str) -> None:
+    proc, _, token = _long_run(tmp_path, before, env={**os.environ, "TMPDIR": own})
     try:
         proc.kill()
         _, err = proc.communicate(timeout=600)  # the watchdog holds stderr until it has undone everything
@@ -259,7 +271,6 @@ def test_a_killed_run_leaves_no_host_link_relay_or_server(tmp_path):
     assert "the storeval coordinator was killed during write" in err
     assert "stopped the minio testbed, removed the emulated network" in err
     assert _left_of(token) == {"namespaces": [], "links": [], "relays": []}
-    assert {n for n in os.listdir("/tmp") if n.startswith("storeval-systems-")} == systems
 
 
 def test_a_relay_that_dies_fails_its_cell_at_once_and_says_so(tmp_path):
