@@ -86,8 +86,9 @@ SECTIONS: dict[str, Section] = {
         "host": Key("emulated host name", "—", "a testbed target: the emulated host its servers run on (kinds "
                     "that can)"),
         "degraded": Key("0, a number of parts, or healing (a list sweeps)", "0", "a testbed target: the system's "
-                        "state in its cells — its last N parts (bricks, OSDs, datanodes, nodes) killed through the "
-                        "block, or healing: a part killed, heal_fill written, the cell run while it repairs"),
+                        "state in its cells — its last N parts (the node handles `storeval testbed faults` lists) "
+                        "killed through the block, or healing: a part killed, heal_fill written, the cell run while "
+                        "it repairs"),
         "heal_fill": Key("size", "256MiB", "a testbed target with degraded: healing: the bytes written while its "
                          "part is down before each cell, for the system to repair"),
     }),
