@@ -99,15 +99,19 @@ class _Watch:
         return seconds
 
 
-def _moved(first: dict[str, Any] | None, last: dict[str, Any] | None) -> int | None:
-    """Bytes the system's servers wrote between two readings (their own counters), where it counts them; None
-    without two readings."""
+def _moved(source: Callable[[], dict[str, Any] | None], first: dict[str, Any] | None,
+           last: dict[str, Any] | None) -> int | None:
+    """Bytes the system's servers wrote between two readings (their own counters), where it counts them, read
+    until they stand still where the system serves them from a cache (faults.py's ``bytes_settled``: HDFS's
+    JMX); None without two readings."""
     if first is None or last is None or first is last:
         return None
-    a, b = first.get("bytes"), last.get("bytes")
-    if not isinstance(a, dict) or not isinstance(b, dict):
+    if not isinstance(first.get("bytes"), dict) or not isinstance(last.get("bytes"), dict):
         return None
-    return int(sum(max(0.0, float(b[k]) - float(a.get(k, 0))) for k in b))
+    from .faults import bytes_settled
+
+    start = {k: float(v) for k, v in first["bytes"].items()}
+    return int(sum(max(0.0, v) for v in bytes_settled(source, last, start).values()))
 
 
 class Degraded:
@@ -126,6 +130,7 @@ class Degraded:
         self.fill_dir: str | None = None
         self.driver: Any = None
         self._buf: bytearray | None = None
+        self._asked: str | None = None  # the part the system's word is read through
 
     @classmethod
     def of(cls, system: dict[str, Any], testbed_dir: str | None, log: Callable[[str], None]) -> Degraded | None:
@@ -149,10 +154,16 @@ class Degraded:
                 if h.kind == self.kind and h.name.startswith(f"{self.kind}.") and "kill" in h.actions]
 
     def reading(self) -> dict[str, Any] | None:
+        """What the system says of its repair now, asked through its first part (found once: the handles are
+        the system's for its whole life)."""
         from .testbed.faults import healing
 
-        parts = self.parts()
-        return healing(self.testbed_dir, parts[0]) if parts else None
+        if self._asked is None:
+            parts = self.parts()
+            if not parts:
+                return None
+            self._asked = parts[0]
+        return healing(self.testbed_dir, self._asked)
 
     def _act(self, handle: str, action: str) -> str:
         from .testbed.faults import act
@@ -270,7 +281,7 @@ class Degraded:
                 detail.update(whole_after_s=watch.whole_after_s, whole_at_end=watch.whole_at_end,
                               healing_s=round(healing_s, 3),
                               healing_share=round(healing_s / seconds, 3) if seconds > 0 else None,
-                              bytes_moved=_moved(watch.first, watch.last))
+                              bytes_moved=_moved(self.reading, watch.first, watch.last))
                 said = (f"whole again {watch.whole_after_s:g} s into the cell of {seconds:g} s"
                         if watch.whole_after_s is not None else f"healing through the whole cell ({seconds:g} s)"
                         + (", whole as it ended" if watch.whole_at_end else ""))

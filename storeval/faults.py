@@ -124,6 +124,28 @@ class _Planned:
         self.event: dict[str, Any] | None = None
 
 
+def bytes_settled(source: Callable[[], dict[str, Any] | None], state: dict[str, Any],
+               start: dict[str, float]) -> dict[str, float]:
+    """What each server wrote from ``start`` (per part) to the end of the heal: a system that serves its
+    counters from a cache (``bytes_still_s``: HDFS's JMX, refreshed once per metrics period) is read again
+    until they stood still that long (at most a minute). A part whose counter began again (a process
+    started anew) counts from zero."""
+    still = float(state.get("bytes_still_s") or 0.0)
+    end, since = dict(state.get("bytes") or {}), time.monotonic()
+    deadline = since + still + HEAL_BYTES_WAIT_S
+    while still > 0 and time.monotonic() < deadline:
+        time.sleep(min(HEAL_POLL_S, still / 4))
+        try:
+            now = dict((source() or {}).get("bytes") or {})
+        except Exception:  # noqa: BLE001 - the last reading stands
+            break
+        if now != end:
+            end, since = now, time.monotonic()
+        elif time.monotonic() - since >= still:
+            break
+    return {k: v - start.get(k, 0.0) if v >= start.get(k, 0.0) else v for k, v in end.items()}
+
+
 class FaultRunner:
     """A cell's fault plan, run on the coordinator while the engine runs the cell."""
 
@@ -477,7 +499,7 @@ class FaultRunner:
                 if not short and seen["detected_after_s"] is not None:
                     seen["healed_after_s"] = t
                     if start_bytes is not None:
-                        seen["bytes_by_part"] = self._bytes_settled(source, state, start_bytes)
+                        seen["bytes_by_part"] = bytes_settled(source, state, start_bytes)
                         seen["bytes_moved"] = sum(seen["bytes_by_part"].values()) if seen["bytes_by_part"] else None
                     break
             if self.closed_at is not None and time.monotonic() - self.closed_at >= f.heal_timeout_s:
@@ -509,28 +531,6 @@ class FaultRunner:
                 return p.back_ns
             time.sleep(0.05)
         return None
-
-    @staticmethod
-    def _bytes_settled(source: Callable[[], dict[str, Any] | None], state: dict[str, Any],
-                       start: dict[str, float]) -> dict[str, float]:
-        """What each server wrote from ``start`` (per part) to the end of the heal: a system that serves its
-        counters from a cache (``bytes_still_s``: HDFS's JMX, refreshed once per metrics period) is read again
-        until they stood still that long (at most a minute). A part whose counter began again (a process
-        started anew) counts from zero."""
-        still = float(state.get("bytes_still_s") or 0.0)
-        end, since = dict(state.get("bytes") or {}), time.monotonic()
-        deadline = since + still + HEAL_BYTES_WAIT_S
-        while still > 0 and time.monotonic() < deadline:
-            time.sleep(min(HEAL_POLL_S, still / 4))
-            try:
-                now = dict((source() or {}).get("bytes") or {})
-            except Exception:  # noqa: BLE001 - the last reading stands
-                break
-            if now != end:
-                end, since = now, time.monotonic()
-            elif time.monotonic() - since >= still:
-                break
-        return {k: v - start.get(k, 0.0) if v >= start.get(k, 0.0) else v for k, v in end.items()}
 
     def _pending(self, p: _Planned, in_force: bool) -> None:
         """Keep the watchdog's list of undos in force up to date (a command line each: it runs them)."""
