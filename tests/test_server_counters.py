@@ -134,11 +134,21 @@ def test_the_servers_side_names_the_server_process_and_the_timelines_draw_its_cp
         assert proc["cpus"] == pytest.approx(proc["user_cpus"] + proc["system_cpus"])
         used, calls = used + proc["cpus"], calls + proc["read_calls_per_s"] + proc["write_calls_per_s"]
         assert {"user", "system", "iowait", "busy", "cpus"} <= set(side["cpu"])
+        # its control group (the testbed made it, the process joined it before it ran): all of its CPU, counted by
+        # the kernel as a whole, and its I/O wait
+        (group,) = side["groups"]
+        assert group == "/" + xrootd.state.info["cgroup"].rsplit("/", 1)[1]
+        g = side["groups"][group]
+        assert g["cpus"] == pytest.approx(g["user_cpus"] + g["system_cpus"], abs=0.01)
+        assert g["cpus"] >= proc["cpus"] - 0.05 and 0 <= g["io_wait_all"] <= g["io_wait"] <= 1
     assert used > 0 and calls > 0  # it served 16 MiB each way
     con = duckdb.connect(str(tmp_path / "res" / "storeval.duckdb"), read_only=True)
     sampled = con.execute("SELECT count(*) FROM samples WHERE probe = 'server' AND metric = 'cpu_seconds'").fetchone()
     rss = con.execute("SELECT min(value) FROM samples WHERE probe = 'server' AND metric = 'rss_bytes'").fetchone()
+    waits = con.execute("SELECT count(*) FROM samples WHERE probe = 'server_group' AND metric = 'io_some_seconds'"
+                        ).fetchone()
     con.close()
+    assert waits[0] >= 2  # the group's I/O wait, sampled each second for the timelines
     assert sampled[0] >= 2 and rss[0] > 1 << 20  # its resident memory, a level each second
     page = (tmp_path / "page.html").read_text()
     assert "server processes CPU %" in page and "server processes memory MiB" in page and '"yaxis3"' in page

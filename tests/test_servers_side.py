@@ -5,6 +5,9 @@ the servers' CPU set the figure."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -111,3 +114,124 @@ def test_a_run_carries_the_servers_side_of_each_phase_in_its_json(tmp_path):
         side = ph["probes"]["servers"]
         assert 0 <= side["cpu"]["iowait"] <= 1 and side["cpu"]["cpus"] >= 1
         assert side["cpu"]["busy"] == pytest.approx(ph["probes"]["cpu_busy_fraction"])
+
+
+# -------------------------------------------------------------------------------- the servers' control groups
+def _group(cpu=0.0, user=0.0, system=0.0, io_some=0.0, io_full=0.0, cpu_some=0.0, mem_some=0.0) -> dict:
+    return {"cpu_seconds": cpu, "user_seconds": user, "system_seconds": system, "io_some_seconds": io_some,
+            "io_full_seconds": io_full, "cpu_some_seconds": cpu_some, "memory_some_seconds": mem_some}
+
+
+def test_a_servers_group_gives_its_io_wait_and_says_when_its_storage_set_the_figure():
+    rec = _record(user=0.5, system=0.5, iowait=1.0, idle=2.0)
+    rec.extra["probes"]["server_group"] = {"/storeval-nfs-1a2b3c4d": _group(0.8, 0.2, 0.6, 1.9, 1.2, 0.1, 0.0)}
+    f = _fig()
+    server_side(f, [rec], {})  # a network target: no device of its own
+    g = f.probes["servers"]["groups"]["/storeval-nfs-1a2b3c4d"]
+    assert g == pytest.approx({"cpus": 0.4, "user_cpus": 0.1, "system_cpus": 0.3, "io_wait": 0.95, "io_wait_all": 0.6,
+                               "cpu_wait": 0.05, "memory_wait": 0.0})
+    (w,) = f.warnings
+    assert w == {"code": "server-io-bound", "message": (
+        "the target's servers (control group /storeval-nfs-1a2b3c4d) had every working task waiting for I/O 60% of "
+        "the phase (some task 95%): the servers' storage, not the network or the CPUs, set this figure")}
+    # waiting some of the time while others worked is not bound
+    rec.extra["probes"]["server_group"]["/storeval-nfs-1a2b3c4d"]["io_full_seconds"] = 0.9
+    calm = _fig()
+    server_side(calm, [rec], {})
+    assert calm.warnings == [] and calm.probes["servers"]["groups"]["/storeval-nfs-1a2b3c4d"]["io_wait_all"] == 0.45
+
+
+def test_the_servers_cpu_is_their_groups_where_they_have_them():
+    """A server whose work runs in helpers that came and went (their CPU left with them): its processes look
+    light, its group counted all of it."""
+    light = {"xrootd:42": {"cpu_seconds": 0.4, "user_seconds": 0.2, "system_seconds": 0.2}}
+    rec = _record(user=2.0, system=1.8, idle=0.2, server=light)
+    rec.extra["probes"]["server_group"] = {"/storeval-xrootd-0f0f0f0f": _group(3.2, 1.2, 2.0)}
+    f = _fig()
+    server_side(f, [rec], {})
+    (w,) = f.warnings
+    assert w["code"] == "server-cpu-bound" and w["message"].startswith(
+        "the target's servers (every process of their control groups) used 1.6 of the host's 2 CPUs")
+
+
+def _in_group(group: Path, code: str) -> subprocess.Popen:
+    """A Python child moved into ``group`` before it runs ``code`` (as the testbed starts a server)."""
+    from storeval.testbed.cgroups import joiner
+
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, preexec_fn=joiner(str(group)))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a control group needs root (the CI runs as root)")
+def test_a_real_group_counts_cpu_and_io_wait_and_is_removed_only_once_empty(tmp_path):
+    from storeval.probes.cgroup import group_of, mount, read_groups, server_groups
+    from storeval.testbed.cgroups import hierarchy, new_name, remove
+
+    root = hierarchy()
+    assert root is not None and root == mount(), "no writable cgroup v2 hierarchy (the servers' I/O wait needs one)"
+    group = root / new_name("test")
+    os.mkdir(group)
+    name = f"/{group.name}"
+    try:
+        data = tmp_path / "direct"
+        # synchronous writes, each waited for on the device: the group's tasks wait for I/O; then 0.3 s of CPU
+        work = (f"import os, time\nfd = os.open({str(data)!r}, os.O_WRONLY | os.O_CREAT | os.O_DSYNC)\n"
+                "b = b'x' * 65536\nfor _ in range(200):\n    os.write(fd, b)\n    os.fsync(fd)\nos.close(fd)\n"
+                "t = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+                "import sys; sys.stdout.write('done'); sys.stdout.flush(); time.sleep(600)\n")
+        child = _in_group(group, work)
+        try:
+            assert child.stdout.read(4) == b"done"
+            assert group_of(child.pid) == name
+            assert server_groups([child.pid, os.getpid()]) == {name: child.pid}  # the probe's own group is never the server's
+            (g,) = read_groups([name]).values()
+            assert g["cpu_seconds"] >= 0.3 and g["cpu_seconds"] == pytest.approx(g["user_seconds"] + g["system_seconds"],
+                                                                                abs=0.01)
+            assert g["io_some_seconds"] > 0 and g["io_some_seconds"] >= g["io_full_seconds"] > 0
+            why = remove(group, wait=0.3)  # busy: it stays, its process named
+            assert why == f"control group still holds process(es) {child.pid}" and group.is_dir()
+        finally:
+            child.kill()
+            child.wait()
+        assert remove(group) is None and not group.exists()
+        assert remove(group) is None  # gone: nothing to do
+    finally:
+        if group.exists():
+            os.rmdir(group)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the servers' control groups need root (the CI runs as root)")
+def test_the_server_bound_study_shows_a_slow_disk_and_the_servers_cpu(tmp_path):
+    """studies/server-bound.yaml, smaller: MinIO with its disk limited to 20 MB/s waits on it (its I/O wait and
+    server-io-bound; the rate never above the limit), the same MinIO on this machine's disk is much faster, and
+    under small objects its CPU is shown (user and kernel)."""
+    from storeval.testbed.minio import install_minio
+
+    install_minio()  # built (or found cached) now: a build that fails is this test's failure, not a skip
+    study = Path(__file__).resolve().parent.parent / "studies" / "server-bound.yaml"
+    r = storeval("run", str(study), "--set", "bulk.file_size=24MiB", "--set", "small-objects.items=300",
+                 "--clients", "1", "--json", "out.json", "--no-html", "--results", "res", cwd=tmp_path, timeout=1200)
+    assert r.rc == 0, r.err
+    cells = {(c["target"], c["workload"]): c for c in load_json(tmp_path / "out.json")["cells"]}
+    assert set(cells) == {(t, w) for t in ("minio-slow-disk", "minio") for w in ("bulk", "small-objects")}
+    limit_mibps = 20e6 / (1 << 20)
+    rates = {}
+    for target in ("minio-slow-disk", "minio"):
+        for ph in cells[(target, "bulk")]["phases"]:
+            assert ph["status"] == "ok" and ph["bytes"] == 24 << 20
+            (group,) = ph["probes"]["servers"]["groups"].values()
+            rates[(target, ph["phase"])] = ph["bandwidth_MiBps"]
+            if target == "minio-slow-disk" and ph["phase"] == "write":
+                assert ph["bandwidth_MiBps"] <= limit_mibps * 1.05, ph["bandwidth_MiBps"]  # the limit holds: never faster
+                assert group["io_wait_all"] >= 0.5 and group["io_wait"] >= group["io_wait_all"]
+                assert group["disk_write_bytes"] >= 24 << 20  # the object went to the disk through the limit
+                assert "server-io-bound" in [w["code"] for w in ph["warnings"]]
+    assert rates[("minio", "write")] > 1.5 * rates[("minio-slow-disk", "write")], rates
+    for ph in cells[("minio", "small-objects")]["phases"]:
+        (group,) = ph["probes"]["servers"]["groups"].values()
+        assert group["cpus"] > 0.05 and group["cpus"] == pytest.approx(group["user_cpus"] + group["system_cpus"],
+                                                                       abs=0.01)
+    assert "server-io-bound" in r.out  # the terminal says it
+    from storeval.probes.cgroup import mount
+
+    named = {g for c in cells.values() for ph in c["phases"] for g in ph["probes"]["servers"].get("groups", {})}
+    assert len(named) == 2 and not [g for g in named if (mount() / g.lstrip("/")).exists()]  # stopped: gone

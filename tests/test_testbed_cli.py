@@ -71,7 +71,7 @@ def test_testbed_rejects_unknown_servers(tmp_path):
                                          "xcache, xrootd-tpc, hdfs, glusterfs, ceph, nfs, slurm)"]
     assert not (tmp_path / "storeval-testbed").exists()
     r = storeval("testbed", "up", "minio", "--servers", "3", cwd=tmp_path)  # a setting the kind does not take
-    assert r.rc == 2 and r.err_lines == ["error: testbed minio: no setting 'servers' (it takes: none)"]
+    assert r.rc == 2 and r.err_lines == ["error: testbed minio: no setting 'servers' (it takes: none besides disk_rate and disk_iops)"]
 
 
 def _sums(paths) -> dict[str, str]:

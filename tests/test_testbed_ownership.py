@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from storeval.testbed import SERVERS, Testbed
+from storeval.testbed import cgroups
 from storeval.testbed.base import Server, free_port, port_open
 from storeval.testbed.owned import MARKER, Ledger, NotOwned, _id_path
 
@@ -427,6 +428,11 @@ def test_an_edited_state_never_leads_outside_the_testbed(tmp_path, edit, fake):
             with_pid = psutil.Process(p["pid"]) if not gone(p["pid"], p["create_time"]) else None
             if with_pid:
                 with_pid.kill()
+                with_pid.wait(30)
+        for key in ("cgroup", "blkio"):  # a refused down (the edited root) left the server's groups: ours
+            group = doc["servers"][FAKE]["info"].get(key)
+            if group:
+                assert cgroups.remove(group) is None
 
 
 # ------------------------------------------------------------------------------------------ the ledger

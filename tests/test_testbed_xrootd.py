@@ -446,7 +446,8 @@ def test_servers_setting():
     with pytest.raises(TestbedError) as e:
         XrootdServer.check_options({"type": "replicate"})
     assert str(e.value) == ("testbed xrootd: no setting 'type' (it takes: servers (data servers, 1-8 (default 1: one "
-                            "xrootd; 2 or more: a redirector and that many data servers)))")
+                            "xrootd; 2 or more: a redirector and that many data servers)) besides disk_rate and "
+                            "disk_iops)")
 
 
 def test_cli_refuses_too_many_data_servers(tmp_path: Path):

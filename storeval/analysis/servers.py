@@ -10,10 +10,17 @@ From the counters each host's leader took between the phase's barriers (engine/c
   run while a disk works, kept apart from idle), stolen by a hypervisor, and busy, with the host's CPUs;
 * ``processes``: each server process's CPUs used (CPU seconds / phase seconds), user and kernel shares, I/O wait
   seconds (only where ``kernel.task_delayacct`` is on), read and write calls per second;
+* ``groups``: per control group of the servers (probes/cgroup.py: a testbed server's own), all its processes'
+  CPUs used (user and kernel apart) and the shares of the phase some of its tasks and all its working tasks
+  waited for I/O (``io_wait``, ``io_wait_all``: the servers' I/O wait, counted whatever delay accounting says),
+  and some waited for a CPU and for memory; and what its processes read and wrote on disk (bytes, operations per
+  second: its blkio group, where the host has that hierarchy);
 * ``device_busy``: the share of the phase the target's device had I/O in flight.
 
-Warnings: ``disk-bound`` when the target's device was busy DISK_BOUND of the phase; ``server-cpu-bound`` when the
-host was CPU_BOUND busy and the target's server processes used most of that. One host only: with clients on
+Warnings: ``disk-bound`` when the target's device was busy DISK_BOUND of the phase; ``server-io-bound`` when a
+servers' group had all its working tasks waiting for I/O IO_BOUND of the phase (a network target's disk is its
+servers'); ``server-cpu-bound`` when the host was CPU_BOUND busy and the target's servers (their groups where
+they have them, else their processes) used most of that. One host only: with clients on
 several hosts the counters of different machines do not add up to one device or one CPU.
 """
 
@@ -26,6 +33,7 @@ from ..probes.server import TICKS
 DISK_BOUND = 0.9  # the target's device busy this share of the phase: the disk set the pace
 CPU_BOUND = 0.9  # the host's CPUs busy this share of the phase ...
 SERVER_SHARE = 0.5  # ... and the target's server processes used at least this share of that busy time
+IO_BOUND = 0.5  # the servers' group had all its working tasks waiting for I/O this share of the phase
 MIN_SECONDS = 0.2  # jiffies (10 ms) and busy milliseconds are too coarse to judge shorter phases
 
 
@@ -53,6 +61,20 @@ def server_side(fig: Any, merged: dict[str, Any] | None, where: dict[str, Any], 
                                    "disk_write_bytes": p.get("write_bytes", 0.0),
                                    **({"memory_growth_bytes": p["rss_bytes"]} if "rss_bytes" in p else {})}
                               for name, p in procs.items()}
+    groups = merged.get("server_group", {})
+    if groups:
+        out["groups"] = {name: {"cpus": g.get("cpu_seconds", 0.0) / seconds,
+                                "user_cpus": g.get("user_seconds", 0.0) / seconds,
+                                "system_cpus": g.get("system_seconds", 0.0) / seconds,
+                                "io_wait": min(1.0, g.get("io_some_seconds", 0.0) / seconds),
+                                "io_wait_all": min(1.0, g.get("io_full_seconds", 0.0) / seconds),
+                                "cpu_wait": min(1.0, g.get("cpu_some_seconds", 0.0) / seconds),
+                                "memory_wait": min(1.0, g.get("memory_some_seconds", 0.0) / seconds),
+                                **({"disk_read_bytes": g["disk_read_bytes"], "disk_write_bytes": g["disk_write_bytes"],
+                                    "disk_read_iops": g.get("disk_read_ops", 0.0) / seconds,
+                                    "disk_write_iops": g.get("disk_write_ops", 0.0) / seconds}
+                                   if "disk_read_bytes" in g and "disk_write_bytes" in g else {})}
+                         for name, g in groups.items()}
     device = where.get("device")
     busy_ms = merged.get("disk", {}).get(device, {}).get("busy_ms") if device else None
     if busy_ms is not None:
@@ -69,11 +91,20 @@ def server_side(fig: Any, merged: dict[str, Any] | None, where: dict[str, Any], 
             f"device {device} had I/O in flight {out['device_busy']:.0%} of the phase"
             + (f" (the host's CPUs waited for I/O {iowait:.0%} of their time)" if iowait is not None else "")
             + ": the disk, not the network or the CPUs, set this figure")})
+    waited = max(out.get("groups", {}).items(), key=lambda kv: kv[1]["io_wait_all"], default=None)
+    if waited is not None and waited[1]["io_wait_all"] >= IO_BOUND:
+        name, g = waited
+        fig.warnings.append({"code": "server-io-bound", "message": (
+            f"the target's servers (control group {name}) had every working task waiting for I/O "
+            f"{g['io_wait_all']:.0%} of the phase (some task {g['io_wait']:.0%}): the servers' storage, not the "
+            "network or the CPUs, set this figure")})
     host = out.get("cpu")
-    if host and procs and host["busy"] >= CPU_BOUND:
-        used = sum(p["cpus"] for p in out["processes"].values())
+    if host and (procs or groups) and host["busy"] >= CPU_BOUND:
+        # the groups count every process of the servers (helpers and threads that ended included)
+        used = sum(p["cpus"] for p in (out.get("groups") or out["processes"]).values())
         if used >= SERVER_SHARE * host["busy"] * host["cpus"]:
+            whose = "servers (every process of their control groups)" if groups else "server processes"
             fig.warnings.append({"code": "server-cpu-bound", "message": (
-                f"the target's server processes used {used:.2g} of the host's {host['cpus']:.2g} CPUs and the host "
+                f"the target's {whose} used {used:.2g} of the host's {host['cpus']:.2g} CPUs and the host "
                 f"was {host['busy']:.0%} busy (kernel {host.get('system', 0):.0%}): the servers' CPU may have set "
                 "this figure")})

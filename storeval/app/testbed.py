@@ -22,6 +22,8 @@ class UpRequest:
     directory: str = "storeval-testbed"
     origin_host: str | None = None  # --origin-host (XCache's origin)
     peer_host: str | None = None  # --peer-host: the second host of a system on two (Server.peer_setting)
+    disk_rate: str | None = None  # --disk-rate: the servers' disk emulated at this rate (Server DISK_OPTIONS)
+    disk_iops: int | None = None  # --disk-iops
 
 
 def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
@@ -44,7 +46,8 @@ def system_options(request: UpRequest) -> dict[str, dict[str, Any]]:
                 raise InputError(f"testbed up {kind} --host: {kind} cannot run on an emulated host (those that can: "
                                  f"{', '.join(placeable) or 'none yet'})")
     given = {k: v for k, v in (("servers", request.count), ("type", request.volume_type),
-                               ("origin_host", request.origin_host)) if v is not None}
+                               ("origin_host", request.origin_host), ("disk_rate", request.disk_rate),
+                               ("disk_iops", request.disk_iops)) if v is not None}
     options: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         takes = server_class(kind).options_help

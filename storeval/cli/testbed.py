@@ -41,12 +41,19 @@ def testbed_up(
                                             help="A system on two hosts (xcache, xrootd-tpc): the emulated host its "
                                                  "second part runs on (XCache's origin, TPC site b); --host the "
                                                  "first's."),
+    disk_rate: Optional[str] = typer.Option(None, "--disk-rate", metavar="RATE",
+                                            help="Emulate a slower disk for the servers: what their processes read "
+                                                 "and write on the disk holding their data, limited to RATE each way "
+                                                 "(e.g. 20MB/s; root, a blkio control group)."),
+    disk_iops: Optional[int] = typer.Option(None, "--disk-iops", metavar="N",
+                                            help="The same, in operations per second each way."),
     directory: str = typer.Option("storeval-testbed", "--dir", metavar="DIR", help=TESTBED_DIR_HELP),
 ) -> None:
     """Install (first time) and start testbed servers; write storeval-testbed.yaml with a target for each."""
     from ..app.testbed import UpRequest, testbed_up as up
 
-    bed = up(UpRequest(systems or [], count, kind_of, hdfs_datanodes, host, directory, origin_host, peer_host), _say())
+    bed = up(UpRequest(systems or [], count, kind_of, hdfs_datanodes, host, directory, origin_host, peer_host,
+                       disk_rate, disk_iops), _say())
     if bed.targets_record:
         print(f"targets written to {bed.targets_file}: storeval run {bed.targets_file.name} --workload bandwidth")
 

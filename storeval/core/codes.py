@@ -98,6 +98,9 @@ CODES: dict[str, Code] = {
                           "lower rate or iops, or give the clients more CPU"),
     "disk-bound": Code((WARNING,), "the target's device had I/O in flight 90 % of the phase or more: the disk, not "
                        "the network or the CPUs, set the figure", "compare with a faster device, or more devices"),
+    "server-io-bound": Code((WARNING,), "the target's servers (their control group) had every working task waiting "
+                            "for I/O half the phase or more: their storage, not the network or the CPUs, set "
+                            "the figure", "give the servers faster or more disks, or compare with one that has them"),
     "server-cpu-bound": Code((WARNING,), "the host was 90 % busy or more and the target's server processes used "
                              "most of it: the servers' CPU may have set the figure",
                              "give the servers more CPUs, or run the clients on another host"),

@@ -4,9 +4,11 @@ What one emulated host sent and received is counted at its own interface (``eth0
 and packets each way and the drops the kernel counted there. Its link's rate limit is a ``tbf`` queue on each
 direction (one in the host's namespace, one in the switch's): its backlog (bytes queued now), drops (what the
 queue refused) and overlimits tell a saturated link from a slow server. The delay relay (testbed/relay.py) says
-what it dropped for the loss setting or a full queue and the delay it really added. The description of where to
+what it dropped for the loss setting or a full queue and the delay it really added. What ran on the host — the
+servers placed there, the ranks launched there — is its control group (testbed/cgroups.py): its CPU seconds (user
+and kernel) and the seconds its tasks waited for I/O, a CPU and memory. The description of where to
 read each (``spec``) comes from the testbed's network (``Network.probe_spec()``): {host: {"netns", "dev",
-"tbf": [[netns, dev], ...], "relay_stats": path or None}}.
+"tbf": [[netns, dev], ...], "relay_stats": path or None, "cgroup": the host's group or None}}.
 
 Each namespace is asked once per sample (``ip -s -j link``, ``tc -s -j qdisc``); a reading that fails leaves
 that host's counters out of the sample, never the sampler down.
@@ -18,6 +20,8 @@ import contextlib
 import json
 import subprocess
 from typing import Any
+
+from .cgroup import read_groups
 
 TIMEOUT = 5.0
 
@@ -80,6 +84,9 @@ def link_counters(spec: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]
                 overlimits += float(q.get("overlimits", 0))
         if where.get("tbf"):
             row.update({"tbf_backlog_bytes": backlog, "tbf_drops": drops, "tbf_overlimits": overlimits})
+        group = where.get("cgroup")
+        if group:  # what ran on the host, counted as a whole (probes/cgroup.py): its CPU and its tasks' I/O wait
+            row.update(read_groups([group]).get(group, {}))
         path = where.get("relay_stats")
         if path:
             with contextlib.suppress(OSError, ValueError):

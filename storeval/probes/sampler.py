@@ -24,6 +24,7 @@ import socket
 import time
 from typing import Any
 
+from .cgroup import read_server_groups
 from .counters import flatten, snapshot
 from .links import link_counters
 from .server import read_server_processes
@@ -62,6 +63,9 @@ def sampler_main(pids: dict[str, int], interval: float, conn: Any, coordinator: 
         snap = snapshot(pids)
         if servers:  # the target's server processes on this host: their CPU, I/O wait and I/O (probes/server.py)
             snap["server"] = read_server_processes(list(servers))
+            groups = read_server_groups(list(servers))
+            if groups:
+                snap["server_group"] = groups
         if links:  # the emulated hosts and links (probes/links.py)
             snap["link"] = link_counters(links)
         conn.send([(t, probe, device, metric, value, host) for probe, device, metric, value in flatten(snap)])

@@ -9,7 +9,8 @@ best first, from what its server reports itself, then from its processes on this
   knows none of them.
 * The server's processes on this host (``server_pids``, written by ``storeval testbed up``): CPU seconds
   (/proc/PID/stat) and, from /proc/PID/io, the bytes each moved through syscalls (``rchar``/``wchar``) and
-  from/to storage (``read_bytes``/``write_bytes``: what its disk did).
+  from/to storage (``read_bytes``/``write_bytes``: what its disk did); and the control group they are in when it
+  is one of their own (``server_group``, probes/cgroup.py: a testbed server's; CPU and I/O wait of all of them).
 
 Servers count a request when it completes (a datanode adds a block read's bytes when the read op ends), which
 may be just after the client has its data: a reported snapshot is taken again until the counters stand still
@@ -28,6 +29,7 @@ import time
 from typing import Any
 
 from ..errors import one_line
+from .cgroup import read_server_groups
 from .counters import Snapshot, delta
 from ..core.reported import SETTLE_INTERVAL, CounterSource, source_class
 
@@ -155,6 +157,9 @@ class ServerProbe:
         snap: Snapshot = {}
         if self.pids:
             snap["server"] = read_server_processes(self.pids)
+            groups = read_server_groups(self.pids)
+            if groups:
+                snap["server_group"] = groups
         for source in self.sources:
             self._settled(source.probe, source.name, source.fetch, snap, source.still, source.pending)
         return snap

@@ -374,6 +374,14 @@ def _host_timeline(cell: CellRow, rows: list[tuple], t_zero: int, events: list[d
                          "line": {"color": SERVER_CPU_COLOR},
                          "x": [sec(x) for x in xs],
                          "y": [100 * u * TICKS / tt if tt else 0 for u, tt in zip(used, tot)]})
+    # the servers' control groups (probes/cgroup.py): the share of each second some of their tasks waited for I/O
+    for (probe, group, metric), pts in sorted(series.items()):
+        if probe == "server_group" and metric == "io_some_seconds":
+            gx, gy = _rates(pts)
+            if any(gy):
+                data.append({"type": "scatter", "mode": "lines", "name": f"servers {group.rsplit('/', 1)[-1]} "
+                             "waiting for I/O %", "yaxis": "y2", "line": {"color": SERVER_CPU_COLOR, "dash": "dot"},
+                             "x": [sec(x) for x in gx], "y": [min(100.0, 100 * y) for y in gy]})
     # the server processes' resident memory (a level, not a rate): a leak or a cache that grows under load
     memory = [pts for (probe, _, metric), pts in series.items() if probe == "server" and metric == "rss_bytes"]
     if memory:

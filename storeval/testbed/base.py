@@ -41,12 +41,19 @@ from typing import Any, ClassVar
 
 import psutil
 
-from ..errors import InputError, StorevalError
+from ..errors import InputError, StorevalError, one_line
+from ..units import UnitError, parse_rate
+from . import cgroups
 from .owned import Ledger, Left
 
 LOCALHOST = "127.0.0.1"
 RUN_NETNS = "/run/netns"  # where `ip netns add` puts a namespace's file
 HOST_OPTION = "host"  # the setting that places a server on an emulated host
+# every storing kind's settings that emulate a slower disk for its servers (a blkio limit: testbed/cgroups.py)
+DISK_OPTIONS = {"disk_rate": "its servers' disk emulated at this rate each way (e.g. 20MB/s): what its processes "
+                             "read and write on the disk holding its data is limited there (a blkio control group; "
+                             "what a page cache absorbs, and writes the kernel flushes later, are not)",
+                "disk_iops": "the same in operations per second each way (e.g. 500)"}
 HOST_HELP = "the emulated host (network namespace) it runs on, by name (default: none: 127.0.0.1 of this machine)"
 MAX_HOST_NAME = 64
 _NETNS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -289,6 +296,22 @@ def wait_progressing(check, what: str, procs: list[Proc], *, stage=lambda: None,
     raise TestbedError(f"{what} did not become ready {after}" + (f": {still}" if still else "") + hint)
 
 
+def check_disk_limit(kind: str, key: str, value: Any) -> None:
+    """A one-line TestbedOptionError for a disk limit out of range (a rate from 64KB/s to 100GB/s, operations
+    per second from 10 to 10,000,000)."""
+    if key == "disk_iops":
+        if not isinstance(value, int) or isinstance(value, bool) or not 10 <= value <= 10_000_000:
+            raise TestbedOptionError(f"testbed {kind}: disk_iops must be a whole number of operations per second "
+                                     f"from 10 to 10000000, not {value!r}")
+        return
+    try:
+        rate = parse_rate(value)
+    except UnitError as e:
+        raise TestbedOptionError(f"testbed {kind}: disk_rate {value!r} {e}") from None
+    if not 64e3 <= rate <= 100e9:
+        raise TestbedOptionError(f"testbed {kind}: disk_rate must be from 64KB/s to 100GB/s, not {value!r}")
+
+
 @dataclass
 class Proc:
     """A process the testbed started: enough to find it again, and only it."""
@@ -369,13 +392,19 @@ def terminate(processes: list[psutil.Process], grace: float) -> None:
 
 
 def spawn(cmd: list[str], *, name: str, log: Path, out: int, env: dict[str, str] | None = None,
-          cwd: Path | None = None, user: str | None = None) -> Proc:
-    """Start ``cmd`` in a new session (it outlives the caller), output to the open descriptor ``out`` of ``log``."""
+          cwd: Path | None = None, user: str | None = None, groups: list[str] | tuple[str, ...] = ()) -> Proc:
+    """Start ``cmd`` in a new session (it outlives the caller), output to the open descriptor ``out`` of ``log``;
+    in the control groups ``groups`` (their paths, testbed/cgroups.py) from before it runs."""
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, user=user)
+                                env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, user=user,
+                                preexec_fn=None if user else cgroups.joiner(*groups))
+    except subprocess.SubprocessError as e:  # the child could not join its groups: it ran nothing
+        raise TestbedError(f"cannot start {name} in control groups {', '.join(groups)}: {one_line(e)}") from e
     except OSError as e:
         raise TestbedError(f"cannot start {name} ({cmd[0]}): {e.strerror}") from e
+    for group in groups if user else ():  # a child that is another user already may not move itself: moved now
+        cgroups.adopt(group, proc.pid)
     try:
         created = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
@@ -497,6 +526,13 @@ class Server(ABC):
     # whose parts run on several hosts (XCache and its origin): a cell's round trip is that host's link's
     target_hosts: ClassVar[dict[str, str]] = {}
     host_setting: ClassVar[str] = HOST_OPTION  # the setting `testbed up --host` gives (XCache: its cache's host)
+    stores_data: ClassVar[bool] = True  # a storage system: its servers' disk may be limited (DISK_OPTIONS)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A storing kind takes the disk limits beside its own settings (listed with them everywhere)."""
+        super().__init_subclass__(**kwargs)
+        if cls.stores_data and "options_help" in cls.__dict__:
+            cls.options_help = {**cls.options_help, **DISK_OPTIONS}
     peer_setting: ClassVar[str | None] = None  # a system on two hosts: the setting `--peer-host` gives (its second)
 
     @classmethod
@@ -510,10 +546,16 @@ class Server(ABC):
                     f"testbed {cls.kind}: cannot run on an emulated host (host {options[HOST_OPTION]!r}); only "
                     f"{', '.join(placeable_kinds())} can: drop host, or choose one of those")
             check_host_name(cls.kind, options[HOST_OPTION])
+        for key in DISK_OPTIONS:
+            if options.get(key) is not None and key in cls.options_help:
+                check_disk_limit(cls.kind, key, options[key])
         unknown = sorted(set(options) - set(cls.options_help))
         if unknown:
             # the settings that shape the system; host (where it runs, checked above) is not one of them
-            takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items() if k != HOST_OPTION) or "none"
+            takes = ", ".join(f"{k} ({v})" for k, v in cls.options_help.items()
+                              if k != HOST_OPTION and k not in DISK_OPTIONS) or "none"
+            if DISK_OPTIONS.keys() & cls.options_help.keys():  # every storing kind's, said once briefly
+                takes += f" besides {' and '.join(DISK_OPTIONS)}"
             raise TestbedOptionError(f"testbed {cls.kind}: no setting '{unknown[0]}' (it takes: {takes})")
         return dict(options)
 
@@ -653,9 +695,10 @@ class Server(ABC):
         its namespace (:meth:`in_netns_command`)."""
         self.check_netns()
         cmd = self.in_netns_command(cmd)
+        groups = self.cgroups()
         fd = self.ledger.open(log, append=True)
         try:
-            proc = spawn(cmd, name=name, log=log, out=fd, env=env, cwd=cwd, user=user)
+            proc = spawn(cmd, name=name, log=log, out=fd, env=env, cwd=cwd, user=user, groups=groups)
         finally:
             os.close(fd)
         if slot is None:
@@ -664,6 +707,72 @@ class Server(ABC):
             self.state.procs[slot] = proc
         self._journal()
         return proc
+
+    def cgroups(self) -> list[str]:
+        """The server's own control groups (testbed/cgroups.py), made on first use, each name saved in the state
+        first, then made exclusively: its v2 group (its processes' CPU and I/O wait; a placed server's inside its
+        host's) and, where the host has the v1 blkio hierarchy, its blkio group (what its processes read and wrote
+        on disk; ``disk_rate``/``disk_iops`` limit it there). None where this process may make none: the figures
+        then come from its processes alone, and a disk limit is refused in one line."""
+        host = cgroups.host_path(self.netns_name) if self.netns_name else None
+        made = [self._own_group("cgroup", host or cgroups.hierarchy()),
+                self._own_group("blkio", cgroups.blkio_hierarchy())]
+        limited = {k: self.options[k] for k in DISK_OPTIONS if self.options.get(k) is not None}
+        if limited and "blkio" not in self.state.info:
+            raise TestbedError(f"{self.kind}: {', '.join(limited)} needs the blkio control group hierarchy "
+                               f"({cgroups.BLKIO}, writable by root): run as root on a host that has it, or drop it")
+        return [g for g in made if g]
+
+    def _own_group(self, key: str, parent: Path | None) -> str | None:
+        if key not in self.state.info:
+            if parent is None:
+                return None
+            path = parent / cgroups.new_name(self.kind)
+            self.state.info[key] = str(path)
+            self._journal()  # the intent: a stop after a kill here removes it, made or not
+            try:
+                cgroups.make(path)
+            except OSError as e:
+                self.state.info.pop(key)
+                self._journal()
+                if isinstance(e, FileExistsError):  # someone else's, by chance: never taken
+                    return self._own_group(key, parent)
+                return None
+            if key == "blkio":
+                self._limit_disk(str(path))
+        return self.state.info[key]
+
+    def _limit_disk(self, group: str) -> None:
+        """Apply ``disk_rate``/``disk_iops`` to the disk holding the server's data (TestbedError in one line when
+        there is no disk to limit)."""
+        rate, iops = self.options.get("disk_rate"), self.options.get("disk_iops")
+        if rate is None and iops is None:
+            return
+        device = cgroups.block_device(self.root)
+        if device is None:
+            raise TestbedError(f"{self.kind}: disk_rate/disk_iops: its data directory {self.root} is on no block "
+                               "device (a tmpfs, an overlay or a network file system): give --dir on a disk")
+        try:
+            cgroups.throttle(group, device, parse_rate(rate) if rate is not None else None,
+                             int(iops) if iops is not None else None)
+        except OSError as e:
+            raise TestbedError(f"{self.kind}: the kernel refused the disk limit on {device}: {e.strerror}") from None
+
+    def remove_cgroup(self) -> list[Left]:
+        """Remove the server's control groups once its processes are gone (empty groups only: the kernel refuses
+        any other); what stays is said as left, and stays recorded."""
+        left = []
+        for key in ("cgroup", "blkio"):
+            path = self.state.info.get(key)
+            if not path:
+                continue
+            why = cgroups.remove(path)
+            if why is not None:
+                left.append(Left(path, why))
+                continue
+            self.state.info.pop(key)
+            self._journal()
+        return left
 
     @abstractmethod
     def install(self) -> None:
@@ -848,7 +957,7 @@ class Server(ABC):
         self._journal()
         if failed:
             raise TestbedError(f"{self.kind}: {'; '.join(failed)}")
-        self.left = self.ledger.remove(self.claims)
+        self.left = self.remove_cgroup() + self.ledger.remove(self.claims)
         return self.left
 
 

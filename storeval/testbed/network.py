@@ -47,6 +47,7 @@ import psutil
 
 from ..core import process
 from ..units import format_bitrate
+from . import cgroups
 from .base import Proc, TestbedError, spawn, terminate, wait_until
 from .mpilaunch import WRAPPER, removable_names, write_launchers
 from .netns import (GONE_WAIT, Taken, _ip, add_netns, free_subnet, link_exists, netns_exists, run_tool,
@@ -305,6 +306,7 @@ class Network:
 
     def _make_host(self, info: HostInfo) -> None:
         add_netns(info.netns)
+        cgroups.make_host(info.netns)  # what runs on the host is counted as a whole (testbed/cgroups.py)
         self._sysctl(info.netns, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1",
                                   "net.ipv4.ip_forward": "0",
                                   "net.ipv4.tcp_rmem": f"4096 131072 {TCP_MEM_MAX}",
@@ -530,7 +532,8 @@ class Network:
         out = {}
         for h in self.hosts.values():
             rate = LinkSettings.from_json(h.settings).rate
-            out[h.name] = {"netns": h.netns, "dev": "eth0",
+            group = cgroups.host_path(h.netns)
+            out[h.name] = {"netns": h.netns, "dev": "eth0", "cgroup": f"/{group.name}" if group else None,
                            "tbf": [[h.netns, "eth0"], [self.switch, h.peer_if]] if h.link and rate else [],
                            "relay_stats": str(self._files(h)["stats"]) if h.link else None,
                            "relay": ({"pid": h.relay["pid"], "created": h.relay["create_time"]}
@@ -565,6 +568,11 @@ class Network:
                 elif kept:
                     stays.append(f"network namespace {name} lives on in processes {' '.join(map(str, kept))} "
                                  "(stop them)")
+        for h in self.hosts.values():  # empty once the host's processes and servers are gone
+            group = cgroups.host_path(h.netns)
+            why = cgroups.remove(group) if group is not None else None
+            if why is not None:
+                stays.append(f"host {h.name}'s control group {group}: {why}")
         deadline = time.monotonic() + GONE_WAIT
         while link_exists(self.controller_if) and time.monotonic() < deadline:
             time.sleep(0.05)  # the kernel dismantles a namespace in the background
@@ -617,6 +625,7 @@ class Network:
     def made(self) -> list[str]:
         """What of this network is there now (names), for checks after a removal."""
         out = [n for n in [self.switch, *(h.netns for h in self.hosts.values())] if netns_exists(n)]
+        out += [str(g) for g in (cgroups.host_path(h.netns) for h in self.hosts.values()) if g is not None]
         if link_exists(self.controller_if):
             out.append(self.controller_if)
         out += [f"relay pid {h.relay['pid']}" for h in self.hosts.values() if h.relay and Proc(**h.relay).alive()]

@@ -49,6 +49,7 @@ def node_names(count: int) -> list[str]:
 class SlurmServer(Server):
     kind = "slurm"
     summary = "Slurm 22 (slurmctld, a slurmd per emulated node, munge): salloc/srun/sbatch onto the emulated nodes"
+    stores_data = False  # a batch system beside the storage: no disk of its own to limit
     options_help = {"servers": f"slurmd nodes, node1 … nodeN (1-{MAX_NODES}; default 2): emulated hosts, made if "
                                "missing"}
 

@@ -1,0 +1,125 @@
+"""Counters of a cgroup v2 control group: what all of a group's processes used, counted by the kernel.
+
+A server counted process by process loses what a process that ended between two samples used, sees a forked
+helper only once reaped, and its I/O wait only where ``kernel.task_delayacct`` is on. A group is counted as a
+whole: ``cpu.stat`` (CPU time in user mode and in the kernel) and the PSI files (``io.pressure``,
+``cpu.pressure``, ``memory.pressure``: the time at least one of its tasks — ``some`` — and all of its non-idle
+tasks at once — ``full`` — stalled waiting for I/O, a CPU, memory), present in every v2 group on a kernel with
+PSI even where v1 controllers hold the rest (the ``unified`` mount of a hybrid host).
+
+A server's group is the one its processes are in, when that is a group of its own: not the hierarchy's root
+and not the group the probe itself runs in (both hold far more than the server).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MOUNTS = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")  # a hybrid host's v2 mount, then a v2-only host's
+BLKIO = "/sys/fs/cgroup/blkio"  # a hybrid host's v1 blkio hierarchy: a group's bytes and operations per device
+
+
+def mount() -> Path | None:
+    """Where the v2 hierarchy is mounted here, or None."""
+    for root in MOUNTS:
+        p = Path(root)
+        if (p / "cgroup.procs").exists() and (p / "cgroup.subtree_control").exists():
+            return p
+    return None
+
+
+def group_of(pid: int | str = "self", controller: str = "") -> str | None:
+    """The v2 group (a path below the hierarchy: "/" is its root) process ``pid`` is in — with ``controller``,
+    its group of that v1 controller's hierarchy (``blkio``); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+            for line in f:
+                _, names, path = line.rstrip("\n").split(":", 2)
+                if (controller in names.split(",")) if controller else names == "":
+                    return path
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def server_groups(pids: list[int], controller: str = "") -> dict[str, int]:
+    """The groups of the server's processes ``pids`` that are groups of their own (see the module docstring),
+    each with one of its processes."""
+    mine = group_of(controller=controller)
+    out: dict[str, int] = {}
+    for pid in pids:
+        g = group_of(pid, controller)
+        if g and g != "/" and g != mine and g not in out and not g.endswith(" (deleted)"):
+            out[g] = pid
+    return out
+
+
+def read_blkio(group: str) -> dict[str, float]:
+    """What a v1 blkio group's processes read and wrote on block devices (all of them; at the throttling layer,
+    so every request is counted, limited or not): bytes and operations each way. Empty when unreadable."""
+    out: dict[str, float] = {}
+    base = os.path.join(BLKIO, group.lstrip("/"))
+    try:
+        for name, unit in (("io_service_bytes", "bytes"), ("io_serviced", "ops")):
+            with open(os.path.join(base, f"blkio.throttle.{name}"), encoding="ascii") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 3 and parts[1] in ("Read", "Write"):
+                        key = f"disk_{parts[1].lower()}_{unit}"
+                        out[key] = out.get(key, 0.0) + float(parts[2])
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def read_server_groups(pids: list[int]) -> dict[str, dict[str, float]]:
+    """The server's own v2 groups' counters (:func:`read_groups`), each with what its processes' blkio group
+    moved on block devices where they have one of their own (``disk_read_bytes`` … ``disk_write_ops``)."""
+    groups = server_groups(pids)
+    out = read_groups(list(groups))
+    if os.path.isdir(BLKIO):
+        blkio = server_groups(pids, "blkio")
+        for g, row in out.items():
+            b = group_of(groups[g], "blkio")
+            if b in blkio:
+                row.update(read_blkio(b))
+    return out
+
+
+def _pressure(path: str) -> tuple[float, float]:
+    """(some, full) stall totals of a PSI file, in seconds."""
+    some = full = 0.0
+    with open(path, encoding="ascii") as f:
+        for line in f:
+            kind, _, rest = line.partition(" ")
+            total = float(rest.rsplit("total=", 1)[1]) / 1e6
+            if kind == "some":
+                some = total
+            elif kind == "full":
+                full = total
+    return some, full
+
+
+def read_groups(groups: list[str], root: Path | None = None) -> dict[str, dict[str, float]]:
+    """Per group (its path): CPU seconds in all, in user mode and in the kernel, and the seconds some and all
+    of its tasks stalled waiting for I/O (``io_some_seconds``: the group's I/O wait), and some waited for a CPU
+    and for memory. A group gone or unreadable is left out."""
+    root = root or mount()
+    out: dict[str, dict[str, float]] = {}
+    if root is None:
+        return out
+    for g in groups:
+        base = os.path.join(root, g.lstrip("/"))
+        try:
+            with open(os.path.join(base, "cpu.stat"), encoding="ascii") as f:
+                stat = {k: float(v) / 1e6 for k, v in (line.split() for line in f) if k.endswith("_usec")}
+            io_some, io_full = _pressure(os.path.join(base, "io.pressure"))
+            cpu_some, _ = _pressure(os.path.join(base, "cpu.pressure"))
+            mem_some, _ = _pressure(os.path.join(base, "memory.pressure"))
+        except (OSError, ValueError, IndexError):
+            continue
+        out[g] = {"cpu_seconds": stat.get("usage_usec", 0.0), "user_seconds": stat.get("user_usec", 0.0),
+                  "system_seconds": stat.get("system_usec", 0.0), "io_some_seconds": io_some,
+                  "io_full_seconds": io_full, "cpu_some_seconds": cpu_some, "memory_some_seconds": mem_some}
+    return out

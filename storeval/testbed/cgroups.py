@@ -1,0 +1,154 @@
+"""A control group of its own for each testbed server: what all its processes used, counted by the kernel.
+
+A server's processes are counted one by one (probes/server.py), but a process that ends between two samples
+takes its counters with it, a helper it forks is counted only once reaped, and how long a process waited for
+its disk is counted only where ``kernel.task_delayacct`` is on. The cgroup v2 hierarchy counts a group's CPU
+time (``cpu.stat``: user and kernel) and the time its tasks stalled waiting for I/O, a CPU and memory
+(``io.pressure``, ``cpu.pressure``, ``memory.pressure``: PSI) whatever its processes do and on every kernel
+with PSI, even where v1 controllers hold the rest (the ``unified`` mount of a hybrid host).
+
+Each emulated host gets ``storeval-host-NETNS`` (testbed/network.py: what hydra launches there joins it,
+testbed/mpilaunch.py), and each server ``storeval-KIND-TOKEN`` — below its host's group when placed on one: its name recorded in the server's state before
+it is made (an exclusive mkdir: a group already there is never taken), every process the server starts joins
+it before it runs (``spawn``'s ``cgroup``), and ``stop`` removes it once its processes are gone (the kernel
+removes only an empty group: nothing of anyone's is lost). Where there is no writable v2 hierarchy the
+server runs without one and its figures come from its processes alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import time
+from pathlib import Path
+
+from ..probes.cgroup import BLKIO, mount
+
+PREFIX = "storeval-"
+EMPTY_WAIT_S = 5.0  # how long stop waits for the group's last processes to be gone before it leaves the group
+
+
+def hierarchy() -> Path | None:
+    """The cgroup v2 hierarchy this process may make groups in (root only), or None."""
+    root = mount()
+    return root if root is not None and os.access(root, os.W_OK) else None
+
+
+def new_name(kind: str) -> str:
+    """A group name no one else has: the kind and a random token."""
+    return f"{PREFIX}{kind}-{secrets.token_hex(4)}"
+
+
+def host_group(netns: str) -> str:
+    """The group of an emulated host (its namespace's name carries its network's own token): everything launched
+    onto it — a server placed there (in a group of its own below), the ranks hydra starts there."""
+    return f"{PREFIX}host-{netns}"
+
+
+def make_host(netns: str) -> Path | None:
+    """Make the group of the emulated host in ``netns`` (there already: this network's, by its token); None where
+    no group can be made."""
+    root = hierarchy()
+    if root is None:
+        return None
+    path = root / host_group(netns)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    return path
+
+
+def host_path(netns: str) -> Path | None:
+    """The emulated host's group when it is there."""
+    root = mount()
+    path = root / host_group(netns) if root is not None else None
+    return path if path is not None and path.is_dir() else None
+
+
+def make(path: Path) -> None:
+    """Create the group ``path`` exclusively (FileExistsError if it is there: someone else's)."""
+    os.mkdir(path)
+
+
+def blkio_hierarchy() -> Path | None:
+    """The v1 blkio hierarchy this process may make groups in (a hybrid host's, root only), or None."""
+    p = Path(BLKIO)
+    return p if (p / "cgroup.procs").exists() and os.access(p, os.W_OK) else None
+
+
+def joiner(*paths: str | None):
+    """A ``preexec_fn`` that moves the new process into each group of ``paths`` before it runs its program (its
+    children are born there); None without a group. A failed move ends the child before it runs anything."""
+    files = [os.path.join(p, "cgroup.procs").encode() for p in paths if p]
+    if not files:
+        return None
+
+    def join() -> None:
+        for procs in files:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    return join
+
+
+def block_device(path: str | os.PathLike[str]) -> str | None:
+    """``MAJOR:MINOR`` of the disk holding ``path`` (or its nearest existing parent): a partition's whole disk,
+    as a blkio limit needs it; None when that is no block device (a tmpfs, an overlay, a network file system)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    dev = os.stat(p).st_dev
+    node = f"{os.major(dev)}:{os.minor(dev)}"
+    sys_dev = Path("/sys/dev/block") / node
+    if not sys_dev.exists():
+        return None
+    if (sys_dev / "partition").exists():  # the whole disk is the partition's parent in sysfs
+        with contextlib.suppress(OSError):
+            return (sys_dev.resolve().parent / "dev").read_text().strip()
+    return node
+
+
+def throttle(group: str, device: str, rate: float | None, iops: int | None) -> None:
+    """Limit what group ``group`` (a v1 blkio group) reads and writes on ``device``: bytes and operations per
+    second, each way (OSError when the kernel refuses)."""
+    for way in ("read", "write"):
+        for what, value in (("bps", rate), ("iops", iops)):
+            if value:
+                with open(os.path.join(group, f"blkio.throttle.{way}_{what}_device"), "w", encoding="ascii") as f:
+                    f.write(f"{device} {int(value)}")
+
+
+def adopt(path: str, pid: int) -> None:
+    """Move process ``pid`` (one of ours, just started as another user) into group ``path``; one that is gone
+    or cannot be moved stays where it is (its figures then come from its processes alone)."""
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.procs"), "w", encoding="ascii") as f:
+        f.write(str(pid))
+
+
+def remove(path: str | os.PathLike[str], wait: float = EMPTY_WAIT_S) -> str | None:
+    """Remove group ``path`` once it is empty (its processes may take a moment to be gone); None when removed or
+    not there, else why it stays (its processes, named)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.rmdir(path)
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                return e.strerror or str(e)
+            if time.monotonic() >= deadline:
+                pids = []
+                with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.procs"), encoding="ascii") as f:
+                    pids = f.read().split()
+                return f"control group still holds process(es) {', '.join(pids) or '(its children groups)'}"
+            time.sleep(0.1)
