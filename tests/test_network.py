@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from storeval.probes.cgroup import group_of, mount, read_groups
+from storeval.probes.cgroup import BLKIO, group_of, mount, read_groups
 from storeval.probes.links import link_counters
 from storeval.testbed import Testbed
 from storeval.testbed.base import TestbedError
@@ -340,7 +340,8 @@ def test_cli_link_makes_a_network_that_down_removes(tmp_path):
 
 def _assert_gone(net: Network) -> None:
     assert net.made() == []  # its hosts' control groups included
-    assert not [g for g in os.listdir(mount()) if g.startswith(f"storeval-host-svn-{net.token}-")]
+    for root in (mount(), BLKIO):
+        assert not [g for g in os.listdir(root) if g.startswith(f"storeval-host-svn-{net.token}-")]
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert f"svn-{net.token}-" not in names
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
@@ -411,6 +412,7 @@ def _probe_spec_then_down(d: Path) -> None:
     relay = net.hosts["far"].relay
     assert spec == {"far": {"netns": net.netns("far"), "dev": "eth0", "tbf": [],
                             "cgroup": f"/storeval-host-{net.netns('far')}",
+                            "blkio": f"/storeval-host-{net.netns('far')}",
                             "relay_stats": f"{net.workdir}/relay-1.stats.json",
                             "relay": {"pid": relay["pid"], "created": relay["create_time"]}}}
     r = storeval("testbed", "network", "--down", "--dir", str(d))
@@ -445,8 +447,11 @@ def test_a_server_on_an_emulated_host_and_down_removes_the_network(tmp_path):
     assert group.parent.name == host_group[1:] and group.name.startswith("storeval-minio-") and group.is_dir()
     for p in server.state.procs:
         assert group_of(p.pid) == f"{host_group}/{group.name}"
+    blkio = Path(server.state.info["blkio"])  # its disk's group, inside the host's too
+    assert blkio.parent.name == host_group[1:] and blkio.parent.parent == Path(BLKIO)
     counted = link_counters(net.probe_spec())["server1"]
     assert counted["cpu_seconds"] > 0 and counted["cpu_seconds"] >= counted["user_seconds"]  # it started there
+    assert {"disk_read_bytes", "disk_write_bytes", "disk_read_ops", "disk_write_ops"} <= set(counted)
     assert read_groups([f"{host_group}/{group.name}"])[f"{host_group}/{group.name}"]["cpu_seconds"] <= \
         counted["cpu_seconds"]  # the host's group holds the server's
     port = server.state.ports["api"] if "api" in server.state.ports else next(iter(server.state.ports.values()))
@@ -466,4 +471,4 @@ def test_a_server_on_an_emulated_host_and_down_removes_the_network(tmp_path):
     r = storeval("testbed", "down", "--dir", str(d))
     assert r.rc == 0, r.err
     _assert_gone(net)
-    assert not d.exists() and not group.exists() and not group.parent.exists()
+    assert not d.exists() and not group.exists() and not group.parent.exists() and not blkio.parent.exists()

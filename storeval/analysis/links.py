@@ -120,7 +120,8 @@ def link_traffic(series: dict[str, dict[str, list[tuple[int, float]]]], start: i
                  rates: dict[str, float], exact: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, Any]]:
     """Per host: bytes and MiB/s each way, drops, the largest queue, the relay's mean delay, the share of
     the link's rate used (``utilisation``, larger direction), and what ran on it (its control group: CPU seconds
-    in user mode and the kernel, ``cpus`` used, ``io_wait`` the share of the time some task waited for I/O)
+    in user mode and the kernel, ``cpus`` used, ``io_wait`` the share of the time some task waited for I/O, disk
+    bytes and IOPS each way)
     during [start, end] (ns). ``exact``: host → the
     interface's bytes and packets counted by a client on that host between the phase's barriers (records'
     ``extra["link"]``), used instead of the interpolated samples (``counted`` says which)."""
@@ -150,6 +151,9 @@ def link_traffic(series: dict[str, dict[str, list[tuple[int, float]]]], start: i
         if "cpu_seconds" in fig:  # what ran on the host (its control group): CPUs used, and its I/O wait's share
             fig["cpus"] = fig["cpu_seconds"] / seconds
             fig["io_wait"] = min(1.0, fig.get("io_some_seconds", 0.0) / seconds)
+        for way in ("read", "write"):  # what they read and wrote on disk (its blkio group)
+            if f"disk_{way}_ops" in fig:
+                fig[f"disk_{way}_iops"] = fig[f"disk_{way}_ops"] / seconds
         rate = rates.get(host)
         fig["rate_Bps"] = rate
         top = max(fig.get("rx_bytes", 0.0), fig.get("tx_bytes", 0.0))

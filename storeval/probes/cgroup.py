@@ -55,14 +55,16 @@ def server_groups(pids: list[int], controller: str = "") -> dict[str, int]:
     return out
 
 
-def read_blkio(group: str) -> dict[str, float]:
-    """What a v1 blkio group's processes read and wrote on block devices (all of them; at the throttling layer,
-    so every request is counted, limited or not): bytes and operations each way. Empty when unreadable."""
+def read_blkio(group: str, recursive: bool = False) -> dict[str, float]:
+    """What a v1 blkio group's processes (``recursive``: and its child groups') read and wrote on block devices
+    (all of them; at the throttling layer, so every request is counted, limited or not): bytes and operations each
+    way. Empty when unreadable."""
     out: dict[str, float] = {}
     base = os.path.join(BLKIO, group.lstrip("/"))
+    tail = "_recursive" if recursive else ""
     try:
         for name, unit in (("io_service_bytes", "bytes"), ("io_serviced", "ops")):
-            with open(os.path.join(base, f"blkio.throttle.{name}"), encoding="ascii") as f:
+            with open(os.path.join(base, f"blkio.throttle.{name}{tail}"), encoding="ascii") as f:
                 for line in f:
                     parts = line.split()
                     if len(parts) == 3 and parts[1] in ("Read", "Write"):

@@ -6,9 +6,9 @@ direction (one in the host's namespace, one in the switch's): its backlog (bytes
 queue refused) and overlimits tell a saturated link from a slow server. The delay relay (testbed/relay.py) says
 what it dropped for the loss setting or a full queue and the delay it really added. What ran on the host — the
 servers placed there, the ranks launched there — is its control group (testbed/cgroups.py): its CPU seconds (user
-and kernel) and the seconds its tasks waited for I/O, a CPU and memory. The description of where to
+and kernel), the seconds its tasks waited for I/O, a CPU and memory, and what they read and wrote on disk. The description of where to
 read each (``spec``) comes from the testbed's network (``Network.probe_spec()``): {host: {"netns", "dev",
-"tbf": [[netns, dev], ...], "relay_stats": path or None, "cgroup": the host's group or None}}.
+"tbf": [[netns, dev], ...], "relay_stats": path or None, "cgroup"/"blkio": the host's groups or None}}.
 
 Each namespace is asked once per sample (``ip -s -j link``, ``tc -s -j qdisc``); a reading that fails leaves
 that host's counters out of the sample, never the sampler down.
@@ -21,7 +21,7 @@ import json
 import subprocess
 from typing import Any
 
-from .cgroup import read_groups
+from .cgroup import read_blkio, read_groups
 
 TIMEOUT = 5.0
 
@@ -87,6 +87,8 @@ def link_counters(spec: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]
         group = where.get("cgroup")
         if group:  # what ran on the host, counted as a whole (probes/cgroup.py): its CPU and its tasks' I/O wait
             row.update(read_groups([group]).get(group, {}))
+        if where.get("blkio"):  # ... and what they read and wrote on disk
+            row.update(read_blkio(where["blkio"], recursive=True))
         path = where.get("relay_stats")
         if path:
             with contextlib.suppress(OSError, ValueError):

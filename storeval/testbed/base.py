@@ -714,9 +714,10 @@ class Server(ABC):
         host's) and, where the host has the v1 blkio hierarchy, its blkio group (what its processes read and wrote
         on disk; ``disk_rate``/``disk_iops`` limit it there). None where this process may make none: the figures
         then come from its processes alone, and a disk limit is refused in one line."""
-        host = cgroups.host_path(self.netns_name) if self.netns_name else None
+        ns = self.netns_name
+        host, host_blkio = (cgroups.host_path(ns), cgroups.host_path(ns, blkio=True)) if ns else (None, None)
         made = [self._own_group("cgroup", host or cgroups.hierarchy()),
-                self._own_group("blkio", cgroups.blkio_hierarchy())]
+                self._own_group("blkio", host_blkio or cgroups.blkio_hierarchy())]
         limited = {k: self.options[k] for k in DISK_OPTIONS if self.options.get(k) is not None}
         if limited and "blkio" not in self.state.info:
             raise TestbedError(f"{self.kind}: {', '.join(limited)} needs the blkio control group hierarchy "

@@ -47,27 +47,34 @@ def host_group(netns: str) -> str:
     return f"{PREFIX}host-{netns}"
 
 
-def make_host(netns: str) -> Path | None:
-    """Make the group of the emulated host in ``netns`` (there already: this network's, by its token); None where
-    no group can be made."""
-    root = hierarchy()
-    if root is None:
-        return None
-    path = root / host_group(netns)
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    return path
+def make_host(netns: str) -> list[Path]:
+    """Make the groups of the emulated host in ``netns`` (v2, and v1 blkio where the host has it; one there
+    already is this network's, by its token); those made."""
+    out = []
+    for root in (hierarchy(), blkio_hierarchy()):
+        if root is None:
+            continue
+        path = root / host_group(netns)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue
+        out.append(path)
+    return out
 
 
-def host_path(netns: str) -> Path | None:
-    """The emulated host's group when it is there."""
-    root = mount()
+def host_path(netns: str, blkio: bool = False) -> Path | None:
+    """The emulated host's v2 group (``blkio``: its v1 blkio group) when it is there."""
+    root = Path(BLKIO) if blkio else mount()
     path = root / host_group(netns) if root is not None else None
     return path if path is not None and path.is_dir() else None
+
+
+def host_paths(netns: str) -> list[Path]:
+    """Every group of the emulated host that is there."""
+    return [p for p in (host_path(netns), host_path(netns, blkio=True)) if p is not None]
 
 
 def make(path: Path) -> None:

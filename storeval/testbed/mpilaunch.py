@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .cgroups import hierarchy, host_group
+from .cgroups import blkio_hierarchy, hierarchy, host_group
 
 LAUNCHER = "mpi-launch"
 # Every emulated node shares this machine's CPUs, so its ranks outnumber them: MPICH's ranks then wait for a
@@ -37,13 +37,12 @@ def mpiexec_path() -> str | None:
     return str(here) if os.access(here, os.X_OK) else shutil.which("mpiexec")
 
 
-def launcher_text(token: str, hosts: dict[str, str], groups: str | None = None) -> str:
-    """The launcher for a network whose hosts are ``hosts`` (name -> network namespace); ``groups``: the cgroup v2
-    hierarchy holding each host's group (testbed/cgroups.py), which what is launched there joins first."""
+def launcher_text(token: str, hosts: dict[str, str], groups: tuple[str, ...] = ()) -> str:
+    """The launcher for a network whose hosts are ``hosts`` (name -> network namespace); ``groups``: the cgroup
+    hierarchies holding each host's groups (testbed/cgroups.py), which what is launched there joins first."""
     cases = "\n".join(f"  {shlex.quote(name)}) ns={shlex.quote(ns)} ;;" for name, ns in hosts.items())
-    join = "" if groups is None else (
-        f'g={shlex.quote(groups)}/{host_group("$ns")}/cgroup.procs  # counted with what else runs on the host\n'
-        '{ echo $$ > "$g"; } 2>/dev/null\n')
+    join = "".join(  # counted with what else runs on the host (testbed/cgroups.py)
+        f'{{ echo $$ > {shlex.quote(root)}/{host_group("$ns")}/cgroup.procs; }} 2>/dev/null\n' for root in groups)
     names = ", ".join(hosts) or "none"
     return f"""#!/bin/sh
 # storeval testbed, network {token}: hydra's launcher onto its emulated hosts (mpiexec -launcher ssh
@@ -75,8 +74,8 @@ def wrapper_text(token: str, launcher: str, controller_if: str, mpiexec: str | N
 def write_launchers(workdir: str, token: str, hosts: dict[str, str], controller_if: str) -> None:
     """(Re)write the launcher and the wrapper of a network, each replaced whole (never half-written)."""
     launcher = os.path.join(workdir, LAUNCHER)
-    root = hierarchy()
-    for name, text in ((LAUNCHER, launcher_text(token, hosts, None if root is None else str(root))),
+    roots = tuple(str(r) for r in (hierarchy(), blkio_hierarchy()) if r is not None)
+    for name, text in ((LAUNCHER, launcher_text(token, hosts, roots)),
                        (WRAPPER, wrapper_text(token, launcher, controller_if, mpiexec_path()))):
         path = os.path.join(workdir, name)
         tmp = os.path.join(workdir, f".{name}.tmp")

@@ -532,8 +532,9 @@ class Network:
         out = {}
         for h in self.hosts.values():
             rate = LinkSettings.from_json(h.settings).rate
-            group = cgroups.host_path(h.netns)
+            group, blkio = cgroups.host_path(h.netns), cgroups.host_path(h.netns, blkio=True)
             out[h.name] = {"netns": h.netns, "dev": "eth0", "cgroup": f"/{group.name}" if group else None,
+                           "blkio": f"/{blkio.name}" if blkio else None,
                            "tbf": [[h.netns, "eth0"], [self.switch, h.peer_if]] if h.link and rate else [],
                            "relay_stats": str(self._files(h)["stats"]) if h.link else None,
                            "relay": ({"pid": h.relay["pid"], "created": h.relay["create_time"]}
@@ -569,10 +570,10 @@ class Network:
                     stays.append(f"network namespace {name} lives on in processes {' '.join(map(str, kept))} "
                                  "(stop them)")
         for h in self.hosts.values():  # empty once the host's processes and servers are gone
-            group = cgroups.host_path(h.netns)
-            why = cgroups.remove(group) if group is not None else None
-            if why is not None:
-                stays.append(f"host {h.name}'s control group {group}: {why}")
+            for group in cgroups.host_paths(h.netns):
+                why = cgroups.remove(group)
+                if why is not None:
+                    stays.append(f"host {h.name}'s control group {group}: {why}")
         deadline = time.monotonic() + GONE_WAIT
         while link_exists(self.controller_if) and time.monotonic() < deadline:
             time.sleep(0.05)  # the kernel dismantles a namespace in the background
@@ -625,7 +626,7 @@ class Network:
     def made(self) -> list[str]:
         """What of this network is there now (names), for checks after a removal."""
         out = [n for n in [self.switch, *(h.netns for h in self.hosts.values())] if netns_exists(n)]
-        out += [str(g) for g in (cgroups.host_path(h.netns) for h in self.hosts.values()) if g is not None]
+        out += [str(g) for h in self.hosts.values() for g in cgroups.host_paths(h.netns)]
         if link_exists(self.controller_if):
             out.append(self.controller_if)
         out += [f"relay pid {h.relay['pid']}" for h in self.hosts.values() if h.relay and Proc(**h.relay).alive()]
