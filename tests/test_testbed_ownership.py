@@ -379,7 +379,7 @@ def test_down_after_a_killed_up_stops_the_orphan_and_removes_what_was_made(tmp_p
 
 
 # ---------------------------------------------------------------------------- a state that points elsewhere
-@pytest.mark.parametrize("edit", ["root", "anchor", "entry", "symlink", "pid"])
+@pytest.mark.parametrize("edit", ["root", "anchor", "entry", "symlink", "pid", "cgroup"])
 def test_an_edited_state_never_leads_outside_the_testbed(tmp_path, edit, fake):
     victim = tmp_path / "victim"
     sums = plant({victim / "keep.dat": b"looks like server data", victim / "obj" / "a.dat": b"also",
@@ -388,6 +388,7 @@ def test_an_edited_state_never_leads_outside_the_testbed(tmp_path, edit, fake):
     bed.up([FAKE], log=lambda m: None)
     doc = state(tmp_path / "bed")
     server = doc["servers"][FAKE]
+    groups = {k: server["info"].get(k) for k in ("cgroup", "blkio")}  # the server's own, removed at the end
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         if edit == "root":
@@ -406,6 +407,9 @@ def test_an_edited_state_never_leads_outside_the_testbed(tmp_path, edit, fake):
             data.symlink_to(victim, target_is_directory=True)
         elif edit == "pid":  # another process of the user's, with a guessed start time
             server["procs"].append({"pid": bystander.pid, "create_time": 1.0, "name": "x", "log": "x"})
+        elif edit == "cgroup":  # the server's control groups swapped for an empty directory of the user's
+            (victim / "empty").mkdir()
+            server["info"]["cgroup"] = str(victim / "empty")
         (tmp_path / "bed" / "state.json").write_text(json.dumps(doc))
 
         messages: list[str] = []
@@ -414,10 +418,14 @@ def test_an_edited_state_never_leads_outside_the_testbed(tmp_path, edit, fake):
                 Testbed(tmp_path / "bed").down(log=messages.append)
         else:
             Testbed(tmp_path / "bed").down(log=messages.append)
-        assert checksums(sums) == sums and tree(victim) == {"keep.dat", "obj", "obj/a.dat", "config"}
+        assert checksums(sums) == sums and tree(victim) == {"keep.dat", "obj", "obj/a.dat", "config",
+                                                            *(["empty"] if edit == "cgroup" else [])}
         assert bystander.poll() is None  # never signalled
         if edit == "anchor":
             assert f"left {victim} (its storeval marker is missing or belongs to another testbed)" in messages[0]
+        if edit == "cgroup":
+            assert messages[0].startswith(f"{FAKE}: stopped; left {victim / 'empty'} (not a control group storeval "
+                                          "names (an edited state?): left alone)"), messages
         if edit == "symlink":
             assert messages[0].startswith(f"{FAKE}: stopped; left {tmp_path / 'bed' / FAKE / 'data'} "
                                           "(replaced since storeval created it)")
@@ -429,8 +437,7 @@ def test_an_edited_state_never_leads_outside_the_testbed(tmp_path, edit, fake):
             if with_pid:
                 with_pid.kill()
                 with_pid.wait(30)
-        for key in ("cgroup", "blkio"):  # a refused down (the edited root) left the server's groups: ours
-            group = doc["servers"][FAKE]["info"].get(key)
+        for group in groups.values():  # a refused down (the edited root, groups) left the server's groups: ours
             if group:
                 assert cgroups.remove(group) is None
 

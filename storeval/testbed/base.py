@@ -526,6 +526,7 @@ class Server(ABC):
     # whose parts run on several hosts (XCache and its origin): a cell's round trip is that host's link's
     target_hosts: ClassVar[dict[str, str]] = {}
     host_setting: ClassVar[str] = HOST_OPTION  # the setting `testbed up --host` gives (XCache: its cache's host)
+    peer_setting: ClassVar[str | None] = None  # a system on two hosts: the setting `--peer-host` gives (its second)
     stores_data: ClassVar[bool] = True  # a storage system: its servers' disk may be limited (DISK_OPTIONS)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -533,7 +534,6 @@ class Server(ABC):
         super().__init_subclass__(**kwargs)
         if cls.stores_data and "options_help" in cls.__dict__:
             cls.options_help = {**cls.options_help, **DISK_OPTIONS}
-    peer_setting: ClassVar[str | None] = None  # a system on two hosts: the setting `--peer-host` gives (its second)
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:

@@ -1,18 +1,21 @@
-"""A control group of its own for each testbed server: what all its processes used, counted by the kernel.
+"""Control groups of their own for each testbed server and emulated host: what all their processes used, counted
+by the kernel.
 
 A server's processes are counted one by one (probes/server.py), but a process that ends between two samples
 takes its counters with it, a helper it forks is counted only once reaped, and how long a process waited for
 its disk is counted only where ``kernel.task_delayacct`` is on. The cgroup v2 hierarchy counts a group's CPU
 time (``cpu.stat``: user and kernel) and the time its tasks stalled waiting for I/O, a CPU and memory
 (``io.pressure``, ``cpu.pressure``, ``memory.pressure``: PSI) whatever its processes do and on every kernel
-with PSI, even where v1 controllers hold the rest (the ``unified`` mount of a hybrid host).
+with PSI, even where v1 controllers hold the rest (the ``unified`` mount of a hybrid host); the v1 blkio
+hierarchy counts what a group read and wrote on each disk, and limits it (``disk_rate``, ``disk_iops``).
 
-Each emulated host gets ``storeval-host-NETNS`` (testbed/network.py: what hydra launches there joins it,
-testbed/mpilaunch.py), and each server ``storeval-KIND-TOKEN`` — below its host's group when placed on one: its name recorded in the server's state before
-it is made (an exclusive mkdir: a group already there is never taken), every process the server starts joins
-it before it runs (``spawn``'s ``cgroup``), and ``stop`` removes it once its processes are gone (the kernel
-removes only an empty group: nothing of anyone's is lost). Where there is no writable v2 hierarchy the
-server runs without one and its figures come from its processes alone.
+Each emulated host gets ``storeval-host-NETNS`` in each (testbed/network.py; what hydra launches there joins
+them, testbed/mpilaunch.py), and each server ``storeval-KIND-TOKEN`` — below its host's when placed on one: its
+name recorded in the server's state before it is made (an exclusive mkdir: a group already there is never
+taken), every process the server starts joins it before it runs (``spawn``'s ``groups``), and ``stop`` removes
+it once its processes are gone — only a path that is such a group (:func:`is_ours`), and the kernel removes only
+an empty one: nothing of anyone's is lost. Where there is no writable hierarchy the server runs without that
+group and its figures come from its processes alone.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -140,9 +144,29 @@ def adopt(path: str, pid: int) -> None:
         f.write(str(pid))
 
 
+_SERVER_GROUP = re.compile(r"storeval-[A-Za-z0-9_.-]+-[0-9a-f]{8}")
+_HOST_GROUP = re.compile(r"storeval-host-[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def is_ours(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is named as storeval names its groups, directly in a cgroup hierarchy or in a host's group
+    there, with no link on the way: a state edited to name anything else is never acted on."""
+    p = Path(path)
+    roots = [r for r in (mount(), Path(BLKIO)) if r is not None]
+    if not p.is_absolute() or ".." in p.parts or os.path.realpath(p) != str(p):
+        return False
+    if _HOST_GROUP.fullmatch(p.name):
+        return p.parent in roots
+    if not _SERVER_GROUP.fullmatch(p.name):
+        return False
+    return p.parent in roots or (_HOST_GROUP.fullmatch(p.parent.name) is not None and p.parent.parent in roots)
+
+
 def remove(path: str | os.PathLike[str], wait: float = EMPTY_WAIT_S) -> str | None:
     """Remove group ``path`` once it is empty (its processes may take a moment to be gone); None when removed or
-    not there, else why it stays (its processes, named)."""
+    not there, else why it stays (its processes, named; a path that is no group of storeval's, untouched)."""
+    if not is_ours(path):
+        return "not a control group storeval names (an edited state?): left alone"
     deadline = time.monotonic() + wait
     while True:
         try:
