@@ -61,14 +61,17 @@ def network(rtt: float = 0.0, measured: float | None = None, groups: dict | None
 
 def link_samples(rx_MiB: list[float]) -> list[tuple]:
     """The external host's link counters, one sample a second from t = 0: cumulative rx bytes as given, a
-    constant tx trickle, drops growing by 3 a second and a queue that fills to 64 KiB."""
+    constant tx trickle, drops growing by 3 a second and a queue that fills to 64 KiB; the server's host's CPU and
+    I/O wait."""
     out = []
     for s, rx in enumerate(rx_MiB):
         t = s * NS
         out += [(t, "link", "client-net", "rx_bytes", rx * MiB), (t, "link", "client-net", "tx_bytes", s * 0.5 * MiB),
                 (t, "link", "client-net", "tbf_drops", 3.0 * s), (t, "link", "client-net", "tbf_backlog_bytes",
                                                                    min(s, 2) * 32768.0),
-                (t, "link", "server1", "rx_bytes", 0.0), (t, "link", "server1", "tx_bytes", s * 100.0 * MiB)]
+                (t, "link", "server1", "rx_bytes", 0.0), (t, "link", "server1", "tx_bytes", s * 100.0 * MiB),
+                # what ran on the server's host (its control group): half a CPU, a quarter of each second in I/O wait
+                (t, "link", "server1", "cpu_seconds", 0.5 * s), (t, "link", "server1", "io_some_seconds", 0.25 * s)]
     return [(*row, "coordinator") for row in out]  # every sample taken on the coordinator's host
 
 
@@ -273,6 +276,9 @@ def test_the_html_report_shows_groups_links_and_rtt(run, tmp_path):
     assert rx["y"] == [40.0, 40.0, 40.0, 0.0]
     assert any(d["name"] == "link client-net rate 40 MiB/s" and d["y"] == [40.0, 40.0] for d in link["data"])
     assert next(d for d in link["data"] if d["name"] == "link client-net drops/s")["y"] == [3.0, 3.0, 3.0, 3.0]
+    assert next(d for d in link["data"] if d["name"] == "host server1 CPUs used")["y"] == [0.5, 0.5, 0.5, 0.5]
+    wait = next(d for d in link["data"] if d["name"] == "host server1 I/O wait")
+    assert wait["y"] == [0.25, 0.25, 0.25, 0.25] and wait["yaxis"] == "y3" and "yaxis3" in link["layout"]
     cpu = next(f for f in figures.values() if f["layout"]["title"]["text"] == "sk · skim: CPU efficiency "
                "(CPU s / wall s) vs rtt")
     assert [(d["x"], d["y"]) for d in cpu["data"]] == [([0.0, 12.0, 50.0], pytest.approx([0.8, 0.6, 0.4]))] * 2

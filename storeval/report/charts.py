@@ -462,7 +462,9 @@ def _phase_shapes(cell: CellRow, sec: Any, gap: float = 0) -> tuple[list[dict], 
 
 def link_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) -> list[tuple[str, dict]]:
     """Each emulated host's link per second while a cell ran (issue 17): MiB/s received and sent, its rate
-    limit as a dashed line (a saturated link runs along it), drops per second and the tbf queue (right axis).
+    limit as a dashed line (a saturated link runs along it), drops per second and the tbf queue (right axis), and
+    what ran on the host — its control group's CPUs used and the share of each second its tasks waited for I/O
+    (a third axis, left).
 
     One chart per configuration (its first repetition with link samples), at most MAX_TIMELINES."""
     from ..analysis.links import DROPS, link_series, network_event
@@ -478,6 +480,7 @@ def link_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) 
 
         links = (network_event([e for e in events if e.get("cell") == cell.cell_id]) or {}).get("links") or {}
         data, shapes = [], []
+        work = False
         end = max(r[0] for r in rows)
         for i, (host, metrics) in enumerate(link_series(rows).items()):
             color = GROUP_COLORS[i % len(GROUP_COLORS)]
@@ -499,6 +502,14 @@ def link_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) 
                 data.append({"type": "scatter", "mode": "lines", "name": f"link {host} queue KiB", "yaxis": "y2",
                              "x": [sec(t) for t, _ in pts], "y": [v / 1024 for _, v in pts],
                              "line": {"color": color, "dash": "dashdot", "width": 1}})
+            for metric, label, dash in (("cpu_seconds", "CPUs used", "solid"), ("io_some_seconds", "I/O wait", "dot")):
+                if metric in metrics:  # what ran on the host (its control group): a third axis, CPUs and a share
+                    xs, ys = _rates(metrics[metric])
+                    if any(ys):
+                        work = True
+                        data.append({"type": "scatter", "mode": "lines", "name": f"host {host} {label}",
+                                     "yaxis": "y3", "x": [sec(x) for x in xs], "y": ys,
+                                     "line": {"color": color, "dash": dash, "width": 1}})
             rate = (links.get(host) or {}).get("rate")
             if rate:
                 shapes.append({"type": "line", "xref": "x", "yref": "y", "x0": 0, "x1": sec(end), "y0": rate / MiB,
@@ -515,6 +526,10 @@ def link_charts(cells: list[CellRow], samples: list[tuple], events: list[dict]) 
                          annotations=notes, yaxis2={"title": {"text": "drops/s · queue KiB"}, "overlaying": "y",
                                                     "side": "right", "rangemode": "tozero"})
         layout["margin"]["r"] = 70
+        if work:  # the hosts' CPUs used and I/O wait share, on the left beside the rates
+            layout["yaxis3"] = {"title": {"text": "CPUs used · I/O wait share"}, "overlaying": "y", "side": "left",
+                                "anchor": "free", "position": 0, "rangemode": "tozero", "showgrid": False}
+            layout["xaxis"] = {**layout.get("xaxis", {}), "domain": [0.08, 1]}
         out.append((title, {"data": data, "layout": layout}))
     return out
 
