@@ -380,7 +380,10 @@ class Runner:
             return links
         ranks = rank_groups(cell.groups)
         netns = tuple(net.netns(g["host"]) if net is not None and g.get("host") else None for g in ranks)
-        return {"groups": tuple(cell.groups), "netns": netns if any(netns) else (), **links}
+        # each client joins its host's control groups: the host's figures count it with the servers there
+        hosted = tuple(net.host_groups(g["host"]) if net is not None and g.get("host") else () for g in ranks)
+        return {"groups": tuple(cell.groups), "netns": netns if any(netns) else (),
+                "host_groups": hosted if any(hosted) else (), **links}
 
     def _network_event(self, cell: Cell) -> list[dict[str, Any]]:
         """What the network was for this cell: each host's link as set and, for each group on an emulated

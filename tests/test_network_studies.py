@@ -178,6 +178,7 @@ def test_seed000_onboard_and_external_clients_side_by_side(tmp_path, nothing_lef
     doc = load_json(tmp_path / "out.json")
     assert [c["factors"]["clients.onboard"] * 10 + c["factors"]["clients.external"] for c in doc["cells"]] == [
         11, 12, 21, 22]
+    used = {"server1": 0.0, "client-net": 0.0}  # what ran on each host, its control group's CPU (the link probe)
     for c in doc["cells"]:
         assert c["status"] == "ok"
         on, ext = c["factors"]["clients.onboard"], c["factors"]["clients.external"]
@@ -196,6 +197,10 @@ def test_seed000_onboard_and_external_clients_side_by_side(tmp_path, nothing_lef
             assert set(f["groups"]) == {"onboard", "external"}
             # only the external clients cross the 1 Gbit/s link: their own aggregate stays under it
             assert p["groups"]["external"]["bandwidth_MiBps"] * (1 << 20) <= 125e6
+            for host in used:
+                used[host] += p["links"][host]["cpu_seconds"]
+    # the external clients joined their host's group (nothing else runs there); MinIO and the on-board ones server1's
+    assert used["client-net"] > 0 and used["server1"] > 0, used
     table = {row.get("group"): row for row in doc["table"]}
     assert set(table) == {None, "onboard", "external"}
     assert "Fairness per client group" in r.out

@@ -30,6 +30,7 @@ class Job:
     groups: tuple[dict[str, Any], ...] = ()  # the cell's client groups in rank order (core/network.py), or ()
     members: tuple[str, ...] = ()  # client (rank in the cell) -> the name of its group
     netns: tuple[str | None, ...] = ()  # rank -> the network namespace (emulated host) it runs in, None: this one
+    host_groups: tuple[tuple[str, ...], ...] = ()  # rank -> its emulated host's control groups (it joins them)
     links: dict[str, Any] = field(default_factory=dict)  # the emulated links the probe side process samples
     peers: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter -> {target, url, options} it names
     parts: tuple[int, ...] = ()  # the client counts of a workload's parts, in rank order (Workload.client_parts)

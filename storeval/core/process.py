@@ -90,6 +90,22 @@ def enter_netns(name: str) -> None:
         os.close(fd)
 
 
+def join_groups(groups: tuple[str, ...] | list[str]) -> None:
+    """Move this process into each control group of ``groups`` (their directories): what it uses is then counted
+    with what else runs on its emulated host (testbed/cgroups.py). One that cannot be joined (gone, not root) is
+    left: the host's figures then miss this process, its own are unchanged."""
+    for group in groups:
+        try:
+            fd = os.open(os.path.join(group, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"0")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
 
 # -- a bounded shell command (a fault's command, its undo; the watchdog's undos of a killed run) ----------------
 OUTPUT_TAIL = 4096  # bytes of a bounded command's output kept

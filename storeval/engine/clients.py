@@ -30,7 +30,7 @@ from ..workloads.base import ClientContext
 from ..core.comm import Comm
 from ..core.job import Job
 from ..core.network import rank_groups
-from ..core.process import enter_netns
+from ..core.process import enter_netns, join_groups
 from ..core.oplog import PhaseRecorder
 from ..core.stop import ClientStopped
 
@@ -40,7 +40,7 @@ Send = Callable[[tuple], None]
 def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
              seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None,
              faulted: tuple[str, ...] = (), groups: tuple[dict, ...] = (), netns: tuple[str | None, ...] = (),
-             links: dict | None = None, peers: dict | None = None, parts: tuple[tuple[str, int], ...] = (),
+             host_groups: tuple[tuple[str, ...], ...] = (), links: dict | None = None, peers: dict | None = None, parts: tuple[tuple[str, int], ...] = (),
              hold: bool = False) -> Job:
     """The job every client of a cell receives, with where the target's server counters are found. ``parts``:
     (name, clients) of each part of a workload made of parts (Workload.client_parts): each client's group is
@@ -55,6 +55,7 @@ def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, 
                server_pids=tuple(server.get("pids", ())), faulted=tuple(faulted), groups=tuple(groups),
                members=(tuple(g["name"] for g in rank_groups(tuple(groups))) if groups
                         else tuple(name for name, n in parts for _ in range(n))), netns=tuple(netns),
+               host_groups=tuple(tuple(g) for g in host_groups),
                links=dict(links or {}), peers=dict(peers or {}), parts=tuple(n for _, n in parts), hold=hold)
 
 
@@ -114,6 +115,8 @@ def run_client(job: Job, comm: Comm, send: Send, progress: Any = None) -> None:
             except OSError as e:
                 raise OSError(e.errno, f"client {rank} cannot enter its group's host (network namespace "
                                        f"{job.netns[rank]}): {e.strerror or e}") from None
+            if job.host_groups and job.host_groups[rank]:  # counted with what else runs on that host
+                join_groups(job.host_groups[rank])
         driver = make_driver(job.url, job.options, client=rank)
         driver.name = job.target
         driver.connect()

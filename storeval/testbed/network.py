@@ -448,6 +448,10 @@ class Network:
                     out.append(int(pid))
         return out
 
+    def host_groups(self, host: str) -> tuple[str, ...]:
+        """The host's control groups that are there (testbed/cgroups.py): what runs on it joins them."""
+        return tuple(str(g) for g in cgroups.host_paths(self._host(host).netns))
+
     def host_up(self, host: str) -> bool:
         """Whether the host's own interface (eth0 in its namespace) is up."""
         out = _json(run_tool(["ip", "-n", self._host(host).netns, "-j", "link", "show", "eth0"], check=False).stdout)
