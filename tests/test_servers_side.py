@@ -235,3 +235,23 @@ def test_the_server_bound_study_shows_a_slow_disk_and_the_servers_cpu(tmp_path):
 
     named = {g for c in cells.values() for ph in c["phases"] for g in ph["probes"]["servers"].get("groups", {})}
     assert len(named) == 2 and not [g for g in named if (mount() / g.lstrip("/")).exists()]  # stopped: gone
+
+
+def test_a_v2_only_hosts_io_stat_gives_a_groups_disk_bytes_and_operations(tmp_path):
+    """Where the io controller is v2's (a v2-only host), a group's io.stat says what it read and wrote on each
+    disk: summed over the disks, as the blkio hierarchy gives it on a hybrid host."""
+    from storeval.probes.cgroup import read_groups
+
+    group = tmp_path / "storeval-nfs-0a0b0c0d"
+    group.mkdir()
+    (group / "cpu.stat").write_text("usage_usec 2000000\nuser_usec 500000\nsystem_usec 1500000\n")
+    for name in ("io", "cpu", "memory"):
+        (group / f"{name}.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=250000\n"
+                                                "full avg10=0.00 avg60=0.00 avg300=0.00 total=100000\n")
+    (group / "io.stat").write_text("254:0 rbytes=4096 wbytes=1048576 rios=1 wios=8 dbytes=0 dios=0\n"
+                                   "8:0 rbytes=8192 wbytes=0 rios=2 wios=0 dbytes=0 dios=0\n")
+    (row,) = read_groups(["/storeval-nfs-0a0b0c0d"], root=tmp_path).values()
+    assert row == {"cpu_seconds": 2.0, "user_seconds": 0.5, "system_seconds": 1.5, "io_some_seconds": 0.25,
+                   "io_full_seconds": 0.1, "cpu_some_seconds": 0.25, "memory_some_seconds": 0.25,
+                   "disk_read_bytes": 12288.0, "disk_write_bytes": 1048576.0, "disk_read_ops": 3.0,
+                   "disk_write_ops": 8.0}
