@@ -3,11 +3,14 @@ cache's own records and the origin's processes, and seed 003's WAN question answ
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
+
+from storeval.probes.cgroup import group_of
 
 from .helpers import load_json, storeval
 
@@ -112,6 +115,22 @@ def test_the_cache_and_its_origin_on_two_emulated_hosts_from_the_command_line(tm
         assert targets["xcache-origin"]["url"] == targets["xcache"]["write_url"] == f"root://{hosts['far']}:1095//storeval"
         status = storeval("testbed", "status", "--dir", "bed", cwd=tmp_path).out
         assert "cache on host near" in status and "origin on host far" in status, status
+        # a system on two hosts has its control groups on each, inside the host's: each host counts its own daemon
+        state = json.loads((tmp_path / "bed" / "state.json").read_text())
+        info = state["servers"]["xcache"]["info"]
+        nets = {h["name"]: h["netns"] for h in state["network"]["hosts"]}
+        groups = {}
+        for host in ("near", "far"):  # the cache's host is the system's own (its keys plain), the origin's a second
+            for kind in ("cgroup", "blkio"):
+                (group,) = [Path(p) for k, p in info.items() if k.split("@")[0] == kind
+                            and Path(p).parent.name == f"storeval-host-{nets[host]}"]
+                assert group.is_dir()
+                if kind == "cgroup":
+                    groups[host] = "/" + "/".join(group.parts[-2:])
+        for host, use in (("near", "xcache"), ("far", "xcache-origin")):
+            assert [group_of(pid) for pid in targets[use]["server_pids"]] == [groups[host]] * len(
+                targets[use]["server_pids"])
     finally:
         down = storeval("testbed", "down", "--dir", "bed", cwd=tmp_path, timeout=600)
     assert down.rc == 0, down.err
+    assert not any(Path(p).exists() for k, p in info.items() if k.split("@")[0] in ("cgroup", "blkio"))

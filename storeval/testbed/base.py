@@ -296,6 +296,18 @@ def wait_progressing(check, what: str, procs: list[Proc], *, stage=lambda: None,
     raise TestbedError(f"{what} did not become ready {after}" + (f": {still}" if still else "") + hint)
 
 
+def command_netns(cmd: list[str]) -> str | None:
+    """The network namespace a server's command runs in (``ip netns exec NS …``, ``nsenter --net=/run/netns/NS
+    …``), or None."""
+    if cmd[:3] == ["ip", "netns", "exec"] and len(cmd) > 3:
+        return cmd[3]
+    if cmd[:1] == ["nsenter"]:
+        for arg in cmd[1:]:
+            if arg.startswith(f"--net={RUN_NETNS}/"):
+                return arg.rsplit("/", 1)[1]
+    return None
+
+
 def check_disk_limit(kind: str, key: str, value: Any) -> None:
     """A one-line TestbedOptionError for a disk limit out of range (a rate from 64KB/s to 100GB/s, operations
     per second from 10 to 10,000,000)."""
@@ -695,7 +707,7 @@ class Server(ABC):
         its namespace (:meth:`in_netns_command`)."""
         self.check_netns()
         cmd = self.in_netns_command(cmd)
-        groups = self.cgroups()
+        groups = self.cgroups(command_netns(cmd))
         fd = self.ledger.open(log, append=True)
         try:
             proc = spawn(cmd, name=name, log=log, out=fd, env=env, cwd=cwd, user=user, groups=groups)
@@ -708,18 +720,20 @@ class Server(ABC):
         self._journal()
         return proc
 
-    def cgroups(self) -> list[str]:
-        """The server's own control groups (testbed/cgroups.py), made on first use, each name saved in the state
-        first, then made exclusively: its v2 group (its processes' CPU and I/O wait; a placed server's inside its
-        host's) and, where the host has the v1 blkio hierarchy, its blkio group (what its processes read and wrote
-        on disk; ``disk_rate``/``disk_iops`` limit it there). None where this process may make none: the figures
-        then come from its processes alone, and a disk limit is refused in one line."""
-        ns = self.netns_name
-        host, host_blkio = (cgroups.host_path(ns), cgroups.host_path(ns, blkio=True)) if ns else (None, None)
-        made = [self._own_group("cgroup", host or cgroups.hierarchy()),
-                self._own_group("blkio", host_blkio or cgroups.blkio_hierarchy())]
+    def cgroups(self, netns: str | None = None) -> list[str]:
+        """The server's own control groups (testbed/cgroups.py) for its processes in network namespace ``netns``
+        (None: this machine's), made on first use, each name saved in the state first, then made exclusively: its
+        v2 group (its processes' CPU and I/O wait) and, where the host has the v1 blkio hierarchy, its blkio group
+        (what its processes read and wrote on disk; ``disk_rate``/``disk_iops`` limit it there) — inside the
+        emulated host's groups when the namespace is one's (a system on several hosts has a pair on each). None
+        where this process may make none: the figures then come from its processes alone, and a disk limit is
+        refused in one line."""
+        host, host_blkio = (cgroups.host_path(netns), cgroups.host_path(netns, blkio=True)) if netns else (None, None)
+        where = "" if netns is None or netns == self.netns_name else f"@{netns}"  # a second host's pair
+        made = [self._own_group(f"cgroup{where}", host or cgroups.hierarchy()),
+                self._own_group(f"blkio{where}", host_blkio or cgroups.blkio_hierarchy())]
         limited = {k: self.options[k] for k in DISK_OPTIONS if self.options.get(k) is not None}
-        if limited and "blkio" not in self.state.info:
+        if limited and f"blkio{where}" not in self.state.info:
             raise TestbedError(f"{self.kind}: {', '.join(limited)} needs the blkio control group hierarchy "
                                f"({cgroups.BLKIO}, writable by root): run as root on a host that has it, or drop it")
         return [g for g in made if g]
@@ -739,7 +753,7 @@ class Server(ABC):
                 if isinstance(e, FileExistsError):  # someone else's, by chance: never taken
                     return self._own_group(key, parent)
                 return None
-            if key == "blkio":
+            if key.startswith("blkio"):
                 self._limit_disk(str(path))
         return self.state.info[key]
 
@@ -763,7 +777,7 @@ class Server(ABC):
         """Remove the server's control groups once its processes are gone (empty groups only: the kernel refuses
         any other); what stays is said as left, and stays recorded."""
         left = []
-        for key in ("cgroup", "blkio"):
+        for key in [k for k in self.state.info if k.split("@")[0] in ("cgroup", "blkio")]:
             path = self.state.info.get(key)
             if not path:
                 continue
