@@ -121,10 +121,9 @@ def link_traffic(series: dict[str, dict[str, list[tuple[int, float]]]], start: i
     """Per host: bytes and MiB/s each way, drops, the largest queue, the relay's mean delay, the share of
     the link's rate used (``utilisation``, larger direction), and what ran on it (its control group: CPU seconds
     in user mode and the kernel, ``cpus`` used, ``io_wait`` the share of the time some task waited for I/O, disk
-    bytes and IOPS each way)
-    during [start, end] (ns). ``exact``: host → the
-    interface's bytes and packets counted by a client on that host between the phase's barriers (records'
-    ``extra["link"]``), used instead of the interpolated samples (``counted`` says which)."""
+    bytes and IOPS each way) during [start, end] (ns). ``exact``: host → the interface's bytes and packets
+    counted by a client on that host between the phase's barriers (records' ``extra["link"]``), used instead of
+    the interpolated samples (``counted`` says which)."""
     seconds = max(end - start, 1) / 1e9
     out: dict[str, dict[str, Any]] = {}
     exact = exact or {}

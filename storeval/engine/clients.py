@@ -40,8 +40,8 @@ Send = Callable[[tuple], None]
 def make_job(*, url: str, options: dict, kind: str, params: Any, cell_dir: str, steps: list[tuple[str, int]],
              seed: int, keep_cache: bool = False, probe_interval: float = 1.0, target: str | None = None,
              faulted: tuple[str, ...] = (), groups: tuple[dict, ...] = (), netns: tuple[str | None, ...] = (),
-             host_groups: tuple[tuple[str, ...], ...] = (), links: dict | None = None, peers: dict | None = None, parts: tuple[tuple[str, int], ...] = (),
-             hold: bool = False) -> Job:
+             host_groups: tuple[tuple[str, ...], ...] = (), links: dict | None = None, peers: dict | None = None,
+             parts: tuple[tuple[str, int], ...] = (), hold: bool = False) -> Job:
     """The job every client of a cell receives, with where the target's server counters are found. ``parts``:
     (name, clients) of each part of a workload made of parts (Workload.client_parts): each client's group is
     then its part. ``hold``: the clients keep the cell's data after its last phase until the coordinator

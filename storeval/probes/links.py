@@ -5,10 +5,11 @@ and packets each way and the drops the kernel counted there. Its link's rate lim
 direction (one in the host's namespace, one in the switch's): its backlog (bytes queued now), drops (what the
 queue refused) and overlimits tell a saturated link from a slow server. The delay relay (testbed/relay.py) says
 what it dropped for the loss setting or a full queue and the delay it really added. What ran on the host — the
-servers placed there, the ranks launched there — is its control group (testbed/cgroups.py): its CPU seconds (user
-and kernel), the seconds its tasks waited for I/O, a CPU and memory, and what they read and wrote on disk. The description of where to
-read each (``spec``) comes from the testbed's network (``Network.probe_spec()``): {host: {"netns", "dev",
-"tbf": [[netns, dev], ...], "relay_stats": path or None, "cgroup"/"blkio": the host's groups or None}}.
+servers placed there, the clients and ranks launched there — is its control groups (testbed/cgroups.py): their
+CPU seconds (user and kernel), the seconds their tasks waited for I/O, a CPU and memory, and what they read and
+wrote on disk. The description of where to read each (``spec``) comes from the testbed's network
+(``Network.probe_spec()``): {host: {"netns", "dev", "tbf": [[netns, dev], ...], "relay_stats": path or None,
+"cgroup"/"blkio": the host's groups or None}}.
 
 Each namespace is asked once per sample (``ip -s -j link``, ``tc -s -j qdisc``); a reading that fails leaves
 that host's counters out of the sample, never the sampler down.
