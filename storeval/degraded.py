@@ -100,10 +100,11 @@ class _Watch:
 
 
 def _moved(source: Callable[[], dict[str, Any] | None], first: dict[str, Any] | None,
-           last: dict[str, Any] | None) -> int | None:
-    """Bytes the system's servers wrote between two readings (their own counters), where it counts them, read
-    until they stand still where the system serves them from a cache (faults.py's ``bytes_settled``: HDFS's
-    JMX); None without two readings."""
+           last: dict[str, Any] | None, healed: bool) -> int | None:
+    """Bytes the system's servers wrote between two readings (their own counters), where it counts them; once the
+    system ``healed`` in the cell, read until they stand still where it serves them from a cache (faults.py's
+    ``bytes_settled``: HDFS's JMX) — while it still heals they would go on growing with repair after the cell, so
+    the last reading stands. None without two readings."""
     if first is None or last is None or first is last:
         return None
     if not isinstance(first.get("bytes"), dict) or not isinstance(last.get("bytes"), dict):
@@ -111,7 +112,8 @@ def _moved(source: Callable[[], dict[str, Any] | None], first: dict[str, Any] | 
     from .faults import bytes_settled
 
     start = {k: float(v) for k, v in first["bytes"].items()}
-    return int(sum(max(0.0, v) for v in bytes_settled(source, last, start).values()))
+    return int(sum(max(0.0, v) for v in bytes_settled(source, last if healed else {**last, "bytes_still_s": 0},
+                                                       start).values()))
 
 
 class Degraded:
@@ -281,7 +283,8 @@ class Degraded:
                 detail.update(whole_after_s=watch.whole_after_s, whole_at_end=watch.whole_at_end,
                               healing_s=round(healing_s, 3),
                               healing_share=round(healing_s / seconds, 3) if seconds > 0 else None,
-                              bytes_moved=_moved(self.reading, watch.first, watch.last))
+                              bytes_moved=_moved(self.reading, watch.first, watch.last,
+                                                 watch.whole_after_s is not None or bool(watch.whole_at_end)))
                 said = (f"whole again {watch.whole_after_s:g} s into the cell of {seconds:g} s"
                         if watch.whole_after_s is not None else f"healing through the whole cell ({seconds:g} s)"
                         + (", whole as it ended" if watch.whole_at_end else ""))

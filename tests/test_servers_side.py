@@ -4,8 +4,11 @@ the servers' CPU set the figure."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -188,7 +191,7 @@ def test_a_real_group_counts_cpu_and_io_wait_and_is_removed_only_once_empty(tmp_
                                                                                 abs=0.01)
             assert g["io_some_seconds"] > 0 and g["io_some_seconds"] >= g["io_full_seconds"] > 0
             why = remove(group, wait=0.3)  # busy: it stays, its process named
-            assert why == f"control group still holds process(es) {child.pid}" and group.is_dir()
+            assert why == f"control group still holds process(es) {child.pid} (stop them)" and group.is_dir()
         finally:
             child.kill()
             child.wait()
@@ -255,3 +258,56 @@ def test_a_v2_only_hosts_io_stat_gives_a_groups_disk_bytes_and_operations(tmp_pa
                    "io_full_seconds": 0.1, "cpu_some_seconds": 0.25, "memory_some_seconds": 0.25,
                    "disk_read_bytes": 12288.0, "disk_write_bytes": 1048576.0, "disk_read_ops": 3.0,
                    "disk_write_ops": 8.0}
+
+
+def test_only_a_group_the_testbed_made_is_read_as_a_servers():
+    """A process in a terminal's session, a shared slice or the root holds far more than the server: such groups
+    are never taken for the server's (its figures then come from its processes alone)."""
+    from storeval.probes.cgroup import SERVER_GROUP
+
+    for name in ("storeval-minio-0a1b2c3d", "storeval-minio-ec-99aa00ff", "storeval-xrootd-tpc-12345678"):
+        assert SERVER_GROUP.fullmatch(name)
+    for name in ("session-3.scope", "system.slice", "minio.service", "storeval-host-svn-ab12-1", "storeval-minio",
+                 "storeval-minio-0A1B2C3D", "storeval--0a1b2c3d0"):
+        assert not SERVER_GROUP.fullmatch(name), name
+
+
+def test_a_kernel_without_psi_still_gives_a_groups_cpu(tmp_path):
+    from storeval.probes.cgroup import read_groups
+
+    group = tmp_path / "storeval-nfs-0a0b0c0d"
+    group.mkdir()
+    (group / "cpu.stat").write_text("usage_usec 1000000\nuser_usec 250000\nsystem_usec 750000\n")
+    (row,) = read_groups(["/storeval-nfs-0a0b0c0d"], root=tmp_path).values()
+    assert row == {"cpu_seconds": 1.0, "user_seconds": 0.25, "system_seconds": 0.75}
+    rec = _record(user=1.0, idle=3.0)
+    rec.extra["probes"]["server_group"] = {"/storeval-nfs-0a0b0c0d": row}
+    f = _fig()
+    server_side(f, [rec], {})  # no I/O wait figures and no server-io-bound: nothing says it
+    assert f.probes["servers"]["groups"]["/storeval-nfs-0a0b0c0d"] == {"cpus": 0.5, "user_cpus": 0.125,
+                                                                      "system_cpus": 0.375}
+    assert f.warnings == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the servers' control groups need root (the CI runs as root)")
+def test_a_disk_limit_on_no_disk_is_one_line_and_down_leaves_nothing(tmp_path):
+    """--disk-rate for a server whose files are on a tmpfs: refused in one line before the server runs; the
+    group made for the limit is gone at once, the other with `down`."""
+    from storeval.testbed.minio import install_minio
+
+    install_minio()
+    shm = Path("/dev/shm")
+    assert shm.is_dir(), "no /dev/shm: the test needs a tmpfs"
+    bed = Path(tempfile.mkdtemp(prefix="svt-disk-", dir=shm)) / "tb"
+    try:
+        r = storeval("testbed", "up", "minio", "--disk-rate", "10MB/s", "--dir", str(bed), cwd=tmp_path, timeout=600)
+        assert r.rc == 1 and r.err.strip().splitlines()[-1] == (
+            f"error: minio: disk_rate/disk_iops: its files ({bed / 'minio'}) are on no block device (a tmpfs, an "
+            "overlay or a network file system): give --dir on a disk"), r.err
+        info = json.loads((bed / "state.json").read_text())["servers"]["minio"]["info"]
+        assert "blkio" not in info and Path(info["cgroup"]).is_dir()  # the limit's group went with its refusal
+        r = storeval("testbed", "down", "--dir", str(bed), cwd=tmp_path, timeout=600)
+        assert r.rc == 0, r.err
+        assert not bed.exists() and not Path(info["cgroup"]).exists()
+    finally:
+        shutil.rmtree(bed.parent, ignore_errors=True)

@@ -33,6 +33,8 @@ from ..probes.server import TICKS
 DISK_BOUND = 0.9  # the target's device busy this share of the phase: the disk set the pace
 CPU_BOUND = 0.9  # the host's CPUs busy this share of the phase ...
 SERVER_SHARE = 0.5  # ... and the target's server processes used at least this share of that busy time
+PSI_SHARES = (("io_wait", "io_some_seconds"), ("io_wait_all", "io_full_seconds"), ("cpu_wait", "cpu_some_seconds"),
+              ("memory_wait", "memory_some_seconds"))  # a kernel without PSI gives none of them
 IO_BOUND = 0.5  # the servers' group had all its working tasks waiting for I/O this share of the phase
 MIN_SECONDS = 0.2  # jiffies (10 ms) and busy milliseconds are too coarse to judge shorter phases
 
@@ -66,10 +68,7 @@ def server_side(fig: Any, merged: dict[str, Any] | None, where: dict[str, Any], 
         out["groups"] = {name: {"cpus": g.get("cpu_seconds", 0.0) / seconds,
                                 "user_cpus": g.get("user_seconds", 0.0) / seconds,
                                 "system_cpus": g.get("system_seconds", 0.0) / seconds,
-                                "io_wait": min(1.0, g.get("io_some_seconds", 0.0) / seconds),
-                                "io_wait_all": min(1.0, g.get("io_full_seconds", 0.0) / seconds),
-                                "cpu_wait": min(1.0, g.get("cpu_some_seconds", 0.0) / seconds),
-                                "memory_wait": min(1.0, g.get("memory_some_seconds", 0.0) / seconds),
+                                **{share: min(1.0, g[key] / seconds) for share, key in PSI_SHARES if key in g},
                                 **({"disk_read_bytes": g["disk_read_bytes"], "disk_write_bytes": g["disk_write_bytes"],
                                     "disk_read_iops": g.get("disk_read_ops", 0.0) / seconds,
                                     "disk_write_iops": g.get("disk_write_ops", 0.0) / seconds}
@@ -91,7 +90,8 @@ def server_side(fig: Any, merged: dict[str, Any] | None, where: dict[str, Any], 
             f"device {device} had I/O in flight {out['device_busy']:.0%} of the phase"
             + (f" (the host's CPUs waited for I/O {iowait:.0%} of their time)" if iowait is not None else "")
             + ": the disk, not the network or the CPUs, set this figure")})
-    waited = max(out.get("groups", {}).items(), key=lambda kv: kv[1]["io_wait_all"], default=None)
+    waited = max(((n, g) for n, g in out.get("groups", {}).items() if "io_wait_all" in g),
+                 key=lambda kv: kv[1]["io_wait_all"], default=None)
     if waited is not None and waited[1]["io_wait_all"] >= IO_BOUND:
         name, g = waited
         fig.warnings.append({"code": "server-io-bound", "message": (

@@ -7,16 +7,21 @@ whole: ``cpu.stat`` (CPU time in user mode and in the kernel) and the PSI files 
 tasks at once — ``full`` — stalled waiting for I/O, a CPU, memory), present in every v2 group on a kernel with
 PSI even where v1 controllers hold the rest (the ``unified`` mount of a hybrid host).
 
-A server's group is the one its processes are in, when that is a group of its own: not the hierarchy's root
-and not the group the probe itself runs in (both hold far more than the server).
+A server's group is the one its processes are in when that is a group storeval's testbed made for it (named
+``storeval-KIND-TOKEN``, :data:`SERVER_GROUP`): any other — a terminal's session, a shared slice, the root —
+holds more than the server, and its figures then come from its processes alone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
+
 MOUNTS = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")  # a hybrid host's v2 mount, then a v2-only host's
+# how storeval's testbed names a server's groups (testbed/cgroups.py): the only groups read as a server's
+SERVER_GROUP = re.compile(r"storeval-[A-Za-z0-9_.-]+-[0-9a-f]{8}")
 BLKIO = "/sys/fs/cgroup/blkio"  # a hybrid host's v1 blkio hierarchy: a group's bytes and operations per device
 
 
@@ -50,7 +55,7 @@ def server_groups(pids: list[int], controller: str = "") -> dict[str, int]:
     out: dict[str, int] = {}
     for pid in pids:
         g = group_of(pid, controller)
-        if g and g != "/" and g != mine and g not in out and not g.endswith(" (deleted)"):
+        if g and g != mine and g not in out and SERVER_GROUP.fullmatch(g.rsplit("/", 1)[-1]):
             out[g] = pid
     return out
 
@@ -137,13 +142,18 @@ def read_groups(groups: list[str], root: Path | None = None) -> dict[str, dict[s
         try:
             with open(os.path.join(base, "cpu.stat"), encoding="ascii") as f:
                 stat = {k: float(v) / 1e6 for k, v in (line.split() for line in f) if k.endswith("_usec")}
-            io_some, io_full = _pressure(os.path.join(base, "io.pressure"))
-            cpu_some, _ = _pressure(os.path.join(base, "cpu.pressure"))
-            mem_some, _ = _pressure(os.path.join(base, "memory.pressure"))
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             continue
-        out[g] = {"cpu_seconds": stat.get("usage_usec", 0.0), "user_seconds": stat.get("user_usec", 0.0),
-                  "system_seconds": stat.get("system_usec", 0.0), "io_some_seconds": io_some,
-                  "io_full_seconds": io_full, "cpu_some_seconds": cpu_some, "memory_some_seconds": mem_some}
-        out[g].update(_io_stat(os.path.join(base, "io.stat")))
+        row = {"cpu_seconds": stat.get("usage_usec", 0.0), "user_seconds": stat.get("user_usec", 0.0),
+               "system_seconds": stat.get("system_usec", 0.0)}
+        for kind in ("io", "cpu", "memory"):  # a kernel without PSI (psi=0) has none: the CPU still counts
+            try:
+                some, full = _pressure(os.path.join(base, f"{kind}.pressure"))
+            except (OSError, ValueError, IndexError):
+                continue
+            row[f"{kind}_some_seconds"] = some
+            if kind == "io":
+                row["io_full_seconds"] = full
+        row.update(_io_stat(os.path.join(base, "io.stat")))
+        out[g] = row
     return out

@@ -365,7 +365,7 @@ class Testbed:
                     self._save(servers)
                     server.wait_ready()
                 except BaseException:
-                    if not server.state.procs and not server.ledger:
+                    if not server.state.procs and not server.ledger and not server.has_cgroups:
                         del servers[kind]  # it made nothing: nothing to remember
                     raise
                 self._save(servers)

@@ -730,12 +730,13 @@ class Server(ABC):
         refused in one line."""
         host, host_blkio = (cgroups.host_path(netns), cgroups.host_path(netns, blkio=True)) if netns else (None, None)
         where = "" if netns is None or netns == self.netns_name else f"@{netns}"  # a second host's pair
+        limited = [k for k in DISK_OPTIONS if self.options.get(k) is not None]
+        if limited and f"blkio{where}" not in self.state.info and cgroups.blkio_hierarchy() is None:
+            raise TestbedError(f"{self.kind}: {' and '.join(limited)} needs the v1 blkio control group hierarchy "
+                               f"({cgroups.BLKIO}, writable by root; a v2-only host has none): run as root on a host "
+                               "that has it, or drop the setting")
         made = [self._own_group(f"cgroup{where}", host or cgroups.hierarchy()),
                 self._own_group(f"blkio{where}", host_blkio or cgroups.blkio_hierarchy())]
-        limited = {k: self.options[k] for k in DISK_OPTIONS if self.options.get(k) is not None}
-        if limited and f"blkio{where}" not in self.state.info:
-            raise TestbedError(f"{self.kind}: {', '.join(limited)} needs the blkio control group hierarchy "
-                               f"({cgroups.BLKIO}, writable by root): run as root on a host that has it, or drop it")
         return [g for g in made if g]
 
     def _own_group(self, key: str, parent: Path | None) -> str | None:
@@ -754,30 +755,44 @@ class Server(ABC):
                     return self._own_group(key, parent)
                 return None
             if key.startswith("blkio"):
-                self._limit_disk(str(path))
+                try:
+                    self._limit_disk(str(path))
+                except TestbedError:  # a group without its limit is never used: gone with its record
+                    if cgroups.remove(path, wait=0) is None:
+                        self.state.info.pop(key)
+                        self._journal()
+                    raise
         return self.state.info[key]
 
     def _limit_disk(self, group: str) -> None:
-        """Apply ``disk_rate``/``disk_iops`` to the disk holding the server's data (TestbedError in one line when
-        there is no disk to limit)."""
+        """Apply ``disk_rate``/``disk_iops`` to every disk holding the server's files: its root and every home of
+        its own it made elsewhere (XRootD's under /var/tmp) — TestbedError in one line when none is on a disk."""
         rate, iops = self.options.get("disk_rate"), self.options.get("disk_iops")
         if rate is None and iops is None:
             return
-        device = cgroups.block_device(self.root)
-        if device is None:
-            raise TestbedError(f"{self.kind}: disk_rate/disk_iops: its data directory {self.root} is on no block "
+        places = [a["path"] for a in self.ledger.anchors] or [str(self.root)]
+        disks, elsewhere = cgroups.block_devices(places)
+        if not disks:
+            raise TestbedError(f"{self.kind}: disk_rate/disk_iops: its files ({', '.join(elsewhere)}) are on no block "
                                "device (a tmpfs, an overlay or a network file system): give --dir on a disk")
-        try:
-            cgroups.throttle(group, device, parse_rate(rate) if rate is not None else None,
-                             int(iops) if iops is not None else None)
-        except OSError as e:
-            raise TestbedError(f"{self.kind}: the kernel refused the disk limit on {device}: {e.strerror}") from None
+        for device in disks:
+            try:
+                cgroups.throttle(group, device, parse_rate(rate) if rate is not None else None,
+                                 int(iops) if iops is not None else None)
+            except OSError as e:
+                raise TestbedError(f"{self.kind}: the kernel refused the disk limit on {device}: {e.strerror}"
+                                   ) from None
+
+    @property
+    def has_cgroups(self) -> bool:
+        """Whether the state names a control group of the server's (made, or about to be)."""
+        return any(k.split("@")[0] in ("cgroup", "blkio") for k in self.state.info)
 
     def remove_cgroup(self) -> list[Left]:
         """Remove the server's control groups once its processes are gone (empty groups only: the kernel refuses
         any other); what stays is said as left, and stays recorded."""
         left = []
-        for key in [k for k in self.state.info if k.split("@")[0] in ("cgroup", "blkio")]:
+        for key in [k for k in self.state.info if k.split("@")[0] in ("cgroup", "blkio")]:  # see has_cgroups
             path = self.state.info.get(key)
             if not path:
                 continue

@@ -28,7 +28,7 @@ import secrets
 import time
 from pathlib import Path
 
-from ..probes.cgroup import BLKIO, mount
+from ..probes.cgroup import BLKIO, SERVER_GROUP, mount
 
 PREFIX = "storeval-"
 EMPTY_WAIT_S = 5.0  # how long stop waits for the group's last processes to be gone before it leaves the group
@@ -52,8 +52,8 @@ def host_group(netns: str) -> str:
 
 
 def make_host(netns: str) -> list[Path]:
-    """Make the groups of the emulated host in ``netns`` (v2, and v1 blkio where the host has it; one there
-    already is this network's, by its token); those made."""
+    """Make the groups of the emulated host in ``netns`` (v2, and v1 blkio where the host has it), each
+    exclusively: one there already is never taken (the host then runs without it); those made."""
     out = []
     for root in (hierarchy(), blkio_hierarchy()):
         if root is None:
@@ -61,8 +61,6 @@ def make_host(netns: str) -> list[Path]:
         path = root / host_group(netns)
         try:
             os.mkdir(path)
-        except FileExistsError:
-            pass
         except OSError:
             continue
         out.append(path)
@@ -110,6 +108,19 @@ def joiner(*paths: str | None):
     return join
 
 
+def block_devices(paths: list[str] | list[Path]) -> tuple[list[str], list[str]]:
+    """(the disks holding ``paths``, each once; the paths on no block device)."""
+    disks: list[str] = []
+    none: list[str] = []
+    for p in paths:
+        d = block_device(p)
+        if d is None:
+            none.append(str(p))
+        elif d not in disks:
+            disks.append(d)
+    return disks, none
+
+
 def block_device(path: str | os.PathLike[str]) -> str | None:
     """``MAJOR:MINOR`` of the disk holding ``path`` (or its nearest existing parent): a partition's whole disk,
     as a blkio limit needs it; None when that is no block device (a tmpfs, an overlay, a network file system)."""
@@ -144,7 +155,6 @@ def adopt(path: str, pid: int) -> None:
         f.write(str(pid))
 
 
-_SERVER_GROUP = re.compile(r"storeval-[A-Za-z0-9_.-]+-[0-9a-f]{8}")
 _HOST_GROUP = re.compile(r"storeval-host-[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -157,7 +167,7 @@ def is_ours(path: str | os.PathLike[str]) -> bool:
         return False
     if _HOST_GROUP.fullmatch(p.name):
         return p.parent in roots
-    if not _SERVER_GROUP.fullmatch(p.name):
+    if not SERVER_GROUP.fullmatch(p.name):
         return False
     return p.parent in roots or (_HOST_GROUP.fullmatch(p.parent.name) is not None and p.parent.parent in roots)
 
@@ -181,5 +191,6 @@ def remove(path: str | os.PathLike[str], wait: float = EMPTY_WAIT_S) -> str | No
                 pids = []
                 with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.procs"), encoding="ascii") as f:
                     pids = f.read().split()
-                return f"control group still holds process(es) {', '.join(pids) or '(its children groups)'}"
+                return (f"control group still holds process(es) {', '.join(pids)} (stop them)" if pids
+                        else "control group still holds groups of its own")
             time.sleep(0.1)
