@@ -197,8 +197,8 @@ def test_seed000_onboard_and_external_clients_side_by_side(tmp_path, nothing_lef
             assert set(f["groups"]) == {"onboard", "external"}
             # only the external clients cross the 1 Gbit/s link: their own aggregate stays under it
             assert p["groups"]["external"]["bandwidth_MiBps"] * (1 << 20) <= 125e6
-            for host in used:
-                used[host] += p["links"][host]["cpu_seconds"]
+            for host in used:  # a phase shorter than the first samples' spacing may have no reading of it
+                used[host] += p["links"].get(host, {}).get("cpu_seconds", 0.0)
     # the external clients joined their host's group (nothing else runs there); MinIO and the on-board ones server1's
     assert used["client-net"] > 0 and used["server1"] > 0, used
     table = {row.get("group"): row for row in doc["table"]}
