@@ -34,6 +34,7 @@ from .drivers import Driver, driver_class, join, make_driver
 from .drivers.base import TargetError, TargetUnreachable
 from .engine.clients import make_job
 from .engine import watchdog
+from .engine.forkserver import fork_server_process, start_fork_server
 from .engine.local import LocalEngine
 from .environment import collect_environment
 from .errors import StorevalError, one_line
@@ -688,6 +689,13 @@ class _Guard:
     def cell(self, cell: Cell | None, cell_dir: str | None) -> None:
         self.state["phase"] = None
         self.state["cell"] = None if cell is None else {**cell.state(cell_dir), "clients": []}
+        if cell is not None and "fork_server" not in self.state:
+            # the clients are forked by it: named before the first starts, so a coordinator killed before it
+            # could name them leaves none running (the watchdog stops what the fork server forked)
+            start_fork_server()
+            server = fork_server_process()
+            if server is not None:
+                self.state["fork_server"] = server
         self._save()
 
     def undos(self, pending: list[dict[str, Any]]) -> None:

@@ -185,12 +185,17 @@ def test_a_killed_run_has_its_watchdog_run_the_teardown_of_the_block_in_progress
             assert time.monotonic() < bound, "the block never started"
             time.sleep(0.05)
         assert marker.read_text() == "2\n"
+        run = psutil.Process(proc.pid).children(recursive=True)  # the watchdog, the fork server, its clients
         proc.send_signal(signal.SIGKILL)  # the coordinator alone: its watchdog stays
         proc.wait()
         bound = time.monotonic() + 300
         while marker.exists():
             assert time.monotonic() < bound, "the watchdog did not undo the block"
             time.sleep(0.1)
+        # nothing of the run is left running: a client the coordinator had not named yet (killed the moment it
+        # was forked) would write to its 10-minute deadline; the watchdog stops what the run's fork server forked
+        _, left = psutil.wait_procs(run, timeout=60)
+        assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], left
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -56,6 +56,23 @@ def start_fork_server() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def fork_server_process() -> dict[str, Any] | None:
+    """The running fork server's PID and start time (``psutil``'s), or None: every process it forks is one of
+    this run's clients or samplers, which the watchdog stops should the coordinator be killed before it could
+    name them."""
+    from multiprocessing import forkserver
+
+    import psutil
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - the one place it is kept
+    if not pid:
+        return None
+    try:
+        return {"pid": int(pid), "created": psutil.Process(pid).create_time()}
+    except psutil.Error:
+        return None
+
+
 SUN_PATH = 107  # bytes of a UNIX socket's path (sun_path: 108 with the NUL)
 LISTENER = len("/pymp-xxxxxxxx/listener-xxxxxxxx")  # what multiprocessing adds to the temporary directory
 

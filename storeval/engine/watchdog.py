@@ -9,7 +9,8 @@ the first death and it can tell which rank died *first* (the one the user or the
 others were killed by the launcher after it). When the run ends the state file says so and it leaves.
 When the coordinator disappears first, the watchdog:
 
-1. stops any client of the cell still running on this host (by PID *and* start time, never by name), and
+1. stops any client of the cell still running on this host (by PID *and* start time, never by name) — and what
+   the run's fork server forked, a client started before the coordinator could name it included —, and
    what the clients started and left running, through each workload kind's ``kill_orphans`` hook (only
    processes it can prove the run started);
 2. removes the cell's files and the run's scratch directories through the targets' drivers — storeval's
@@ -230,6 +231,7 @@ def main(path: str, pid: int, created: float) -> int:
                 psutil.Process(c["pid"]).kill()
             except psutil.NoSuchProcess:
                 pass
+    _stop_forked(state.get("fork_server"))  # a client started before the coordinator could name it
     if state.get("scratch"):  # without the run's name nothing can be proven the run's
         _kill_orphans(state["scratch"])
     message = _message(state, deaths.first, coordinator_first, bool(state.get("job")), exited)
@@ -250,6 +252,23 @@ def main(path: str, pid: int, created: float) -> int:
     except OSError:
         pass
     return 1
+
+
+def _stop_forked(server: dict[str, Any] | None) -> None:
+    """Stop what the run's fork server forked and the server itself (by PID and start time: the run's own; every
+    process it forks is one of the run's clients or samplers)."""
+    if not server or not isinstance(server.get("pid"), int) or not alive(server["pid"], server.get("created")):
+        return
+    try:
+        fork = psutil.Process(server["pid"])
+        victims = [*fork.children(recursive=True), fork]
+    except psutil.Error:
+        return
+    for p in victims:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 def _kill_orphans(run: str) -> None:
