@@ -140,10 +140,9 @@ def test_the_servers_side_names_the_server_process_and_the_timelines_draw_its_cp
         assert group == "/" + xrootd.state.info["cgroup"].rsplit("/", 1)[1]
         g = side["groups"][group]
         assert g["cpus"] == pytest.approx(g["user_cpus"] + g["system_cpus"], abs=0.01)
-        # the process's CPU is counted in clock ticks (10 ms) at each end of the phase, the group's in µs: in CPU
-        # seconds the group holds at least the process, give or take three ticks
-        assert g["cpus"] * ph["seconds"] >= proc["cpus"] * ph["seconds"] - 0.03, (g, proc, ph["seconds"])
-        assert 0 <= g["io_wait_all"] <= g["io_wait"] <= 1
+        # (not compared with the process's: a process's counters add a helper's whole life once it is reaped, the
+        # group counts each second where it was spent)
+        assert g["cpus"] > 0 and 0 <= g["io_wait_all"] <= g["io_wait"] <= 1
     assert used > 0 and calls > 0  # it served 16 MiB each way
     con = duckdb.connect(str(tmp_path / "res" / "storeval.duckdb"), read_only=True)
     sampled = con.execute("SELECT count(*) FROM samples WHERE probe = 'server' AND metric = 'cpu_seconds'").fetchone()
