@@ -256,12 +256,14 @@ def main(path: str, pid: int, created: float) -> int:
 
 def _stop_forked(server: dict[str, Any] | None) -> None:
     """Stop what the run's fork server forked and the server itself (by PID and start time: the run's own; every
-    process it forks is one of the run's clients or samplers)."""
+    process it forks is one of the run's clients or samplers). Their own children are left to what each client
+    set up to follow it (the command workload's guard kills its commands and removes their local files once its
+    client is gone) and to the workloads' ``kill_orphans``: killed here, a guard could not do its work."""
     if not server or not isinstance(server.get("pid"), int) or not alive(server["pid"], server.get("created")):
         return
     try:
         fork = psutil.Process(server["pid"])
-        victims = [*fork.children(recursive=True), fork]
+        victims = [*fork.children(), fork]
     except psutil.Error:
         return
     for p in victims:
